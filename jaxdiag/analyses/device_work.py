@@ -43,7 +43,8 @@ AUTOTUNE_KERNEL = re.compile(r"RedzoneAllocatorKernel|xla_fp_comparison|DelayKer
 _MEMCPY = re.compile(r"^(?:Memcpy|Memset|memcpy|memset|cuMemcpy|cuMemset|hipMemcpy|hipMemset)")
 #: Module names JAX gives the programs it runs (``jit_step``, ``pmap_f``, ``jit(f)``).
 PROGRAM_MODULE = re.compile(r"^(?:jit|pjit|pmap|xmap|shard_map)[_(]")
-_NON_OP_LINES = frozenset({"xla_modules", "steps"})
+#: Lines whose events are not ops occupying a core (TPU modules, steps, async spans, markers, SparseCore).
+_NON_OP_LINES = frozenset({"xla_modules", "steps", "async_ops", "markers", "sparsecore"})
 
 # Name fragments of collectives, after lower-casing and dropping "-" and "_":
 # NCCL/RCCL kernels (ncclDevKernel_AllReduce_Sum_f32_RING_LL), HLO ops

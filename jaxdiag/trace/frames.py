@@ -28,7 +28,7 @@ DUR_NS = "dur_ns"  # int64
 HLO_MODULE = "hlo_module"  # e.g. "jit_train_step", "" when unknown
 HLO_OP = "hlo_op"  # e.g. "fusion.12", "" when unknown
 FRAMEWORK_OP = "framework_op"  # tf_op / framework name scope, "" when unknown
-PROGRAM_ID = "program_id"  # int64, -1 when unknown
+PROGRAM_ID = "program_id"  # int64 (unsigned ids keep their low 63 bits), -1 when unknown
 STEP = "step"  # step number the event starts in, -1 outside every step
 CATEGORY = "category"  # one of CATEGORIES
 
@@ -39,10 +39,17 @@ EVENT_COLUMNS = (
 
 #: What a line carries. ``compute``/``memcpy``/``collective`` are GPU streams
 #: (a mixed stream is ``compute``); ``xla_ops``/``xla_modules``/``steps`` are the
-#: TPU lines of those names; ``xla_cpu`` is a host thread running XLA:CPU work;
-#: ``host`` is any other host thread; ``python`` is the Python tracer's line.
+#: TPU lines of those names (a run of host offload copies on an ``XLA Ops`` line
+#: is ``memcpy``); ``async_ops`` is a TPU line of async ops from start to done,
+#: overlapping the ops that run meanwhile (``Async XLA Ops``); ``sparsecore`` holds
+#: the ops of a TPU SparseCore (its plane is ``/device:TPU:N SparseCore M``, its
+#: device the TPU core's); ``markers`` is a TPU line of scopes and moments, no ops
+#: (``XLA TraceMe``, ``Framework Ops``, ...); ``xla_cpu`` is a host thread running
+#: XLA:CPU work; ``host`` is any other host thread; ``python`` is the Python
+#: tracer's line.
 LINE_KINDS = (
     "compute", "memcpy", "collective", "xla_ops", "xla_modules", "steps",
+    "async_ops", "sparsecore", "markers",
     "xla_cpu", "host", "python", "other",
 )
 

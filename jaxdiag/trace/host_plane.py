@@ -185,8 +185,22 @@ def _add_cpu_op(cols: HostColumns, name: str, e: Any, no_hlo: set[str]) -> bool:
         no_hlo.add(name)
         return False
     cols.add(int_or(stats.get("device_ordinal", 0), 0), name, e.start_ns, e.duration_ns,
-             str(stats["hlo_module"]), str(stats["hlo_op"]), "", int_or(stats.get("program_id", -1), -1), "device")
+             str(stats["hlo_module"]), str(stats["hlo_op"]), "", program_id_of(stats.get("program_id")), "device")
     return True
+
+
+def program_id_of(value: Any) -> int:
+    """A program id or fingerprint as a non-negative int64, or -1 when absent or not a number.
+
+    TPU runtimes write program ids and module fingerprints as unsigned 64-bit
+    numbers (half of them past the int64 range); those keep their low 63 bits,
+    which tells programs apart as well (they are hashes) and leaves -1 for "unknown".
+    """
+    number = int_or(value, -1)
+    return number & _INT63 if number >= 0 else -1
+
+
+_INT63 = (1 << 63) - 1
 
 
 def int_or(value: Any, default: int) -> int:

@@ -16,7 +16,9 @@ from typing import Any, Iterable, Sequence
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.columns import HostColumns
-from jaxdiag.trace.host_plane import HOST_PLANE, int_or, line_names, read_host_line, read_host_plane, stats_of
+from jaxdiag.trace.host_plane import (
+    HOST_PLANE, int_or, line_names, program_id_of, read_host_line, read_host_plane, stats_of,
+)
 from jaxdiag.trace.wire import check_wire
 
 __all__ = ["HOST_PLANE", "HostColumns", "check_wire", "collect_host", "join_host", "read_planes", "read_xspace"]
@@ -27,7 +29,19 @@ _COLLECTIVE_OPS = re.compile(
     r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
     r"collective-broadcast|send|recv)(-start|-done)?(\.\d+)?$"
 )
-_TPU_LINES = {"XLA Ops": "xla_ops", "XLA Modules": "xla_modules", "Steps": "steps"}
+#: TPU line kinds by line name (``xplane_schema`` in XLA's profiler names them); see ``tpu_line_kind``.
+_TPU_LINES = {
+    "XLA Ops": "xla_ops", "XLA Modules": "xla_modules", "Steps": "steps", "Async XLA Ops": "async_ops",
+    "Sparse Core Ops": "sparsecore", "Sparse Core Modules": "xla_modules", "Sparse Core Steps": "markers",
+    "XLA TraceMe": "markers", "Overlay": "markers", "Framework Name Scope": "markers", "Framework Ops": "markers",
+    "Source code": "markers", "Tensor Core Sync Flag": "markers", "Sparse Core Syncs": "markers",
+    "Launch Stats": "markers", "_counters_": "markers",
+}
+#: ``/device:TPU:0 SparseCore 1``: a SparseCore of TPU core 0, not a device of its own.
+_SPARSECORE_PLANE = re.compile(r"^/device:TPU:(\d+) SparseCore (\d+)$")
+#: Ops XProf counts as host offload copies when their HLO text puts a buffer in host memory, ``S(5)``.
+_OFFLOAD_OP = re.compile(r"^(copy|dynamic-slice|dynamic-update-slice)-(start|done)(\.\d+)?$")
+_HOST_MEMORY = "S(5)"
 _MODULE_RUN = re.compile(r"^(.*)\((\d+)\)$")
 #: Dense bf16 tensor-core peak (flop/s) from vendor datasheets, by device-name substring; first match wins.
 _GPU_PEAK_FLOPS = (
@@ -166,14 +180,16 @@ def is_device_plane(name: str) -> bool:
 
 
 def _known_plane(plane_name: str) -> bool:
-    return bool(_DEVICE_PLANE.match(plane_name)) or plane_name in (HOST_PLANE, *META_PLANES) \
-        or plane_name.startswith("/host:__")
+    return bool(_DEVICE_PLANE.match(plane_name) or _SPARSECORE_PLANE.match(plane_name)) \
+        or plane_name in (HOST_PLANE, *META_PLANES) or plane_name.startswith("/host:__")
 
 
 def _read_plane(cols: HostColumns, plane: Any, accelerated: bool, include_python: bool) -> None:
     match = _DEVICE_PLANE.match(plane.name)
     if match:
         _read_device_plane(cols, plane, match[1].lower(), int(match[2]))
+    elif sparse := _SPARSECORE_PLANE.match(plane.name):
+        _read_device_plane(cols, plane, "tpu", int(sparse[1]), sparsecore=True)
     elif plane.name == HOST_PLANE:
         read_host_plane(cols, plane, cpu_only=not accelerated, include_python=include_python)
     elif plane.name in META_PLANES:
@@ -198,36 +214,60 @@ def gpu_line_kind(line: str) -> str:
     return "other"
 
 
+def tpu_line_kind(line: str) -> str:
+    """The kind of a TPU plane's line (see ``LINE_KINDS``); ``other`` for a name not known here.
+
+    Only ``xla_ops`` and ``sparsecore`` lines hold ops that occupy a core;
+    ``async_ops`` (an async op from its start to its done, XProf's "Host Offload
+    Ops rows" too) overlap the ops that run meanwhile, and ``markers`` lines mark
+    moments and scopes.
+    """
+    return _TPU_LINES.get(line) or ("async_ops" if line.startswith("Host Offload Ops") else "other")
+
+
+def is_host_offload(op: str, text: str) -> bool:
+    """Whether a TPU op is a host offload copy: an async copy or slice whose HLO text names host memory."""
+    return bool(_OFFLOAD_OP.match(op)) and _HOST_MEMORY in text
+
+
 def is_collective(name: str, hlo_op: str) -> bool:
     """Whether a device event is a collective, by kernel name or HLO op name."""
     return name[:4].lower() in ("nccl", "rccl") or bool(_COLLECTIVE_OPS.match(hlo_op))
 
 
-def _read_device_plane(cols: HostColumns, plane: Any, platform: str, ordinal: int) -> None:
-    cols.devices.append(_device_row(cols.host, plane.name, platform, ordinal, _scalar_stats(plane.stats)))
+def _read_device_plane(cols: HostColumns, plane: Any, platform: str, ordinal: int, sparsecore: bool = False) -> None:
+    """Append a device plane's events; a SparseCore plane's go to its TPU core's ordinal, with no device row."""
+    if not sparsecore:
+        cols.devices.append(_device_row(cols.host, plane.name, platform, ordinal, _scalar_stats(plane.stats)))
     modules: list[tuple[float, float, str, int]] = []
     op_ranges: list[tuple[int, int]] = []
     for line_name, line in line_names(plane.lines):
-        kind = _TPU_LINES.get(line.name, "other") if platform == "tpu" else gpu_line_kind(line.name)
-        first = len(cols.name)
+        kind = tpu_line_kind(line.name) if platform == "tpu" else gpu_line_kind(line.name)
+        first = segment = len(cols.name)
+        offload = False  # whether the open segment holds host offload copies (a "memcpy" run of an ops line)
         kernels = collectives = 0
         for e in line.events:
             name, stats = e.name, stats_of(e)
             start, dur = e.start_ns, e.duration_ns
             if kind == "steps":
-                step = int_or(stats.get("step_num", name), len(cols.device_steps))
-                cols.device_steps.append((ordinal, step, start, start + dur))
+                if not sparsecore:
+                    step = int_or(stats.get("step_num", name), len(cols.device_steps))
+                    cols.device_steps.append((ordinal, step, start, start + dur))
                 cols.add(ordinal, name, start, dur, category="annotation")
                 continue
             module, op = str(stats.get("hlo_module", "")), str(stats.get("hlo_op", ""))
-            program = int_or(stats.get("program_id", -1), -1)
+            program = program_id_of(stats.get("program_id"))
             if kind == "xla_modules":
                 run = _MODULE_RUN.match(name)
-                module, program = (run[1], int(run[2])) if run else (name, program)
+                module, program = (run[1], program_id_of(run[2])) if run else (name, program)
                 modules.append((start, start + dur, module, program))
-            elif kind == "xla_ops":  # TPU op names can be the whole HLO instruction text
+            elif kind in ("xla_ops", "sparsecore", "async_ops"):  # TPU op names can be whole HLO instruction text
+                text = name
                 name = _short_hlo_name(str(stats.get("display_name", "")) or name)
                 op = op or name
+                if kind != "async_ops" and is_host_offload(name, text) != offload:
+                    cols.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
+                    segment, offload = len(cols.name), not offload
             framework = str(stats.get("name") or stats.get("tf_op") or "")
             if framework.startswith("XlaModule:"):
                 framework = ""
@@ -237,9 +277,9 @@ def _read_device_plane(cols: HostColumns, plane: Any, platform: str, ordinal: in
             cols.add(ordinal, name, start, dur, module, op, framework, program, "device")
         if kind == "compute" and kernels and collectives == kernels:
             kind = "collective"
-        if kind == "xla_ops":
+        if kind in ("xla_ops", "sparsecore"):
             op_ranges.append((first, len(cols.name)))
-        cols.close_segment(plane.name, line_name, kind, first)
+        cols.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
     if modules and op_ranges:
         _assign_modules(cols, modules, op_ranges)
 
@@ -263,9 +303,12 @@ def _assign_modules(cols: HostColumns, modules: list[tuple[float, float, str, in
 
 
 def _short_hlo_name(text: str) -> str:
-    """``fusion.3`` from ``%fusion.3 = bf16[8]{0} fusion(...)``; other names unchanged."""
+    """``fusion.3`` from ``%fusion.3 = bf16[8]{0} fusion(...)`` (or ``ROOT %fusion.3 = ...``); others unchanged."""
     head = text.split(" = ", 1)[0] if " = " in text else text
-    return head.strip().lstrip("%")
+    head = head.strip()
+    if head.startswith("ROOT "):
+        head = head[5:]
+    return head.lstrip("%").strip()
 
 
 def _device_row(host: str, plane: str, platform: str, ordinal: int, stats: dict[str, Any]) -> dict[str, Any]:

@@ -164,11 +164,11 @@ def test_tpu_ops_get_short_names_and_their_module() -> None:
 def test_metadata_planes_become_meta_and_unknown_planes_a_note() -> None:
     builder = host_plane(XSpaceBuilder(), steps=[(0, 0, 10)])
     builder.plane("Task Environment", {"profile_start_time": 17, "profile_options": "\x08\x01"})
-    builder.plane("/device:TPU:0 SparseCore 0")
+    builder.plane("/device:CUSTOM:Megascale Trace")
     cols = read_xspace(builder.serialize(), "h", source="x")
     assert cols.meta["jax_version"] == "0.11.2" and cols.meta["profile_start_time"] == 17
     assert "profile_options" not in cols.meta  # an embedded proto, not a fact to show
-    assert cols.notes == ["h: planes not read: /device:TPU:0 SparseCore 0"]
+    assert cols.notes == ["h: planes not read: /device:CUSTOM:Megascale Trace"]
 
 
 def test_real_cpu_trace_has_xla_cpu_ops_as_device_work(cpu_trace_dir) -> None:
