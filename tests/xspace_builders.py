@@ -233,8 +233,8 @@ def _quote(text: str) -> str:
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return f"int64_value: {int(value)}"
-    if isinstance(value, int):
-        return f"int64_value: {value}"
+    if isinstance(value, int):  # TPU writes program ids and fingerprints as unsigned 64-bit
+        return f"uint64_value: {value}" if value >= 1 << 63 else f"int64_value: {value}"
     if isinstance(value, float):
         return f"double_value: {value!r}"
     return f"str_value: {_quote(str(value))}"
