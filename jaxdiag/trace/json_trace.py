@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace.xspace import HostColumns, collect_host
+from jaxdiag.trace.xspace import HostColumns, collect_host, is_profiler_plane
+
+#: Top-level keys and event categories of a PyTorch profiler (Kineto) trace, which jax.profiler never writes.
+_KINETO_KEYS = ("schemaVersion", "deviceProperties", "traceName")
+_KINETO_CATEGORIES = frozenset({"cpu_op", "python_function", "kernel", "cuda_runtime", "gpu_memcpy"})
 
 
 class _Event:
@@ -65,10 +69,27 @@ def read_json_trace(path: Path, host: str, *, include_python: bool = False) -> H
     planes, bad = _planes(events)
     if not planes:
         raise TraceFormatError(f"{path}: no complete ('X') events with a named process")
+    if not any(is_profiler_plane(p.name) for p in planes):
+        raise TraceFormatError(f"{path}: not a jax.profiler trace{_made_by(doc, events)}: none of its processes "
+                               f"({_names(p.name for p in planes)}) is a host or device plane (/host:CPU, /device:...)")
     cols = collect_host(planes, host, include_python=include_python)
     if bad:
         cols.notes.append(f"{host}: {bad} malformed JSON trace events skipped")
     return cols
+
+
+def _made_by(doc: Any, events: list[Any]) -> str:
+    """``" (a PyTorch profiler trace)"`` where the trace says so, else ``""``."""
+    if isinstance(doc, dict) and any(k in doc for k in _KINETO_KEYS):
+        return " (a PyTorch profiler trace)"
+    if any(isinstance(e, dict) and e.get("cat") in _KINETO_CATEGORIES for e in events[:1000]):
+        return " (a PyTorch profiler trace)"
+    return ""
+
+
+def _names(names: Any, most: int = 4) -> str:
+    names = sorted(set(map(repr, names)))
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _planes(events: list[Any]) -> tuple[list[_Plane], int]:

@@ -179,6 +179,11 @@ def is_device_plane(name: str) -> bool:
     return _DEVICE_PLANE.match(name) is not None
 
 
+def is_profiler_plane(plane_name: str) -> bool:
+    """Whether ``jax.profiler`` (XLA's profiler) writes planes of this name: host, device and metadata planes."""
+    return _known_plane(plane_name)
+
+
 def _known_plane(plane_name: str) -> bool:
     return bool(_DEVICE_PLANE.match(plane_name) or _SPARSECORE_PLANE.match(plane_name)) \
         or plane_name in (HOST_PLANE, *META_PLANES) or plane_name.startswith("/host:__")
