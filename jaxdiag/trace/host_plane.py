@@ -26,6 +26,8 @@ from jaxdiag.trace.columns import HostColumns
 
 HOST_PLANE = "/host:CPU"
 _POOL_THREAD = re.compile(r"^(tf_|pjrt|py_xla|Host Threads|XLA|xla)|/-?\d+$")
+#: The Python main thread where the runtime names threads ``name/tid`` (TPU: ``main/3116817``).
+_MAIN_THREAD = re.compile(r"^(main|python\d*|MainThread)/-?\d+$")
 _FRAMEWORK_SPAN = re.compile(r"^[A-Za-z]+Function\(")
 _CUDA_CALL = re.compile(r"^(cu[A-Z]|cuda[A-Z]|nccl|rccl|hip[A-Z])")
 _RUNTIME_NAMES = frozenset({
@@ -72,7 +74,7 @@ def read_host_line(cols: HostColumns, line: Any, label: str, *, cpu_only: bool, 
     ``no_hlo`` holds names already seen without XLA:CPU op stats; a plane's threads share it.
     """
     first = len(cols.name)
-    pool = _POOL_THREAD.search(line.name) is not None
+    pool = _POOL_THREAD.search(line.name) is not None and not _MAIN_THREAD.match(line.name)
     if pool and not cpu_only and not include_python:
         _read_runtime_line(cols, line, label, first)
         return

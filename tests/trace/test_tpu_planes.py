@@ -149,3 +149,21 @@ def test_per_chip_step_times_fall_back_to_ops_inside_each_step(tmp_path) -> None
     got = {(d, s): (e - a, b) for d, s, a, e, b in zip(table["device"], table["step"], table["start_ns"],
                                                         table["end_ns"], table["busy_ns"])}
     assert got == {(0, 0): (1_000, 1_000), (0, 1): (1_000, 1_000), (1, 0): (3_000, 3_000), (1, 1): (3_000, 3_000)}
+
+
+def test_step_annotations_on_a_tpu_hosts_main_thread_give_the_steps(tmp_path) -> None:
+    # libtpu names every host thread ``name/tid``, the Python main thread too ("main/3116817").
+    builder = XSpaceBuilder()
+    for chip in range(2):
+        tpu_chip(builder, chip, {"XLA Modules": [Ev(f"jit_step({BIG_ID})", s * 10_000 + 500, 4_000) for s in range(3)],
+                                 "XLA Ops": [Ev(hlo("fusion.1"), s * 10_000 + 600, 3_000) for s in range(3)]})
+    builder.plane("/host:metadata", {"jax_version": "0.11.2"})
+    builder.plane("/host:CPU")
+    builder.line("main/3116817", [Ev("train", s * 10_000, 9_000, {"step_num": s}) for s in range(3)]
+                 + [Ev("PjitFunction(step)", s * 10_000 + 100, 300) for s in range(3)])
+    builder.line("tfrt-non-blocking-queue/3117409", [Ev("train", 100, 50, {"step_num": 9})])
+    write_run(tmp_path, {"t": builder.serialize()})
+    frames = jaxdiag.load(tmp_path)
+    assert frames.step_source == "annotation" and frames.steps["step"].tolist() == [0, 1, 2]
+    main = frames.events.loc[frames.events["line"] == "main/3116817"]
+    assert set(main["category"]) == {"annotation"} and set(main["line_kind"]) == {"host"}
