@@ -317,7 +317,8 @@ def _short_hlo_name(text: str) -> str:
 
 
 def _device_row(host: str, plane: str, platform: str, ordinal: int, stats: dict[str, Any]) -> dict[str, Any]:
-    name = str(stats.get("gpu_device_name") or stats.get("device_type_string") or stats.get("device_name") or platform)
+    name = str(stats.get("gpu_device_name") or stats.get("device_type_string") or stats.get("device_name")
+               or _unnamed_device(platform, stats))
     peak = _float(stats.get("peak_teraflops_per_second")) * 1e12
     if math.isnan(peak) and platform == "gpu":
         upper = name.upper()
@@ -334,6 +335,16 @@ def _device_row(host: str, plane: str, platform: str, ordinal: int, stats: dict[
         "memory_bytes": _float(stats.get("memory_size")),
         "peak_flops": peak,
     }
+
+
+def _unnamed_device(platform: str, stats: dict[str, Any]) -> str:
+    """What a device plane with no name says of itself (ROCm writes no name): ``AMD GPU (gfx 9.4)``, or the platform."""
+    vendor = str(stats.get("device_vendor") or "")
+    if not vendor:
+        return platform
+    major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
+    arch = f" (gfx {major}.{minor})" if vendor == "AMD" and isinstance(major, int) and isinstance(minor, int) else ""
+    return f"{vendor} {platform.upper()}{arch}"
 
 
 def _scalar_stats(stats: Iterable[tuple[Any, Any]]) -> dict[str, Any]:

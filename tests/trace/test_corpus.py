@@ -161,6 +161,7 @@ def test_rocm_captures(name: str, ops_per_device: dict[int, int], module: str, s
 def test_rocm_mi300x_device_facts_and_kernels() -> None:
     frames = jaxdiag.load(corpus_file("rocm_mi300x_8gpu_conv.xplane.pb"))
     assert set(frames.devices["core_count"]) == {304.0}  # MI300X compute units
+    assert set(frames.devices["device_name"]) == {"AMD GPU (gfx 9.4)"}  # ROCm names no device; gfx942
     assert set(frames.devices["memory_bytes"]) == {206141652992.0}
     names = set(device_ops(frames)["name"])
     assert {"loop_transpose_fusion.kd", "Im3d2Col.kd"} <= names
@@ -170,6 +171,8 @@ def test_rocm_mi300x_device_facts_and_kernels() -> None:
 def test_rocm_gfx950_reads_its_unknown_plane_as_a_note() -> None:
     frames = jaxdiag.load(corpus_file("rocm_gfx950_te_fused_attn.xplane.pb"))
     assert any("planes not read: /device:CUSTOM:Megascale Trace" in n for n in frames.notes)
+    # Only GPU 0's plane has device facts; the others name just their vendor.
+    assert frames.devices["device_name"].tolist() == ["AMD GPU (gfx 9.5)"] + ["AMD GPU"] * 7
     assert any("FmhaF" in n for n in device_ops(frames)["name"])  # the fused attention kernel
 
 
