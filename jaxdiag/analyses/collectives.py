@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
-from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import COLLECTIVE, OP_KIND, device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
@@ -148,10 +148,12 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
     """Measure how much collective time compute overlaps, per kind and per step."""
     frames = inputs.frames
     windows_all = step_windows(frames, inputs.host, inputs.steps)
+    windows_every = step_windows(frames, inputs.host) if inputs.steps is not None else windows_all
     per_step: dict[int, list[float]] = {}
     kinds: dict[str, list[float]] = {}
     n_devices = 0
     wall_ns = 0
+    outside: dict[str, list[float]] = {}  # kind -> [ops, ns] of collectives that start outside every step
     for host in hosts_of(frames, inputs.host):
         win = windows_all.loc[windows_all[F.HOST] == host]
         if win.empty:
@@ -163,6 +165,8 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
         comms, n = per_device(ops)
         n_devices += n
         steps_iv = iv.union(np.stack([lo, hi], axis=1))
+        every = windows_every.loc[windows_every[F.HOST] == host]  # every step, not only those asked for
+        every_iv = iv.union(np.stack([every[F.START_NS].to_numpy(np.int64), every["end_ns"].to_numpy(np.int64)], axis=1))
         for c in comms:
             t = iv.covered_in_windows(c.collective, lo, hi)
             x = iv.covered_in_windows(c.exposed, lo, hi)
@@ -175,6 +179,11 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
                 acc[0] += _starts_inside(starts, steps_iv)
                 acc[1] += iv.intersection_length(k_all, steps_iv)
                 acc[2] += iv.intersection_length(k_exp, steps_iv)
+                in_any = _starts_inside(starts, every_iv) if len(every_iv) else 0
+                if in_any < len(starts):
+                    out = outside.setdefault(kind, [0.0, 0.0])
+                    out[0] += len(starts) - in_any
+                    out[1] += _length(k_all) - iv.intersection_length(k_all, every_iv)
     d = max(n_devices, 1)
     by_kind = tuple(
         KindStats(kind, int(v[0]), float(v[1]) / d / 1e6, float(v[2]) / d / 1e6)
@@ -185,7 +194,34 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
     total = sum(s.total_ms for s in steps)
     exposed = sum(s.exposed_ms for s in steps)
     result = CollectivesResult(total, exposed, by_kind, steps, n_devices)
-    return dataclasses.replace(result, findings=_findings(result, wall_ns / 1e6, inputs))
+    findings = _findings(result, wall_ns / 1e6, inputs) + _outside_steps(outside, d)
+    return dataclasses.replace(result, findings=findings)
+
+
+def _length(intervals: np.ndarray) -> float:
+    return float((intervals[:, 1] - intervals[:, 0]).sum()) if len(intervals) else 0.0
+
+
+def _outside_steps(outside: dict[str, list[float]], n_devices: int) -> tuple[Finding, ...]:
+    """An info finding naming the collectives that ran outside every analysed step (not counted above)."""
+    if not outside:
+        return ()
+    kinds = sorted(outside.items(), key=lambda kv: -kv[1][1])
+    ms = sum(ns for _, ns in outside.values()) / n_devices / 1e6
+    listed = ", ".join(f"{int(n)} {kind}" for kind, (n, _) in kinds)
+    return (
+        Finding(
+            kind="collectives_outside_steps",
+            severity=Severity.INFO,
+            time_lost_ms=0.0,
+            message=(f"collectives ran outside every step: {listed} op(s) over {n_devices} device(s), "
+                     f"{ms:.1f} ms per device; the collective figures count only time inside steps."),
+            suggestion="Capture the steps that run these collectives, or mark them with "
+                       "jax.profiler.StepTraceAnnotation so they are analysed.",
+            evidence={"by_kind": {k: {"count": int(n), "ms_per_device": round(ns / n_devices / 1e6, 3)}
+                                  for k, (n, ns) in kinds}},
+        ),
+    )
 
 
 def _starts_inside(starts: np.ndarray, windows: np.ndarray) -> int:

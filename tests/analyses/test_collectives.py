@@ -186,3 +186,21 @@ def test_synthetic_tpu_xspace(tmp_path):
     assert (k.kind, k.count) == ("all-reduce", 2)
     assert k.total_ms == pytest.approx(0.045)
     assert k.overlap_fraction == pytest.approx(0.0)
+
+
+def test_collectives_outside_every_step_are_named_not_dropped():
+    # Two devices each run a 100 us all-reduce before the first step (a psum at start-up, say).
+    events = [ar(0, 100, device=d) for d in range(2)] + [ar(500, 50, device=d) for d in range(2)]
+    r = analyze(events, steps=((400, 600),))
+    assert r.total_ms == pytest.approx(0.05)  # only the one inside the step counts
+    (finding,) = [f for f in r.findings if f.kind == "collectives_outside_steps"]
+    assert finding.evidence["by_kind"] == {"all-reduce": {"count": 2, "ms_per_device": 0.1}}
+    assert "2 all-reduce op(s) over 2 device(s), 0.1 ms per device" in finding.message
+    assert finding.time_lost_ms == 0
+
+
+def test_collectives_in_steps_left_out_by_a_step_filter_are_not_outside_every_step():
+    events = [ar(100, 50), ar(500, 50)]
+    r = collectives.analyze(AnalysisInputs(frames(events, steps=[(0, 300), (400, 600)]), steps=[1]))
+    assert r.by_kind[0].count == 1
+    assert not [f for f in r.findings if f.kind == "collectives_outside_steps"]

@@ -131,6 +131,11 @@ def test_tpu_v6e_report(tpu_v6e) -> None:
     assert len(report["steps"]) == 100 and report["throughput"]["steps_per_s"] == pytest.approx(1.275, abs=0.01)
     modules = {m["module"] for m in report["device_time"]["by_module"]}
     assert "jit_f" in modules
+    # The psum's all-reduces run before the first step (run of jit_f): named, not counted in steps.
+    assert report["collectives"]["by_kind"] == []
+    (outside,) = [f for f in report["findings"] if f["kind"] == "collectives_outside_steps"]
+    assert outside["evidence"]["by_kind"]["all-reduce"]["count"] == 12
+    assert outside["evidence"]["by_kind"]["all-reduce"]["ms_per_device"] == pytest.approx(365.1, abs=0.1)
 
 
 # --- AMD ROCm: MI300X and gfx950 captures of JAX programs (TraceLens test data) ----------------------------
