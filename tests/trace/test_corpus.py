@@ -199,3 +199,15 @@ def test_captures_that_are_not_jax_traces_give_one_line(name: str, message: str,
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and message in lines[0], done.stderr
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", [n for n in sorted(CHECKSUMS) if n.startswith(("tpu_", "rocm_"))])
+def test_reading_in_two_processes_gives_the_same_frames(name: str) -> None:
+    import pandas as pd
+
+    alone = jaxdiag.load(corpus_file(name), parallel=False)
+    shared = jaxdiag.load(corpus_file(name), parallel=True)
+    pd.testing.assert_frame_equal(alone.events, shared.events)
+    pd.testing.assert_frame_equal(alone.devices, shared.devices)
+    assert alone.notes == shared.notes

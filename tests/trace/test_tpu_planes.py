@@ -167,3 +167,10 @@ def test_step_annotations_on_a_tpu_hosts_main_thread_give_the_steps(tmp_path) ->
     assert frames.step_source == "annotation" and frames.steps["step"].tolist() == [0, 1, 2]
     main = frames.events.loc[frames.events["line"] == "main/3116817"]
     assert set(main["category"]) == {"annotation"} and set(main["line_kind"]) == {"host"}
+
+
+def test_per_chip_step_times_of_a_capture_without_device_work_are_an_empty_table(tmp_path) -> None:
+    write_run(tmp_path, {"t": host_plane(XSpaceBuilder(), steps=[(0, 0, 1_000)]).serialize()})
+    table = chip_steps(jaxdiag.load(tmp_path))
+    assert table.empty and list(table.columns) == ["host", "plane", "device", "step", "start_ns", "end_ns",
+                                                   "busy_ns", "source"]
