@@ -166,7 +166,8 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
         n_devices += n
         steps_iv = iv.union(np.stack([lo, hi], axis=1))
         every = windows_every.loc[windows_every[F.HOST] == host]  # every step, not only those asked for
-        every_iv = iv.union(np.stack([every[F.START_NS].to_numpy(np.int64), every["end_ns"].to_numpy(np.int64)], axis=1))
+        every_iv = iv.union(np.stack([every[F.START_NS].to_numpy(np.int64), every["end_ns"].to_numpy(np.int64)],
+                                     axis=1))
         for c in comms:
             t = iv.covered_in_windows(c.collective, lo, hi)
             x = iv.covered_in_windows(c.exposed, lo, hi)

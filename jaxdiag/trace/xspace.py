@@ -227,6 +227,7 @@ def tpu_line_kind(line: str) -> str:
     Ops rows" too) overlap the ops that run meanwhile, and ``markers`` lines mark
     moments and scopes.
     """
+    line = line.strip()
     return _TPU_LINES.get(line) or ("async_ops" if line.startswith("Host Offload Ops") else "other")
 
 

@@ -16,7 +16,8 @@ _SPEC.loader.exec_module(trim_xspace)
 
 def space() -> bytes:
     builder = XSpaceBuilder().plane("/device:TPU:0", {"device_type_string": "TPU v6 Lite"})
-    builder.line("XLA Ops", [Ev(f"%fusion.{i} = f32[8]{{0}} fusion()", 1_000 * i, 500, {"run_id": i}) for i in range(10)])
+    builder.line("XLA Ops", [Ev(f"%fusion.{i} = f32[8]{{0}} fusion()", 1_000 * i, 500, {"run_id": i})
+                             for i in range(10)])
     builder.line("XLA Modules", [Ev("jit_f(12190760917235803885)", 0, 10_000)])
     return host_plane(builder, steps=[(0, 0, 10_000)]).serialize()
 

@@ -47,7 +47,8 @@ def _corpus() -> Path | None:
 
 
 CORPUS = _corpus()
-needs_corpus = pytest.mark.skipif(CORPUS is None, reason="the trace corpus is not here (see tests/corpus/PROVENANCE.md)")
+needs_corpus = pytest.mark.skipif(CORPUS is None,
+                                  reason="the trace corpus is not here (see tests/corpus/PROVENANCE.md)")
 
 
 def corpus_file(name: str) -> Path:
