@@ -8,7 +8,8 @@ when the chips are timed apart.
 Two sources, best first:
 
 * ``steps``: a TPU capture's device "Steps" lines (``line_kind == "steps"``),
-  the runtime's own step boundaries on each core.
+  the runtime's own step boundaries on each core, numbered by their names (else
+  by the step they start in).
 * ``ops``: every other capture, per step window of the steps table: from the
   first device op that starts in the window to the last op's end, on each
   device plane, with the time the device was busy inside that span.
@@ -55,9 +56,9 @@ def _from_step_lines(marked: "pd.DataFrame") -> list[tuple]:
     rows = []
     for (host, plane, device), events in marked.groupby([HOST, PLANE, DEVICE], sort=True, observed=True):
         events = events.sort_values(START_NS, kind="stable")
-        for i, (name, start, dur) in enumerate(zip(events[NAME].tolist(), events[START_NS].tolist(),
-                                                   events[DUR_NS].tolist())):
-            step = int(name) if str(name).isdigit() else i
+        for i, (name, start, dur, found) in enumerate(zip(events[NAME].tolist(), events[START_NS].tolist(),
+                                                          events[DUR_NS].tolist(), events[STEP].tolist())):
+            step = int(name) if str(name).isdigit() else found if found >= 0 else i
             rows.append((str(host), str(plane), int(device), step, int(start), int(start + dur), np.nan, "steps"))
     return rows
 

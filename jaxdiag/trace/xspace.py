@@ -257,7 +257,9 @@ def _read_device_plane(cols: HostColumns, plane: Any, platform: str, ordinal: in
             start, dur = e.start_ns, e.duration_ns
             if kind == "steps":
                 if not sparsecore:
-                    step = int_or(stats.get("step_num", name), len(cols.device_steps))
+                    # XProf keys device steps by group_id; the name is the step number on the captures seen.
+                    step = int_or(stats.get("step_num", name if name.isdigit() else stats.get("group_id")),
+                                  len(cols.device_steps))
                     cols.device_steps.append((ordinal, step, start, start + dur))
                 cols.add(ordinal, name, start, dur, category="annotation")
                 continue

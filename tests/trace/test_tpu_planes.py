@@ -174,3 +174,11 @@ def test_per_chip_step_times_of_a_capture_without_device_work_are_an_empty_table
     table = chip_steps(jaxdiag.load(tmp_path))
     assert table.empty and list(table.columns) == ["host", "plane", "device", "step", "start_ns", "end_ns",
                                                    "busy_ns", "source"]
+
+
+def test_device_steps_are_numbered_by_step_num_then_name_then_group_id() -> None:
+    steps = [Ev("7", 0, 100, {"group_id": 3}), Ev("Step", 200, 100, {"group_id": 4}),
+             Ev("x", 400, 100, {"step_num": 9, "group_id": 5}), Ev("y", 600, 100)]
+    builder = tpu_chip(XSpaceBuilder(), 0, {"Steps": steps})
+    cols = read_xspace(host_plane(builder).serialize(), "t", source="t.xplane.pb")
+    assert [s[1] for s in cols.device_steps] == [7, 4, 9, 3]  # the last has nothing: its position
