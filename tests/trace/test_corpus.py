@@ -212,3 +212,13 @@ def test_reading_in_two_processes_gives_the_same_frames(name: str) -> None:
     pd.testing.assert_frame_equal(alone.events, shared.events)
     pd.testing.assert_frame_equal(alone.devices, shared.devices)
     assert alone.notes == shared.notes
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", [n for n in sorted(CHECKSUMS) if n.startswith(("tpu_", "rocm_"))])
+def test_terminal_report_names_the_devices(name: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "jaxdiag", "report", str(corpus_file(name))], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "120"})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    header = done.stdout.splitlines()[1]
+    assert re.search(r"devices: (4 \(TPU v6 Lite\)|8 \(AMD GPU)", header), header
