@@ -40,7 +40,9 @@ COLLECTIVE = "collective"  # collective kind, "" for other ops
 
 #: Kernels the XLA GPU autotuner and profiler run for themselves, never the program.
 AUTOTUNE_KERNEL = re.compile(r"RedzoneAllocatorKernel|xla_fp_comparison|DelayKernel|RepeatBufferKernel")
-_MEMCPY = re.compile(r"^(?:Memcpy|Memset|memcpy|memset|cuMemcpy|cuMemset|hipMemcpy|hipMemset)")
+#: Copies and memsets by name; ROCm runs its copies and fills as blit kernels (``__amd_rocclr_copyBuffer.kd``).
+_MEMCPY = re.compile(r"^(?:Memcpy|Memset|memcpy|memset|cuMemcpy|cuMemset|hipMemcpy|hipMemset|"
+                     r"__amd_rocclr_(?:copy|fill)Buffer)")
 #: Module names JAX gives the programs it runs (``jit_step``, ``pmap_f``, ``jit(f)``).
 PROGRAM_MODULE = re.compile(r"^(?:jit|pjit|pmap|xmap|shard_map)[_(]")
 #: Lines whose events are not ops occupying a core (TPU modules, steps, async spans, markers, SparseCore).

@@ -169,8 +169,11 @@ def test_rocm_mi300x_device_facts_and_kernels() -> None:
     assert set(frames.devices["core_count"]) == {304.0}  # MI300X compute units
     assert set(frames.devices["device_name"]) == {"AMD GPU (gfx 9.4)"}  # ROCm names no device; gfx942
     assert set(frames.devices["memory_bytes"]) == {206141652992.0}
-    names = set(device_ops(frames)["name"])
-    assert {"loop_transpose_fusion.kd", "Im3d2Col.kd"} <= names
+    ops = device_ops(frames)
+    assert {"loop_transpose_fusion.kd", "Im3d2Col.kd"} <= set(ops["name"])
+    # ROCm's blit kernels are copies, not compute: 35 of them on GPU 0, on streams of kind "Kernel".
+    copies = ops.loc[ops["op_kind"] == "memcpy"]
+    assert set(copies["name"]) == {"__amd_rocclr_copyBuffer.kd"} and copies.groupby("device").size().to_dict() == {0: 35}
 
 
 @needs_corpus
