@@ -173,7 +173,8 @@ def test_rocm_mi300x_device_facts_and_kernels() -> None:
     assert {"loop_transpose_fusion.kd", "Im3d2Col.kd"} <= set(ops["name"])
     # ROCm's blit kernels are copies, not compute: 35 of them on GPU 0, on streams of kind "Kernel".
     copies = ops.loc[ops["op_kind"] == "memcpy"]
-    assert set(copies["name"]) == {"__amd_rocclr_copyBuffer.kd"} and copies.groupby("device").size().to_dict() == {0: 35}
+    assert set(copies["name"]) == {"__amd_rocclr_copyBuffer.kd"}
+    assert copies.groupby("device").size().to_dict() == {0: 35}
 
 
 @needs_corpus
