@@ -67,16 +67,11 @@ class Dashboard:
         """What the pickers offer (``step``, ``host``, ``device``), and ``default_step`` (empty without steps)."""
         from jaxdiag.render import figures
 
-        frames = self.report.frames
+        source = self.report.source
         steps = [int(s["step"]) for s in self.report.steps if s.get("step") is not None]
-        hosts = list(frames.hosts) if frames is not None else list(self.report.source.get("hosts") or [])
-        if frames is not None:
-            devices = frames.devices
-            if self.host is not None and len(devices):
-                devices = devices.loc[devices["host"] == self.host]
-            planes = list(dict.fromkeys(str(p) for p in devices["plane"])) if len(devices) else []
-        else:
-            planes = list(dict.fromkeys(str(d.get("plane")) for d in self.report.source.get("devices") or []))
+        hosts = [str(h) for h in source.get("hosts") or []]
+        devices = [d for d in source.get("devices") or [] if self.host is None or d.get("host") == self.host]
+        planes = list(dict.fromkeys(str(d.get("plane")) for d in devices))
         default = figures.default_step(self.report)
         return {"step": steps, "host": hosts, "device": planes, "default_step": [default] if default is not None else []}
 
@@ -179,8 +174,9 @@ def dashboard(report: "Report", *, step: int | None = None, host: str | None = N
     """The dashboard of ``report``: show it as a cell's last expression, or with ``display``.
 
     Args:
-      report: from ``jaxdiag.report(path)`` (a report read from JSON has no events,
-        so its timeline says so).
+      report: from ``jaxdiag.report(path)`` or ``Report.open(file)``; a saved report
+        keeps the events of a typical step and of the slowest one, so its timeline
+        of another step says so.
       step, host, devices: the first selection (default: a typical step, the host
         where it took longest, every device).
     """

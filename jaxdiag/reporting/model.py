@@ -11,10 +11,11 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from jaxdiag.analyses.base import Finding
 from jaxdiag.errors import JaxdiagError
+from jaxdiag.reporting.sections import BY_NAME, SECTIONS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -22,14 +23,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 #: Major.minor: a new major breaks readers; a new minor only adds fields.
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 class ReportFormatError(JaxdiagError):
     """A saved report cannot be read (not JSON, wrong schema, missing keys)."""
 
 
-_SECTIONS = ("steps", "recompiles", "host_waits", "small_ops", "collectives", "throughput")
+#: Keys every report of this major version has.
+_REQUIRED = ("source", *(s.name for s in SECTIONS if s.since == "1.0"), "findings")
+#: Keys that are not sections.
+_OTHER_KEYS = frozenset({"schema_version", "source", "findings", "notes"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +54,10 @@ class Report:
       sharding: per jitted function its mesh, input/output specs and the collectives
         the compiler inserted, and the timeline's collectives joined to them
         (added in schema 1.2; ``{}`` in older reports).
+      sections: every other section of ``reporting.sections.SECTIONS`` (each also
+        read as ``report.<name>``): ``timeline``, the events of the steps the timeline
+        draws, and ``op_durations``, the op-duration histogram (both added in schema
+        1.3); and sections of a newer minor version, kept as they were read.
       frames: the loaded trace, when the report was built in this process (not
         serialized; ``None`` after ``Report.open``).
     """
@@ -65,29 +73,40 @@ class Report:
     notes: tuple[str, ...] = ()
     device_time: dict[str, Any] = dataclasses.field(default_factory=dict)
     sharding: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
     frames: "TraceFrames | None" = dataclasses.field(default=None, compare=False, repr=False)
+
+    # --- sections -------------------------------------------------------------
+    def section(self, name: str) -> Any:
+        """The section ``name`` (see ``reporting.sections``); its empty value when the report has none."""
+        if name in REPORT_FIELDS:
+            return getattr(self, name)
+        value = self.sections.get(name)
+        if value is None:
+            if name not in BY_NAME:
+                raise KeyError(f"no report section {name!r}")
+            return BY_NAME[name].empty()
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when ``name`` is not a field: sections without a field of their own.
+        if name in BY_NAME:
+            return self.section(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- serialization ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see ``docs/report-schema.md``)."""
-        return {
-            "schema_version": self.schema_version,
-            "source": self.source,
-            "steps": self.steps,
-            "recompiles": self.recompiles,
-            "host_waits": self.host_waits,
-            "small_ops": self.small_ops,
-            "collectives": self.collectives,
-            "throughput": self.throughput,
-            "findings": [f.to_dict() for f in self.findings],
-            "notes": list(self.notes),
-            "device_time": self.device_time,
-            "sharding": self.sharding,
-        }
+        out: dict[str, Any] = {"schema_version": self.schema_version, "source": self.source}
+        out.update((s.name, self.section(s.name)) for s in SECTIONS)
+        out.update((k, v) for k, v in self.sections.items() if k not in out)
+        out["findings"] = [f.to_dict() for f in self.findings]
+        out["notes"] = list(self.notes)
+        return out
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(_clean(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
+        return json.dumps(clean(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Report":
@@ -100,21 +119,17 @@ class Report:
                 f"report schema version {version or 'missing'} is not supported "
                 f"(this jaxdiag reads {SCHEMA_VERSION.split('.')[0]}.x); re-run `jaxdiag report`"
             )
-        missing = [k for k in ("source", *_SECTIONS, "findings") if k not in d]
+        missing = [k for k in _REQUIRED if k not in d]
         if missing:
             raise ReportFormatError(f"report is missing {', '.join(missing)}")
         try:
             findings = tuple(Finding.from_dict(f) for f in d["findings"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ReportFormatError(f"report has a malformed finding: {exc}") from None
-        return cls(
-            source=d["source"], steps=d["steps"], recompiles=d["recompiles"],
-            host_waits=d["host_waits"], small_ops=d["small_ops"],
-            collectives=d["collectives"], throughput=d["throughput"],
-            findings=findings, notes=tuple(d.get("notes", ())), device_time=d.get("device_time") or {},
-            sharding=d.get("sharding") or {},
-            schema_version=version,
-        )
+        fields = {name: d.get(name) or BY_NAME[name].empty() for name in REPORT_FIELDS}
+        sections = {k: v for k, v in d.items() if k not in REPORT_FIELDS and k not in _OTHER_KEYS and v is not None}
+        return cls(source=d["source"], findings=findings, notes=tuple(d.get("notes", ())), sections=sections,
+                   schema_version=version, **fields)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")
@@ -174,12 +189,16 @@ class Report:
         return render_summary_html(self)
 
 
-def _clean(value: Any) -> Any:
+#: Sections that are fields of ``Report`` (the others live in ``Report.sections``).
+REPORT_FIELDS = tuple(f.name for f in dataclasses.fields(Report) if f.name in BY_NAME)
+
+
+def clean(value: Any) -> Any:
     """Replace NaN/inf with ``None`` (JSON has no NaN) and numpy scalars with Python ones."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         try:
             value = value.item()

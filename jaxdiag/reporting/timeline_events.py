@@ -1,28 +1,31 @@
-"""The step timeline's data: a window's events as rows of rectangles, merged when there are too many.
+"""The ``timeline`` section: the events of a few chosen steps, as rows of rectangles.
 
-``figures.step_timeline`` is the public builder. This module picks one host's events
-in one time window (user annotations on the host, nested ones a row lower, above
-every device stream), and merges neighbouring events of a row when a big trace
-would otherwise ask the browser for hundreds of thousands of rectangles.
+A report keeps the events of the steps its timeline shows (a typical step and the
+slowest one, see ``chosen_steps``), so that a saved report draws the same timeline
+as the trace it came from. For each step this module picks the events of the host
+where the step took longest (user annotations on the host, nested ones a row
+lower, above every device stream), and merges neighbouring events of a row when a
+big trace would otherwise ask the browser for hundreds of thousands of
+rectangles. ``render.timeline`` draws them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
-    import plotly.graph_objects as go
 
-#: Bar colours by what an event is.
-ANNOTATION, COMPUTE, COLLECTIVE, MEMCPY = "#72B7B2", "#4C78A8", "#F58518", "#54A24B"
+    from jaxdiag.analyses.base import AnalysisInputs
+
+#: What an event is, in the order a section numbers them.
+KINDS = ("annotation", "compute", "collective", "memcpy")
 #: Nested host annotations deeper than this share the last row.
 MAX_DEPTH = 6
-#: Bars carry their names only up to this many: in a browser, text costs more to
-#: lay out than the bars (3000 bars draw in 0.8 s, 1.4 s with text), and most of
-#: it would be too wide to show anyway. Hover shows every name.
-MAX_LABELLED = 600
+#: Above this many events in a window, neighbouring events of a row merge (see ``coalesce``).
+MAX_RECTS = 3000
+HOST_GROUP = "host annotations"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,23 +34,166 @@ class Rects:
 
     Attributes:
       labels: the row labels, top to bottom; ``row`` indexes them.
+      planes: each row's device plane (``""`` for host annotation rows).
+      kind: what each event is (one of ``KINDS``).
       count: events merged into each rectangle (1 when not merged).
       busy: summed event time inside each rectangle.
-      group: legend group ("host annotations", or the device plane).
+      group: legend group (``HOST_GROUP``, or the device plane's label).
     """
 
     labels: tuple[str, ...]
+    planes: tuple[str, ...]
     row: "np.ndarray"
     start: "np.ndarray"
     end: "np.ndarray"
     name: "np.ndarray"
-    color: "np.ndarray"
+    kind: "np.ndarray"
     group: "np.ndarray"
     count: "np.ndarray"
     busy: "np.ndarray"
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def keep_devices(self, devices: Sequence[str]) -> "Rects":
+        """The host rows and the rows of these device planes, renumbered."""
+        import numpy as np
+
+        kept = [r for r, plane in enumerate(self.planes) if not plane or plane in devices]
+        renumber = np.full(len(self.labels), -1, dtype=np.int64)
+        renumber[kept] = np.arange(len(kept))
+        m = renumber[self.row] >= 0
+        return Rects(tuple(self.labels[r] for r in kept), tuple(self.planes[r] for r in kept), renumber[self.row][m],
+                     self.start[m], self.end[m], self.name[m], self.kind[m], self.group[m], self.count[m], self.busy[m])
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One step's (or the whole capture's) events on one host.
+
+    Attributes:
+      step: the step (``None``: the whole capture).
+      host: the host drawn.
+      duration_ns: the window's length.
+      events: events in the window before merging.
+      resolution_ns: events of a row closer than this were merged (``None``: nothing merged).
+      rects: what to draw.
+    """
+
+    step: int | None
+    host: str
+    duration_ns: int
+    events: int
+    resolution_ns: int | None
+    rects: Rects
+
+
+def build(inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``timeline`` section: the windows of ``chosen_steps`` (each on the host where it took longest)."""
+    windows = []
+    for step in chosen_steps(sections.get("steps") or []):
+        found = from_frames(inputs.frames, step, inputs.host)
+        if isinstance(found, Window):
+            windows.append(encode(found))
+    return {"max_rects": MAX_RECTS, "windows": windows}
+
+
+def chosen_steps(steps: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """The steps a report keeps events for: a typical one and the slowest; ``[None]`` (all) without steps."""
+    typical = default_step(steps)
+    if typical is None:
+        return [None]
+    walls = [s for s in steps if s.get("step") is not None]
+    slowest = max(walls, key=lambda s: (_ms(s.get("wall_ms")), -int(s["step"])))
+    return list(dict.fromkeys([typical, int(slowest["step"])]))
+
+
+def default_step(steps: Sequence[Mapping[str, Any]]) -> int | None:
+    """A typical step to draw: the median-wall step among those that did not compile."""
+    steps = [s for s in steps if s.get("step") is not None]
+    steady = [s for s in steps if not (s.get("compile_ms") or 0) > 0] or steps
+    if not steady:
+        return None
+    ranked = sorted(steady, key=lambda s: (_ms(s.get("wall_ms")), s["step"]))
+    return int(ranked[(len(ranked) - 1) // 2]["step"])
+
+
+def from_frames(frames: Any, step: int | None, host: str | None, max_rects: int = MAX_RECTS) -> "Window | str":
+    """The window of ``step`` read from the trace, or why there is none."""
+    found = window(frames, step, host)
+    if found is None:
+        return f"step {step} is not in the trace" + (f" for host {host}" if host else "")
+    host, lo, hi = found
+    rects = select(frames, host, lo, hi)
+    if rects is None:
+        return "no annotations or device events in this window"
+    merged, resolution = coalesce(rects, max_rects)
+    return Window(step, host, hi - lo, len(rects), resolution, merged)
+
+
+def find(section: Mapping[str, Any] | None, step: int | None, host: str | None) -> Window | None:
+    """The window a report keeps for ``step`` (on ``host``, when given), or ``None``."""
+    for w in (section or {}).get("windows") or []:
+        if w.get("step") == step and (host is None or w.get("host") == host):
+            return decode(w)
+    return None
+
+
+def kept_steps(section: Mapping[str, Any] | None) -> list[int | None]:
+    """The steps whose windows a report keeps."""
+    return [w.get("step") for w in (section or {}).get("windows") or []]
+
+
+def encode(w: Window) -> dict[str, Any]:
+    """A window as JSON: rows, a table of names, and one array per rectangle field."""
+    import numpy as np
+
+    r = w.rects
+    names, name_idx = np.unique(r.name.astype(str), return_inverse=True)
+    kinds = {k: i for i, k in enumerate(KINDS)}
+    merged = bool((r.count > 1).any())
+    return {
+        "step": w.step, "host": w.host, "duration_ns": int(w.duration_ns), "events": int(w.events),
+        "resolution_ns": None if w.resolution_ns is None else int(w.resolution_ns),
+        "rows": [{"label": label, "plane": plane} for label, plane in zip(r.labels, r.planes)],
+        "names": names.tolist(),
+        "row": r.row.tolist(), "start_ns": r.start.tolist(), "end_ns": r.end.tolist(),
+        "name": name_idx.tolist(), "kind": [kinds[k] for k in r.kind.tolist()],
+        "count": r.count.tolist() if merged else None,
+        "busy_ns": r.busy.tolist() if merged else None,
+    }
+
+
+def decode(d: Mapping[str, Any]) -> Window:
+    """The inverse of ``encode``."""
+    import numpy as np
+
+    rows = d.get("rows") or []
+    row = np.asarray(d.get("row") or [], dtype=np.int64)
+    start = np.asarray(d.get("start_ns") or [], dtype=np.int64)
+    end = np.asarray(d.get("end_ns") or [], dtype=np.int64)
+    names = np.asarray(d.get("names") or [], dtype=object)
+    planes = tuple(str(r.get("plane") or "") for r in rows)
+    groups = np.asarray([plane_label(p) if p else HOST_GROUP for p in planes], dtype=object)
+    count = np.asarray(d["count"], dtype=np.int64) if d.get("count") is not None else np.ones(len(start), np.int64)
+    busy = np.asarray(d["busy_ns"], dtype=np.int64) if d.get("busy_ns") is not None else end - start
+    rects = Rects(
+        labels=tuple(str(r.get("label")) for r in rows), planes=planes,
+        row=row, start=start, end=end, name=names[np.asarray(d.get("name") or [], dtype=np.int64)],
+        kind=np.asarray(KINDS, dtype=object)[np.asarray(d.get("kind") or [], dtype=np.int64)],
+        group=groups[row] if len(row) else np.asarray([], dtype=object), count=count, busy=busy,
+    )
+    step = d.get("step")
+    return Window(None if step is None else int(step), str(d.get("host")), int(d.get("duration_ns") or 0),
+                  int(d.get("events") or len(start)), d.get("resolution_ns"), rects)
+
+
+def _ms(value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return v if v == v and abs(v) != float("inf") else 0.0
 
 
 def window(frames: Any, step: int | None, host: str | None) -> tuple[str, int, int] | None:
@@ -107,15 +253,16 @@ def select(frames: Any, host: str, lo: int, hi: int, devices: Sequence[str] | No
     order_keys = sorted(set(keys))
     row_of = {k: n for n, k in enumerate(order_keys)}
     row = np.fromiter((row_of[k] for k in keys), dtype=np.int64, count=len(keys))
-    color = np.full(len(sel), ANNOTATION, dtype=object)
+    kind = np.full(len(sel), "annotation", dtype=object)
     if is_dev.any():
         coll = classify_names(sel[F.NAME], collective_kind) != ""
         memcpy = (sel[F.LINE_KIND] == "memcpy").to_numpy() | np.char.startswith(names.astype(str), "Mem")
-        color = np.where(is_dev, np.where(coll, COLLECTIVE, np.where(memcpy, MEMCPY, COMPUTE)), color)
-    group = np.where(is_dev, np.array([plane_label(p) for p in planes], dtype=object), "host annotations")
+        kind = np.where(is_dev, np.where(coll, "collective", np.where(memcpy, "memcpy", "compute")), kind)
+    group = np.where(is_dev, np.array([plane_label(p) for p in planes], dtype=object), HOST_GROUP)
     labels = unique_labels([_row_label(k, host_lines) for k in order_keys])
+    row_planes = tuple(k[1] for k in order_keys)
     o = np.lexsort((s, row))
-    return Rects(labels, row[o], s[o], e[o], names[o], color[o], group[o],
+    return Rects(labels, row_planes, row[o], s[o], e[o], names[o], kind[o], group[o],
                  np.ones(len(sel), dtype=np.int64), (e - s)[o])
 
 
@@ -152,39 +299,9 @@ def coalesce(rects: Rects, max_rects: int) -> tuple[Rects, int | None]:
     idx = np.flatnonzero(starts_at(resolution))
     count = np.diff(np.append(idx, n))
     names = np.where(count == 1, rects.name[idx], np.char.add(count.astype(str), " events"))
-    merged = Rects(rects.labels, row[idx], start[idx], np.maximum.reduceat(end, idx), names,
-                   rects.color[idx], rects.group[idx], count, np.add.reduceat(end - start, idx))
+    merged = Rects(rects.labels, rects.planes, row[idx], start[idx], np.maximum.reduceat(end, idx), names,
+                   rects.kind[idx], rects.group[idx], count, np.add.reduceat(end - start, idx))
     return merged, resolution
-
-
-def draw(rects: Rects, window_ms: float) -> "go.Figure":
-    """Horizontal bars, one trace per legend group (clicking one hides that device), rows top to bottom."""
-    import html
-
-    import numpy as np
-    import plotly.graph_objects as go
-
-    start_ms, dur_ms = rects.start / 1e6, (rects.end - rects.start) / 1e6
-    hover = np.array([
-        f"{html.escape(str(nm))}<br>start {s:.3f} ms, {d:.3f} ms" if c == 1 else
-        f"{c} events merged<br>{b / 1e6:.3f} ms of events over {d:.3f} ms from {s:.3f} ms"
-        for nm, s, d, c, b in zip(rects.name, start_ms, dur_ms, rects.count, rects.busy)
-    ], dtype=object)
-    labelled = len(rects) <= MAX_LABELLED
-    fig = go.Figure()
-    for group in dict.fromkeys(rects.group.tolist()):
-        m = rects.group == group
-        fig.add_trace(go.Bar(
-            x=dur_ms[m], base=start_ms[m], y=[rects.labels[r] for r in rects.row[m]], orientation="h",
-            marker={"color": rects.color[m].tolist(), "line": {"width": 0}}, name=group,
-            hovertext=hover[m].tolist(), hoverinfo="text", width=0.8,
-            text=[html.escape(str(n)) for n in rects.name[m]] if labelled else None,
-            textposition="inside", insidetextanchor="start",
-        ))
-    fig.update_yaxes(categoryorder="array", categoryarray=list(rects.labels), autorange="reversed", type="category")
-    fig.update_xaxes(title_text="ms from the start of the window", range=[0, window_ms])
-    fig.update_layout(barmode="overlay", uniformtext={"minsize": 9, "mode": "hide"}, height=min(max(260, 130 + 24 * len(rects.labels)), 1400))
-    return fig
 
 
 def plane_label(plane: str) -> str:

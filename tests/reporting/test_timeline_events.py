@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxdiag
-from jaxdiag.render import timeline
+from jaxdiag.reporting import timeline_events as timeline
 
 
 def rects_of(rows: list[list[tuple[int, int]]]) -> timeline.Rects:
@@ -20,9 +20,9 @@ def rects_of(rows: list[list[tuple[int, int]]]) -> timeline.Rects:
             end.append(s + d)
     n = len(row)
     return timeline.Rects(
-        labels=tuple(f"row {r}" for r in range(len(rows))), row=np.array(row, dtype=np.int64),
+        labels=tuple(f"row {r}" for r in range(len(rows))), planes=("",) * len(rows), row=np.array(row, dtype=np.int64),
         start=np.array(start, dtype=np.int64), end=np.array(end, dtype=np.int64),
-        name=np.array([f"op{i}" for i in range(n)], dtype=object), color=np.full(n, "#000", dtype=object),
+        name=np.array([f"op{i}" for i in range(n)], dtype=object), kind=np.full(n, "compute", dtype=object),
         group=np.full(n, "g", dtype=object), count=np.ones(n, dtype=np.int64),
         busy=np.array(end, dtype=np.int64) - np.array(start, dtype=np.int64),
     )
