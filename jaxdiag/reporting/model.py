@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -106,7 +107,9 @@ class Report:
         return out
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(clean(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
+        """The JSON text; indented, with each array of numbers on one line (the timeline's are long)."""
+        text = json.dumps(clean(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
+        return _NUMBER_ARRAY.sub(_one_line, text) if indent is not None else text
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Report":
@@ -207,6 +210,15 @@ def clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+#: An indented array of numbers. It starts with a line break, which JSON strings never hold.
+_NUMBER_ARRAY = re.compile(r"\[\n\s*-?\d[-+.\deE]*(?:,\n\s*-?\d[-+.\deE]*)*\n\s*\]")
+_SPACE = re.compile(r"\s+")
+
+
+def _one_line(match: "re.Match[str]") -> str:
+    return _SPACE.sub("", match.group(0)).replace(",", ", ")
 
 
 def _json_default(value: Any) -> Any:

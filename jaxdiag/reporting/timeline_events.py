@@ -145,7 +145,11 @@ def kept_steps(section: Mapping[str, Any] | None) -> list[int | None]:
 
 
 def encode(w: Window) -> dict[str, Any]:
-    """A window as JSON: rows, a table of names, and one array per rectangle field."""
+    """A window as JSON: rows, a table of names, and one array per rectangle field.
+
+    ``count`` and ``busy_ns`` are ``None`` when no events were merged (each is then 1
+    and the rectangle's duration).
+    """
     import numpy as np
 
     r = w.rects
@@ -157,7 +161,7 @@ def encode(w: Window) -> dict[str, Any]:
         "resolution_ns": None if w.resolution_ns is None else int(w.resolution_ns),
         "rows": [{"label": label, "plane": plane} for label, plane in zip(r.labels, r.planes)],
         "names": names.tolist(),
-        "row": r.row.tolist(), "start_ns": r.start.tolist(), "end_ns": r.end.tolist(),
+        "row": r.row.tolist(), "start_ns": r.start.tolist(), "dur_ns": (r.end - r.start).tolist(),
         "name": name_idx.tolist(), "kind": [kinds[k] for k in r.kind.tolist()],
         "count": r.count.tolist() if merged else None,
         "busy_ns": r.busy.tolist() if merged else None,
@@ -171,7 +175,7 @@ def decode(d: Mapping[str, Any]) -> Window:
     rows = d.get("rows") or []
     row = np.asarray(d.get("row") or [], dtype=np.int64)
     start = np.asarray(d.get("start_ns") or [], dtype=np.int64)
-    end = np.asarray(d.get("end_ns") or [], dtype=np.int64)
+    end = start + np.asarray(d.get("dur_ns") or [], dtype=np.int64)
     names = np.asarray(d.get("names") or [], dtype=object)
     planes = tuple(str(r.get("plane") or "") for r in rows)
     groups = np.asarray([plane_label(p) if p else HOST_GROUP for p in planes], dtype=object)
