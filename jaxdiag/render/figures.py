@@ -33,10 +33,10 @@ _TEMPLATE = "plotly_white"
 def all_figures(report: "Report", *, step: int | None = None, host: str | None = None,
                 devices: Sequence[str] | None = None) -> dict[str, "go.Figure"]:
     """Every figure of every section (``reporting.sections``), in the order the HTML report shows them."""
-    from jaxdiag.reporting.sections import SECTIONS
+    from jaxdiag.reporting import sections
 
     figures = {}
-    for name in (name for section in SECTIONS for name in section.figures):
+    for name in (name for section in sections.SECTIONS for name in section.figures):
         builder = globals()[name]
         figures[name] = (builder(report, step, host=host, devices=devices) if name == "step_timeline"
                          else builder(report))
@@ -364,9 +364,12 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
 
 def _older(report: "Report", section: str) -> str:
     """``" (saved with schema 1.2, before reports kept <section>)"`` for a report older than the section."""
-    from jaxdiag.reporting.sections import BY_NAME
+    from jaxdiag.reporting.sections import named
 
-    since = BY_NAME[section].since
+    found = named(section)
+    if found is None:
+        return ""
+    since = found.since
     try:
         older = tuple(map(int, report.schema_version.split("."))) < tuple(map(int, since.split(".")))
     except ValueError:

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
 from jaxdiag.reporting.model import REPORT_FIELDS, Report
-from jaxdiag.reporting.sections import SECTIONS
+from jaxdiag.reporting import sections as registry
 
 #: Compile logs written next to the trace (by ``jaxdiag.configure(log_dir=...)``
 #: pointed at the run or the logdir) are joined to the timeline's compiles.
@@ -125,7 +125,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Rep
     sections: dict[str, Any] = {}
     findings: list[Finding] = []
     with scope(frames):
-        for section in [s for s in SECTIONS if s.view is None] + [s for s in SECTIONS if s.view is not None]:
+        for section in sorted(registry.SECTIONS, key=lambda s: s.view is not None):  # analyses, then views
             value, result = section.run(inputs, sections)
             sections[section.name] = clean(value)
             if result is not None:
@@ -141,7 +141,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Rep
         source=clean(_source(frames)),
         findings=tuple(Finding.from_dict(clean(f.to_dict())) for f in findings),
         notes=notes,
-        sections={s.name: sections[s.name] for s in SECTIONS if s.name in sections},
+        sections=sections,
         frames=frames,
         **fields,
     )
@@ -153,9 +153,9 @@ def _import_analyses() -> None:
 
     import pandas  # noqa: F401 - the frames and every analysis use it
 
-    for section in SECTIONS:
+    for section in registry.SECTIONS:
         if section.analysis is not None:
-            importlib.import_module(f"jaxdiag.analyses.{section.analysis}")
+            importlib.import_module(section.analysis_module)
 
 
 _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}

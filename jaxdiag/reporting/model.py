@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from jaxdiag.analyses.base import Finding
 from jaxdiag.errors import JaxdiagError
-from jaxdiag.reporting.sections import BY_NAME, SECTIONS
+from jaxdiag.reporting import sections as registry
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -31,8 +31,6 @@ class ReportFormatError(JaxdiagError):
     """A saved report cannot be read (not JSON, wrong schema, missing keys)."""
 
 
-#: Keys every report of this major version has.
-_REQUIRED = ("source", *(s.name for s in SECTIONS if s.since == "1.0"), "findings")
 #: Keys that are not sections.
 _OTHER_KEYS = frozenset({"schema_version", "source", "findings", "notes"})
 
@@ -85,14 +83,15 @@ class Report:
             return getattr(self, name)
         value = self.sections.get(name)
         if value is None:
-            if name not in BY_NAME:
+            section = registry.named(name)
+            if section is None:
                 raise KeyError(f"no report section {name!r}")
-            return BY_NAME[name].empty()
+            return section.empty()
         return value
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when ``name`` is not a field: sections without a field of their own.
-        if name in BY_NAME:
+        if not name.startswith("_") and registry.named(name) is not None:
             return self.section(name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -100,7 +99,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see ``docs/report-schema.md``)."""
         out: dict[str, Any] = {"schema_version": self.schema_version, "source": self.source}
-        out.update((s.name, self.section(s.name)) for s in SECTIONS)
+        out.update((s.name, self.section(s.name)) for s in registry.SECTIONS)
         out.update((k, v) for k, v in self.sections.items() if k not in out)
         out["findings"] = [f.to_dict() for f in self.findings]
         out["notes"] = list(self.notes)
@@ -122,14 +121,15 @@ class Report:
                 f"report schema version {version or 'missing'} is not supported "
                 f"(this jaxdiag reads {SCHEMA_VERSION.split('.')[0]}.x); re-run `jaxdiag report`"
             )
-        missing = [k for k in _REQUIRED if k not in d]
+        required = ("source", *(s.name for s in registry.SECTIONS if s.since == "1.0"), "findings")
+        missing = [k for k in required if k not in d]
         if missing:
             raise ReportFormatError(f"report is missing {', '.join(missing)}")
         try:
             findings = tuple(Finding.from_dict(f) for f in d["findings"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ReportFormatError(f"report has a malformed finding: {exc}") from None
-        fields = {name: d.get(name) or BY_NAME[name].empty() for name in REPORT_FIELDS}
+        fields = {name: d.get(name) or _empty(name) for name in REPORT_FIELDS}
         sections = {k: v for k, v in d.items() if k not in REPORT_FIELDS and k not in _OTHER_KEYS and v is not None}
         return cls(source=d["source"], findings=findings, notes=tuple(d.get("notes", ())), sections=sections,
                    schema_version=version, **fields)
@@ -193,7 +193,13 @@ class Report:
 
 
 #: Sections that are fields of ``Report`` (the others live in ``Report.sections``).
-REPORT_FIELDS = tuple(f.name for f in dataclasses.fields(Report) if f.name in BY_NAME)
+REPORT_FIELDS = tuple(f.name for f in dataclasses.fields(Report) if f.name not in _OTHER_KEYS | {
+    "sections", "frames"})
+
+
+def _empty(name: str) -> Any:
+    section = registry.named(name)
+    return section.empty() if section is not None else {}
 
 
 def clean(value: Any) -> Any:

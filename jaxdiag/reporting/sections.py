@@ -35,7 +35,7 @@ class Section:
       name: the key in the JSON report and the attribute on ``Report``.
       since: the schema version that added it (reports saved before read it as ``empty()``).
       empty: its value when absent (``list`` or ``dict``).
-      analysis: the module in ``jaxdiag.analyses`` whose ``analyze(inputs)`` fills it
+      analysis: the module in ``jaxdiag.analyses`` (or a full dotted module name) whose ``analyze(inputs)`` fills it
         (its result's ``to_dict()`` is the section, its ``findings`` join the report's).
       view: ``"module:function"`` filling it instead, from the trace and the sections
         before it, ``fn(inputs, sections) -> value``: data kept for renderers only
@@ -53,10 +53,16 @@ class Section:
     html: str | None = None
     figures: tuple[str, ...] = ()
 
+    @property
+    def analysis_module(self) -> str:
+        """The analysis's module: a name in ``jaxdiag.analyses``, or a full dotted name."""
+        assert self.analysis is not None
+        return self.analysis if "." in self.analysis else f"jaxdiag.analyses.{self.analysis}"
+
     def run(self, inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> "tuple[Any, AnalysisResult | None]":
         """This section's value for ``inputs``, and the analysis result behind it (``None`` for a view)."""
         if self.analysis is not None:
-            result = importlib.import_module(f"jaxdiag.analyses.{self.analysis}").analyze(inputs)
+            result = importlib.import_module(self.analysis_module).analyze(inputs)
             return result.to_dict(), result
         if self.view is not None:
             return resolve(self.view)(inputs, sections), None
@@ -84,8 +90,10 @@ SECTIONS: tuple[Section, ...] = (
             figures=("sharding_collectives",)),
 )
 
-#: Sections by name.
-BY_NAME: Mapping[str, Section] = {s.name: s for s in SECTIONS}
+
+def named(name: str) -> Section | None:
+    """The section called ``name``, or ``None``."""
+    return next((s for s in SECTIONS if s.name == name), None)
 
 
 def resolve(ref: str) -> Any:
