@@ -25,7 +25,8 @@ from jaxdiag.errors import ConfigError, JaxdiagError
 
 @app.command("report")
 def report_command(
-    trace_dir: Path = typer.Argument(..., help="Logdir given to jax.profiler, a plugins/profile/<run> folder, an .xplane.pb file, or a saved report JSON to render again."),
+    trace_dir: Path = typer.Argument(..., help="Logdir given to jax.profiler, a plugins/profile/<run> folder, an .xplane.pb file, "
+                                   "or a saved report JSON to render again."),
     run: Optional[str] = typer.Option(None, help="Run folder to read (default: the newest)."),
     host: Optional[str] = typer.Option(None, help="Report on this host only."),
     steps: Optional[str] = typer.Option(None, help="Steps to include: '3:10' (end exclusive), '2,5,7' or '4'."),

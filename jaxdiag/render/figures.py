@@ -336,7 +336,7 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
         step = default_step(report)
     title = "Step timeline" if step is None else f"Step {step} timeline"
     kept = report.section("timeline")
-    found = timeline_events.find(kept, step, host)
+    found: timeline_events.Window | str | None = timeline_events.find(kept, step, host)
     if report.frames is not None and (found is None or kept.get("max_rects") != max_rects):
         found = timeline_events.from_frames(report.frames, step, host, max_rects)
     if found is None:
