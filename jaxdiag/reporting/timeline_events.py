@@ -99,12 +99,19 @@ def build(inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> dict[str, An
 
 
 def chosen_steps(steps: Sequence[Mapping[str, Any]]) -> list[int | None]:
-    """The steps a report keeps events for: a typical one and the slowest; ``[None]`` (all) without steps."""
+    """The steps a report keeps events for; ``[None]`` (the whole capture) without steps.
+
+    A typical step (``default_step``, the one drawn by default) and the slowest of
+    the steps that did not compile: the outlier worth a look. A step that compiled
+    is mostly the compiler's own work on the device (autotuning), often thousands
+    of events; the compile timeline shows those steps.
+    """
     typical = default_step(steps)
     if typical is None:
         return [None]
-    walls = [s for s in steps if s.get("step") is not None]
-    slowest = max(walls, key=lambda s: (_ms(s.get("wall_ms")), -int(s["step"])))
+    numbered = [s for s in steps if s.get("step") is not None]
+    steady = [s for s in numbered if not (s.get("compile_ms") or 0) > 0] or numbered
+    slowest = max(steady, key=lambda s: (_ms(s.get("wall_ms")), -int(s["step"])))
     return list(dict.fromkeys([typical, int(slowest["step"])]))
 
 
