@@ -340,11 +340,16 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
     if report.frames is not None and (found is None or kept.get("max_rects") != max_rects):
         found = timeline_events.from_frames(report.frames, step, host, max_rects)
     if found is None:
-        steps = [s for s in timeline_events.kept_steps(kept) if s is not None]
-        why = (f"the report keeps the events of steps {', '.join(map(str, steps))} only" if steps else
-               "the report keeps no events" + _older(report, "timeline"))
-        return no_data(title, f"{why}; build it from the trace with jaxdiag.report(path) to draw step {step}"
-                       if step is not None else why)
+        windows = [(w.get("step"), w.get("host")) for w in kept.get("windows") or []]
+        hosts = [str(h) for s, h in windows if s == step]
+        if hosts:
+            why = f"the report keeps step {step} on host {', '.join(hosts)} only"
+        elif any(s is not None for s, _ in windows):
+            why = f"the report keeps the events of steps {', '.join(str(s) for s, _ in windows)} only"
+        else:
+            why = "the report keeps no events" + _older(report, "timeline")
+        return no_data(title, f"{why}; build it from the trace with jaxdiag.report(path) to draw this one"
+                       if windows else why)
     if isinstance(found, str):
         return no_data(title, found)
     title = (f"{title} on {found.host}" if step is not None else f"Whole capture on {found.host}") + (

@@ -146,11 +146,6 @@ def find(section: Mapping[str, Any] | None, step: int | None, host: str | None) 
     return None
 
 
-def kept_steps(section: Mapping[str, Any] | None) -> list[int | None]:
-    """The steps whose windows a report keeps."""
-    return [w.get("step") for w in (section or {}).get("windows") or []]
-
-
 def encode(w: Window) -> dict[str, Any]:
     """A window as JSON: rows, a table of names, and one array per rectangle field.
 

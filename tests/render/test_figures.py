@@ -137,6 +137,8 @@ def test_saved_report_draws_its_kept_steps_and_says_why_not_others(cpu_report):
     other = next(s["step"] for s in cpu_report.steps if s["step"] not in kept)
     why = annotations(figures.step_timeline(saved, other))
     assert any(f"keeps the events of steps {', '.join(map(str, kept))} only" in t for t in why)
+    why = annotations(figures.step_timeline(saved, kept[0], host="another-host"))
+    assert any(f"keeps step {kept[0]} on host {cpu_report.source['hosts'][0]} only" in t for t in why)
     assert figures.small_op_histogram(saved).to_json() == figures.small_op_histogram(cpu_report).to_json()
 
 

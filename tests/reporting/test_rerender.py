@@ -67,6 +67,17 @@ def test_dashboard_is_the_same(built, saved):
         assert {k: data(f) for k, f in a.items()} == {k: data(f) for k, f in b.items()}
 
 
+def test_a_device_picked_in_the_dashboard_draws_the_same(built, saved):
+    planes = dashboard(built).choices()["device"]
+    assert planes
+    host = built.source["hosts"][0]
+    ours = dashboard(saved, host=host, devices=planes[:1]).selection_figures()["step_timeline"]
+    theirs = dashboard(built, host=host, devices=planes[:1]).selection_figures()["step_timeline"]
+    assert data(ours) == data(theirs)
+    groups = [t["name"] for t in data(ours)["data"]]
+    assert "host annotations" in groups and len(groups) <= 2
+
+
 def test_cli_renders_a_saved_report(cpu_trace_dir, tmp_path, capsys):
     saved_json, from_trace, from_saved = tmp_path / "r.json", tmp_path / "a.html", tmp_path / "b.html"
     assert main(["report", str(cpu_trace_dir.logdir), "--json", "-o", str(saved_json), "--html", str(from_trace)]) == 0
