@@ -13,7 +13,7 @@ import jaxdiag
 from jaxdiag.analyses import ANALYSES
 from jaxdiag.render import figures, terminal
 from jaxdiag.reporting import sections
-from jaxdiag.reporting.model import SCHEMA_VERSION, Report
+from jaxdiag.reporting.model import REPORT_FIELDS, SCHEMA_VERSION, Report
 from jaxdiag.reporting.sections import SECTIONS, Section, resolve
 from report_builders import make_report
 
@@ -53,6 +53,7 @@ def test_every_analysis_fills_a_section_and_every_reference_resolves():
     assert sorted(s.analysis for s in SECTIONS if s.analysis) == sorted(
         {name: ANALYSES[name].__module__.rsplit(".", 1)[1] for name in ANALYSES}.values())
     assert len({s.name for s in SECTIONS}) == len(SECTIONS)
+    assert set(REPORT_FIELDS) <= {s.name for s in SECTIONS}  # a field without a line would not be saved
     for s in SECTIONS:
         assert (s.analysis is None) != (s.view is None), s.name
         for ref in (s.view, s.terminal, s.html):
