@@ -131,6 +131,7 @@ class Report:
             raise ReportFormatError(f"report has a malformed finding: {exc}") from None
         fields = {name: d.get(name) or _empty(name) for name in REPORT_FIELDS}
         sections = {k: v for k, v in d.items() if k not in REPORT_FIELDS and k not in _OTHER_KEYS and v is not None}
+        _check_sections({**sections, **fields})
         return cls(source=d["source"], findings=findings, notes=tuple(d.get("notes", ())), sections=sections,
                    schema_version=version, **fields)
 
@@ -195,6 +196,31 @@ class Report:
 #: Sections that are fields of ``Report`` (the others live in ``Report.sections``).
 REPORT_FIELDS = tuple(f.name for f in dataclasses.fields(Report) if f.name not in _OTHER_KEYS | {
     "sections", "frames"})
+
+
+def _check_sections(values: Mapping[str, Any]) -> None:
+    """Raise ``ReportFormatError`` for a section of the wrong type, or one its ``check`` refuses."""
+    for section in registry.SECTIONS:
+        if section.name not in values:
+            continue
+        value, kind = values[section.name], type(section.empty())
+        if not isinstance(value, kind):
+            raise ReportFormatError(f"report section {section.name} is {_json_type(value)}, not {_json_type(kind())}")
+        if isinstance(value, list) and not all(isinstance(item, dict) for item in value):
+            raise ReportFormatError(f"report section {section.name} holds something other than objects")
+        if section.check is not None:
+            try:
+                registry.resolve(section.check)(value)
+            except ValueError as exc:
+                raise ReportFormatError(f"report section {section.name} is malformed: {exc}") from None
+
+
+def _json_type(value: Any) -> str:
+    for kind, name in ((bool, "a boolean"), (dict, "an object"), (list, "an array"), (str, "a string"),
+                       ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
+    return "null"
 
 
 def _empty(name: str) -> Any:

@@ -48,3 +48,16 @@ def histogram(durations_us: Any, anchor_us: float, bins_per_decade: int) -> tupl
     edges = anchor_us * 10 ** (np.arange(math.floor(k.min()), math.floor(k.max()) + 2) / bins_per_decade)
     counts, edges = np.histogram(d, bins=edges)
     return [float(e) for e in edges], [int(c) for c in counts]
+
+
+def check(section: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` unless the bins can be drawn: one more edge than counts, edges rising and positive."""
+    edges, counts = section.get("edges_us") or [], section.get("counts") or []
+    if not isinstance(edges, list) or not isinstance(counts, list):
+        raise ValueError("edges_us and counts must be arrays")
+    if counts and len(edges) != len(counts) + 1:
+        raise ValueError(f"{len(edges)} edges for {len(counts)} bins")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in [*edges, *counts]):
+        raise ValueError("edges_us and counts must be numbers")
+    if any(b <= a for a, b in zip(edges, edges[1:])) or (edges and edges[0] <= 0):
+        raise ValueError("edges_us must be positive and rising")

@@ -42,6 +42,8 @@ class Section:
         (events of a few steps, histogram bins), with no findings.
       terminal, html: renderers (see the module docstring), or ``None``.
       figures: ``render.figures`` builders that draw it.
+      check: ``"module:function"`` raising ``ValueError`` on a section a saved report
+        cannot hold (read by ``Report.open``, so that a renderer never meets it), or ``None``.
     """
 
     name: str
@@ -52,6 +54,7 @@ class Section:
     terminal: str | None = None
     html: str | None = None
     figures: tuple[str, ...] = ()
+    check: str | None = None
 
     @property
     def analysis_module(self) -> str:
@@ -74,7 +77,8 @@ _T, _H = "jaxdiag.render.terminal", "jaxdiag.render.html"
 #: Every section, in the order the JSON report, the terminal and the HTML report show them.
 SECTIONS: tuple[Section, ...] = (
     Section("steps", "1.0", list, analysis="step_breakdown", terminal=f"{_T}:_steps", figures=("step_breakdown",)),
-    Section("timeline", "1.3", dict, view="jaxdiag.reporting.timeline_events:build", figures=("step_timeline",)),
+    Section("timeline", "1.3", dict, view="jaxdiag.reporting.timeline_events:build", figures=("step_timeline",),
+            check="jaxdiag.reporting.timeline_events:check"),
     Section("recompiles", "1.0", list, analysis="recompiles", terminal=f"{_T}:_recompiles",
             html=f"{_H}:recompiles_table", figures=("recompile_timeline",)),
     Section("host_waits", "1.0", dict, analysis="host_waits", terminal=f"{_T}:_host_waits",
@@ -82,7 +86,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("throughput", "1.0", dict, analysis="throughput", figures=("throughput",)),
     Section("small_ops", "1.0", dict, analysis="small_ops", terminal=f"{_T}:_small_ops",
             html=f"{_H}:small_ops_table", figures=("small_op_histogram",)),
-    Section("op_durations", "1.3", dict, view="jaxdiag.reporting.op_durations:build"),
+    Section("op_durations", "1.3", dict, view="jaxdiag.reporting.op_durations:build",
+            check="jaxdiag.reporting.op_durations:check"),
     Section("collectives", "1.0", dict, analysis="collectives", terminal=f"{_T}:_collectives",
             html=f"{_H}:collectives_table", figures=("collective_overlap",)),
     Section("device_time", "1.1", dict, analysis="device_time"),

@@ -146,6 +146,29 @@ def find(section: Mapping[str, Any] | None, step: int | None, host: str | None) 
     return None
 
 
+def check(section: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` unless every kept window decodes into rectangles that can be drawn."""
+    import numpy as np
+
+    windows = section.get("windows") or []
+    if not isinstance(windows, list):
+        raise ValueError("windows must be an array")
+    for n, w in enumerate(windows):
+        try:
+            if not isinstance(w, dict) or not isinstance(w.get("rows") or [], list):
+                raise TypeError("not an object with rows")
+            r = decode(w).rects
+            sizes = {len(r.row), len(r.start), len(r.end), len(r.name), len(r.kind), len(r.count), len(r.busy)}
+            if len(sizes) != 1:
+                raise ValueError("its arrays differ in length")
+            if len(r.row) and (r.row.min() < 0 or r.row.max() >= len(r.labels)):
+                raise ValueError("a row index is out of range")
+            if len(r.start) and (r.start.min() < 0 or np.any(r.end < r.start)):
+                raise ValueError("a start or duration is negative")
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError, AttributeError) as exc:
+            raise ValueError(f"window {n}: {exc}") from None
+
+
 def encode(w: Window) -> dict[str, Any]:
     """A window as JSON: rows, a table of names, and one array per rectangle field.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import jaxdiag
 from jaxdiag.analyses import ANALYSES
 from jaxdiag.render import figures, terminal
 from jaxdiag.reporting import sections
-from jaxdiag.reporting.model import REPORT_FIELDS, SCHEMA_VERSION, Report
+from jaxdiag.reporting.model import REPORT_FIELDS, SCHEMA_VERSION, Report, ReportFormatError
 from jaxdiag.reporting.sections import SECTIONS, Section, resolve
 from report_builders import make_report
 
@@ -117,3 +118,34 @@ def test_a_report_of_the_previous_schema_opens(tmp_path):
     assert "Findings (by time lost)" in text
     timeline = figures.step_timeline(report)
     assert any("before reports kept timeline" in a.text for a in timeline.layout.annotations)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(steps=5), "section steps is a number, not an array"),
+    (lambda d: d.update(steps=[1, 2]), "section steps holds something other than objects"),
+    (lambda d: d.update(host_waits=[{}]), "section host_waits is an array, not an object"),
+    (lambda d: d["timeline"]["windows"][0].update(row=[0, 99]), "section timeline is malformed: window 0"),
+    (lambda d: d["timeline"]["windows"][0].update(name=["x"]), "section timeline is malformed: window 0"),
+    (lambda d: d["timeline"].update(windows="x"), "section timeline is malformed: windows must be an array"),
+    (lambda d: d["op_durations"].update(counts=[1, 2]), "section op_durations is malformed: 4 edges for 2 bins"),
+])
+def test_a_tampered_section_is_one_error_at_open(tmp_path, mutate, message, capsys):
+    data = make_report(sections={
+        "timeline": {"max_rects": 3000, "windows": [{
+            "step": 0, "host": "h", "duration_ns": 10, "events": 1, "resolution_ns": None,
+            "rows": [{"label": "python3", "plane": ""}], "names": ["train"], "row": [0], "start_ns": [0],
+            "dur_ns": [10], "name": [0], "kind": [0], "count": None, "busy_ns": None}]},
+        "op_durations": {"threshold_us": 10.0, "bins_per_decade": 8, "edges_us": [1.0, 2.0, 3.0, 4.0],
+                         "counts": [1, 2, 3]},
+    }).to_dict()
+    Report.from_dict(json.loads(json.dumps(data)))  # as built, it opens
+    mutate(data)
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportFormatError, match=message):
+        Report.open(path)
+    from jaxdiag.cli.app import main
+
+    assert main(["report", str(path), "--html", str(tmp_path / "out.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and not (tmp_path / "out.html").exists()
