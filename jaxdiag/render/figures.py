@@ -336,11 +336,11 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
         step = default_step(report)
     title = "Step timeline" if step is None else f"Step {step} timeline"
     kept = report.section("timeline")
-    found: timeline_events.Window | str | None = timeline_events.find(kept, step, host)
+    found = timeline_events.find(kept, step, host)
     if report.frames is not None and (found is None or kept.get("max_rects") != max_rects):
         found = timeline_events.from_frames(report.frames, step, host, max_rects)
     if found is None:
-        windows = [(w.get("step"), w.get("host")) for w in kept.get("windows") or []]
+        windows = [(w.get("step"), w.get("host")) for w in kept.get("windows") or [] if w.get("why") is None]
         hosts = [str(h) for s, h in windows if s == step]
         if hosts:
             why = f"the report keeps step {step} on host {', '.join(hosts)} only"

@@ -93,8 +93,7 @@ def build(inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> dict[str, An
     windows = []
     for step in chosen_steps(sections.get("steps") or []):
         found = from_frames(inputs.frames, step, inputs.host)
-        if isinstance(found, Window):
-            windows.append(encode(found))
+        windows.append(encode(found) if isinstance(found, Window) else {"step": step, "host": inputs.host, "why": found})
     return {"max_rects": MAX_RECTS, "windows": windows}
 
 
@@ -138,11 +137,11 @@ def from_frames(frames: Any, step: int | None, host: str | None, max_rects: int 
     return Window(step, host, hi - lo, len(rects), resolution, merged)
 
 
-def find(section: Mapping[str, Any] | None, step: int | None, host: str | None) -> Window | None:
-    """The window a report keeps for ``step`` (on ``host``, when given), or ``None``."""
+def find(section: Mapping[str, Any] | None, step: int | None, host: str | None) -> Window | str | None:
+    """The window a report keeps for ``step`` (on ``host``, when given), why it has none, or ``None``."""
     for w in (section or {}).get("windows") or []:
-        if w.get("step") == step and (host is None or w.get("host") == host):
-            return decode(w)
+        if w.get("step") == step and (host is None or w.get("host") in (host, None)):
+            return str(w["why"]) if w.get("why") is not None else decode(w)
     return None
 
 
@@ -154,6 +153,8 @@ def check(section: Mapping[str, Any]) -> None:
     if not isinstance(windows, list):
         raise ValueError("windows must be an array")
     for n, w in enumerate(windows):
+        if isinstance(w, dict) and w.get("why") is not None:
+            continue
         try:
             if not isinstance(w, dict) or not isinstance(w.get("rows") or [], list):
                 raise TypeError("not an object with rows")
