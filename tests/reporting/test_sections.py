@@ -149,3 +149,17 @@ def test_a_tampered_section_is_one_error_at_open(tmp_path, mutate, message, caps
     assert main(["report", str(path), "--html", str(tmp_path / "out.html")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0] and not (tmp_path / "out.html").exists()
+
+
+@pytest.mark.parametrize("version, dropped", [("1.0", ("device_time", "sharding")), ("1.1", ("sharding",))])
+def test_reports_of_older_minor_versions_open_with_their_later_sections_empty(tmp_path, version, dropped):
+    data = json.loads((Path(__file__).parent / "data" / "report-1.2.json").read_text())
+    data["schema_version"] = version
+    for key in dropped:
+        del data[key]
+    path = tmp_path / f"report-{version}.json"
+    path.write_text(json.dumps(data))
+    report = Report.open(path)
+    assert all(report.section(key) == {} for key in dropped)
+    assert "Findings (by time lost)" in terminal.render(report)
+    assert list(figures.all_figures(report)) == [name for s in SECTIONS for name in s.figures]
