@@ -20,9 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from jaxdiag.reporting.model import Report
 
-#: Figures about the whole run, shown once; the selection figures follow the pickers.
-RUN_FIGURES = ("step_breakdown", "throughput", "recompile_timeline", "host_wait_waterfall",
-               "small_op_histogram", "collective_overlap")
+#: Figures of the selected step, drawn under the pickers; every other figure of the
+#: report's sections (``reporting.sections``) is about the whole run and is shown once.
+SELECTION_FIGURES = ("step_timeline",)
 _ALL_DEVICES = "all devices"
 
 
@@ -48,10 +48,10 @@ class Dashboard:
         return dataclasses.replace(self, step=step, host=host, devices=None if devices is None else tuple(devices))
 
     def run_figures(self) -> dict[str, "go.Figure"]:
-        """Figures of the whole run: per-step breakdown, throughput, compiles, waits, small ops, collectives."""
+        """Figures of the whole run: every section's figures (``reporting.sections``) but the step timeline."""
         from jaxdiag.render import figures
 
-        return {name: getattr(figures, name)(self.report) for name in RUN_FIGURES}
+        return {name: getattr(figures, name)(self.report) for name in run_figure_names()}
 
     def selection_figures(self) -> dict[str, "go.Figure"]:
         """Figures of the selected step: its timeline and its host waits."""
@@ -155,6 +155,13 @@ class DashboardWidget:
         from IPython.display import display
 
         display(self.box)
+
+
+def run_figure_names() -> list[str]:
+    """The names of the figures about the whole run, in the sections' order."""
+    from jaxdiag.reporting.sections import SECTIONS
+
+    return [name for s in SECTIONS for name in s.figures if name not in SELECTION_FIGURES]
 
 
 def _output(fig: "go.Figure") -> dict[str, Any]:
