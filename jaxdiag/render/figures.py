@@ -75,8 +75,8 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
         for e in (report.host_waits or {}).get("by_step") or [] if e.get("step") is not None
     }
     causes = [c["cause"] for c in (report.host_waits or {}).get("by_cause") or [] if c.get("cause") != "compile"]
-    for waits in by_step.values():
-        causes += [c for c in waits if c not in causes]
+    for step_waits in by_step.values():
+        causes += [c for c in step_waits if c not in causes]
     unknown = "host wait (cause unknown)"
     rows: dict[str, list[float]] = {"device compute": [], "exposed collectives": []}
     rows.update({f"host wait: {c}": [] for c in causes})
@@ -313,7 +313,7 @@ def throughput(report: "Report", *, max_points: int = 2000) -> "go.Figure":
 
 
 def step_timeline(report: "Report", step: int | None = None, *, host: str | None = None,
-                  devices: Sequence[str] | None = None, max_rects: int = 3000) -> "go.Figure":
+                  devices: Sequence[str] | None = None, max_rects: int | None = None) -> "go.Figure":
     """One step's events: host annotations (nested ones on rows below) above the device streams.
 
     Args:
@@ -321,9 +321,9 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
       host: the host to draw (default: the one whose step took longest).
       devices: device planes to keep (``"/device:GPU:0"``; default: all).
       max_rects: above this many events, the events of a row closer together than the
-        finest resolution that fits merge into one rectangle; the chart says so. (The
-        report keeps its steps merged to ``timeline_events.MAX_RECTS``; another limit
-        needs the trace.)
+        finest resolution that fits merge into one rectangle; the chart says so. (Default:
+        ``timeline_events.MAX_RECTS``, the limit the report keeps its steps merged to;
+        another limit needs the trace.)
 
     The steps the report keeps (``timeline_events.chosen_steps``) are drawn from the
     report; another step only from the trace, when the report was built in this
@@ -336,20 +336,12 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
         step = default_step(report)
     title = "Step timeline" if step is None else f"Step {step} timeline"
     kept = report.section("timeline")
+    limit = max_rects if max_rects is not None else timeline_events.MAX_RECTS
     found = timeline_events.find(kept, step, host)
-    if report.frames is not None and (found is None or kept.get("max_rects") != max_rects):
-        found = timeline_events.from_frames(report.frames, step, host, max_rects)
+    if report.frames is not None and (found is None or kept.get("max_rects") != limit):
+        found = timeline_events.from_frames(report.frames, step, host, limit)
     if found is None:
-        windows = [(w.get("step"), w.get("host")) for w in kept.get("windows") or [] if w.get("why") is None]
-        hosts = [str(h) for s, h in windows if s == step]
-        if hosts:
-            why = f"the report keeps step {step} on host {', '.join(hosts)} only"
-        elif any(s is not None for s, _ in windows):
-            why = f"the report keeps the events of steps {', '.join(str(s) for s, _ in windows)} only"
-        else:
-            why = "the report keeps no events" + _older(report, "timeline")
-        return no_data(title, f"{why}; build it from the trace with jaxdiag.report(path) to draw this one"
-                       if windows else why)
+        return no_data(title, _not_kept(report, step))
     if isinstance(found, str):
         return no_data(title, found)
     title = (f"{title} on {found.host}" if step is not None else f"Whole capture on {found.host}") + (
@@ -365,6 +357,20 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
         note = (f"{events:,} events drawn as {len(rects):,} rectangles: {merged_what} merged "
                 "(a trace viewer shows each one)")
     return _finish(timeline.draw(rects, found.duration_ns / 1e6), title, note)
+
+
+def _not_kept(report: "Report", step: int | None) -> str:
+    """Why a report read from JSON cannot draw ``step``'s timeline."""
+    windows = [(w.get("step"), w.get("host")) for w in report.section("timeline").get("windows") or []
+               if w.get("why") is None]
+    hosts = [str(h) for s, h in windows if s == step]
+    if hosts:
+        why = f"the report keeps step {step} on host {', '.join(hosts)} only"
+    elif windows:
+        why = f"the report keeps the events of steps {', '.join(str(s) for s, _ in windows)} only"
+    else:
+        return "the report keeps no events" + _older(report, "timeline")
+    return f"{why}; build it from the trace with jaxdiag.report(path) to draw this one"
 
 
 def _older(report: "Report", section: str) -> str:
