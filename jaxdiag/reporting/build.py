@@ -14,8 +14,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
-from jaxdiag.reporting.model import REPORT_FIELDS, Report
 from jaxdiag.reporting import sections as registry
+from jaxdiag.reporting.model import REPORT_FIELDS, Report
 
 #: Compile logs written next to the trace (by ``jaxdiag.configure(log_dir=...)``
 #: pointed at the run or the logdir) are joined to the timeline's compiles.

@@ -93,7 +93,10 @@ def build(inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> dict[str, An
     windows = []
     for step in chosen_steps(sections.get("steps") or []):
         found = from_frames(inputs.frames, step, inputs.host)
-        windows.append(encode(found) if isinstance(found, Window) else {"step": step, "host": inputs.host, "why": found})
+        if isinstance(found, Window):
+            windows.append(encode(found))
+        else:  # the reason, for the figure to give as it would from the trace
+            windows.append({"step": step, "host": inputs.host, "why": found})
     return {"max_rects": MAX_RECTS, "windows": windows}
 
 
