@@ -4,10 +4,15 @@ A new analysis is one module plus one line here::
 
     Section("top_ops", "1.4", dict, analysis="top_ops", terminal="jaxdiag.render.terminal:_top_ops"),
 
-and a row for it in ``docs/report-schema.md`` (a test checks that the document
-and this list agree). The report builds, saves, reads back and renders every
-section listed; a section with no field of its own on ``Report`` is read as
-``report.top_ops`` (or ``report.section("top_ops")``).
+where ``jaxdiag/analyses/top_ops.py`` defines ``analyze(inputs)`` returning a frozen
+result with ``findings`` and ``to_dict()``, and ``"1.4"`` is the schema version that
+adds it (``model.SCHEMA_VERSION`` is raised to match). Then a row for it in
+``docs/report-schema.md``, in the order of this list, and ``1.4 added `top_ops```
+in the ``schema_version`` row: ``tests/reporting/test_sections.py`` checks the
+document against this list, and this list against ``analyses.ANALYSES``. The
+report builds, saves, reads back and renders every section listed; a section with
+no field of its own on ``Report`` is read as ``report.top_ops`` (or
+``report.section("top_ops")``), and a report saved before it reads it as empty.
 
 Renderers are named as ``"module:function"`` and imported only when used, so
 importing the model imports no renderer:
