@@ -1,5 +1,8 @@
 """``jaxdiag report TRACE_DIR``: diagnose a capture and print or write the report.
 
+``TRACE_DIR`` may also be a report saved with ``--json`` (or ``Report.save``): it is
+rendered again, as it was from its trace, without the trace.
+
 ``run_plain`` runs the command without typer's parameter handling when its
 arguments are plain, which is how scripts and CI call it: typer converts every
 value through a pydantic adapter, and that costs more than reading a small trace.
@@ -22,7 +25,8 @@ from jaxdiag.errors import ConfigError, JaxdiagError
 
 @app.command("report")
 def report_command(
-    trace_dir: Path = typer.Argument(..., help="Logdir given to jax.profiler, a plugins/profile/<run> folder, or an .xplane.pb file."),
+    trace_dir: Path = typer.Argument(..., help="Logdir given to jax.profiler, a plugins/profile/<run> folder, an .xplane.pb file, "
+                                   "or a saved report JSON to render again."),
     run: Optional[str] = typer.Option(None, help="Run folder to read (default: the newest)."),
     host: Optional[str] = typer.Option(None, help="Report on this host only."),
     steps: Optional[str] = typer.Option(None, help="Steps to include: '3:10' (end exclusive), '2,5,7' or '4'."),
@@ -36,18 +40,30 @@ def report_command(
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
 ) -> None:
     """Break a capture down step by step, and say what to change, by time lost."""
+    from jaxdiag.checks.inputs import is_report_file
     from jaxdiag.config import DEFAULT_THRESHOLDS
-    from jaxdiag.reporting.build import report
 
-    thresholds = DEFAULT_THRESHOLDS
-    if small_op_us is not None:
-        if small_op_us <= 0:
-            raise ConfigError(f"--small-op-us must be positive, got {small_op_us}")
-        thresholds = thresholds.replace(small_op_us=small_op_us)
-    result = report(
-        trace_dir, run=run, host=host, steps=parse_steps(steps), tokens_per_step=tokens_per_step,
-        flops_per_step=flops_per_step, compile_log=compile_log, thresholds=thresholds,
-    )
+    if is_report_file(trace_dir):
+        from jaxdiag.reporting.model import Report
+
+        trace_options = {"run": run, "host": host, "steps": steps, "tokens_per_step": tokens_per_step,
+                         "flops_per_step": flops_per_step, "small_op_us": small_op_us, "compile_log": compile_log}
+        given = ["--" + k.replace("_", "-") for k, v in trace_options.items() if v is not None]
+        if given:
+            raise ConfigError(f"{trace_dir} is a saved report; {', '.join(given)} only apply to a trace folder")
+        result = Report.open(trace_dir)
+    else:
+        from jaxdiag.reporting.build import report
+
+        thresholds = DEFAULT_THRESHOLDS
+        if small_op_us is not None:
+            if small_op_us <= 0:
+                raise ConfigError(f"--small-op-us must be positive, got {small_op_us}")
+            thresholds = thresholds.replace(small_op_us=small_op_us)
+        result = report(
+            trace_dir, run=run, host=host, steps=parse_steps(steps), tokens_per_step=tokens_per_step,
+            flops_per_step=flops_per_step, compile_log=compile_log, thresholds=thresholds,
+        )
     if html is not None:
         from jaxdiag.render.html import render as render_html
 

@@ -1,10 +1,11 @@
 """Plotly figures of a ``Report``, shared by the HTML report and the notebook dashboard.
 
 Each builder is ``fn(report, ...) -> plotly.graph_objects.Figure`` and only formats
-what the analyses computed: the report's sections for per-step numbers, and
-``report.frames`` (the loaded trace, present when the report was built in this
-process) for the events drawn on a timeline or binned in a histogram. A section
-with nothing in it gives a figure that says "no data" and why, never an error.
+what the report holds: its sections for per-step numbers, the ``timeline`` section
+for the events of the steps drawn, ``op_durations`` for the histogram; so a saved
+report draws what the trace drew. (Only a timeline of a step the report did not
+keep reads the trace, when the report was built in this process.) A section with
+nothing in it gives a figure that says "no data" and why, never an error.
 plotly is imported inside the builders, so importing this module costs nothing.
 (Seven builders and their few shared helpers make it a little over 400 lines; the
 timeline's event selection and merging live in ``render.timeline``.)
@@ -31,20 +32,18 @@ _TEMPLATE = "plotly_white"
 
 def all_figures(report: "Report", *, step: int | None = None, host: str | None = None,
                 devices: Sequence[str] | None = None) -> dict[str, "go.Figure"]:
-    """Every figure, in the order the HTML report and the dashboard show them."""
-    return {
-        "step_breakdown": step_breakdown(report),
-        "step_timeline": step_timeline(report, step, host=host, devices=devices),
-        "host_wait_waterfall": host_wait_waterfall(report),
-        "recompile_timeline": recompile_timeline(report),
-        "throughput": throughput(report),
-        "small_op_histogram": small_op_histogram(report),
-        "collective_overlap": collective_overlap(report),
-        "sharding_collectives": _sharding_collectives(report),
-    }
+    """Every figure of every section (``reporting.sections``), in the order the HTML report shows them."""
+    from jaxdiag.reporting import sections
+
+    figures = {}
+    for name in (name for section in sections.SECTIONS for name in section.figures):
+        builder = globals()[name]
+        figures[name] = (builder(report, step, host=host, devices=devices) if name == "step_timeline"
+                         else builder(report))
+    return figures
 
 
-def _sharding_collectives(report: "Report") -> "go.Figure":
+def sharding_collectives(report: "Report") -> "go.Figure":
     from jaxdiag.render.sharding_figure import sharding_collectives
 
     return sharding_collectives(report)
@@ -52,12 +51,9 @@ def _sharding_collectives(report: "Report") -> "go.Figure":
 
 def default_step(report: "Report") -> int | None:
     """A typical step to draw: the median-wall step among those that did not compile."""
-    steps = [s for s in report.steps if s.get("step") is not None]
-    steady = [s for s in steps if not (s.get("compile_ms") or 0) > 0] or steps
-    if not steady:
-        return None
-    ranked = sorted(steady, key=lambda s: (_ms(s.get("wall_ms")), s["step"]))
-    return int(ranked[(len(ranked) - 1) // 2]["step"])
+    from jaxdiag.reporting.timeline_events import default_step as typical
+
+    return typical(report.steps)
 
 
 def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
@@ -79,8 +75,8 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
         for e in (report.host_waits or {}).get("by_step") or [] if e.get("step") is not None
     }
     causes = [c["cause"] for c in (report.host_waits or {}).get("by_cause") or [] if c.get("cause") != "compile"]
-    for waits in by_step.values():
-        causes += [c for c in waits if c not in causes]
+    for step_waits in by_step.values():
+        causes += [c for c in step_waits if c not in causes]
     unknown = "host wait (cause unknown)"
     rows: dict[str, list[float]] = {"device compute": [], "exposed collectives": []}
     rows.update({f"host wait: {c}": [] for c in causes})
@@ -164,33 +160,29 @@ def host_wait_waterfall(report: "Report", step: int | None = None, *, include_co
     return _finish(fig, title, note)
 
 
-def small_op_histogram(report: "Report", *, top: int = 10, bins_per_decade: int = 8) -> "go.Figure":
+def small_op_histogram(report: "Report", *, top: int = 10) -> "go.Figure":
     """Device compute-op durations on a log scale, the small-op threshold marked, and the top offenders.
 
-    Durations come from the trace (the report's events); the offenders from the
-    small-ops section, so a report read from JSON still shows them.
+    The bins come from the ``op_durations`` section, the offenders from ``small_ops``.
     """
     import numpy as np
     from plotly.subplots import make_subplots
 
     go = _go()
     so = report.small_ops or {}
-    threshold = so.get("threshold_us")
+    od = report.section("op_durations") or {}
+    threshold = so.get("threshold_us", od.get("threshold_us"))
     title = f"Device op durations (small: under {float(threshold):g} µs)" if threshold else "Device op durations"
-    durations_us = _compute_op_durations_us(report)
+    edges = np.asarray(od.get("edges_us") or [], dtype=np.float64)
+    counts = np.asarray(od.get("counts") or [], dtype=np.int64)
     offenders = [o for o in so.get("top") or [] if _ms(o.get("total_ms")) > 0][:top]
-    if durations_us is None and not offenders:
-        return no_data(title, "no device ops in this report (events are not kept in a saved JSON report)")
+    if not len(counts) and not offenders:
+        return no_data(title, "no device compute ops in this report" + _older(report, "op_durations"))
     fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.2,
                         subplot_titles=("ops by duration (log scale)", f"top {len(offenders)} small-op offenders"))
     notes = []
-    if durations_us is not None and len(durations_us):
+    if len(counts):
         # Bin edges fall on the threshold, so the red bars hold exactly the ops counted as small.
-        d = np.clip(durations_us, 1e-3, None)
-        anchor = float(threshold or 1.0)
-        k = np.log10(d / anchor) * bins_per_decade
-        edges = anchor * 10 ** (np.arange(math.floor(k.min()), math.floor(k.max()) + 2) / bins_per_decade)
-        counts, edges = np.histogram(d, bins=edges)
         mids = np.sqrt(edges[:-1] * edges[1:])
         small = mids < (threshold or 0)
         fig.add_trace(go.Bar(
@@ -203,7 +195,8 @@ def small_op_histogram(report: "Report", *, top: int = 10, bins_per_decade: int 
         fig.update_xaxes(type="log", title_text="duration, µs", row=1, col=1)
         fig.update_yaxes(title_text="ops", row=1, col=1)
     else:
-        notes.append("durations need the trace: build the report with jaxdiag.report(path)")
+        notes.append("durations are not in this report" + (_older(report, "op_durations") or
+                                                           ": no device compute op in its steps"))
     if offenders:
         labels = [_short(f"{o.get('name')}", 38) for o in offenders][::-1]
         fig.add_trace(go.Bar(
@@ -320,7 +313,7 @@ def throughput(report: "Report", *, max_points: int = 2000) -> "go.Figure":
 
 
 def step_timeline(report: "Report", step: int | None = None, *, host: str | None = None,
-                  devices: Sequence[str] | None = None, max_rects: int = 3000) -> "go.Figure":
+                  devices: Sequence[str] | None = None, max_rects: int | None = None) -> "go.Figure":
     """One step's events: host annotations (nested ones on rows below) above the device streams.
 
     Args:
@@ -328,33 +321,71 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
       host: the host to draw (default: the one whose step took longest).
       devices: device planes to keep (``"/device:GPU:0"``; default: all).
       max_rects: above this many events, the events of a row closer together than the
-        finest resolution that fits merge into one rectangle; the chart says so.
+        finest resolution that fits merge into one rectangle; the chart says so. (Default:
+        ``timeline_events.MAX_RECTS``, the limit the report keeps its steps merged to;
+        another limit needs the trace.)
+
+    The steps the report keeps (``timeline_events.chosen_steps``) are drawn from the
+    report; another step only from the trace, when the report was built in this
+    process. A device filter keeps the rows of those devices as merged for all.
     """
     from jaxdiag.render import timeline
+    from jaxdiag.reporting import timeline_events
 
-    frames = report.frames
     if step is None:
         step = default_step(report)
     title = "Step timeline" if step is None else f"Step {step} timeline"
-    if frames is None:
-        return no_data(title, "the events are not kept in a saved JSON report; build it with jaxdiag.report(path)")
-    found = timeline.window(frames, step, host)
+    kept = report.section("timeline")
+    limit = max_rects if max_rects is not None else timeline_events.MAX_RECTS
+    found = timeline_events.find(kept, step, host)
+    if report.frames is not None and (found is None or kept.get("max_rects") != limit):
+        found = timeline_events.from_frames(report.frames, step, host, limit)
     if found is None:
-        return no_data(title, f"step {step} is not in the trace" + (f" for host {host}" if host else ""))
-    host, lo, hi = found
-    title = (f"{title} on {host}" if step is not None else f"Whole capture on {host}") + (
+        return no_data(title, _not_kept(report, step))
+    if isinstance(found, str):
+        return no_data(title, found)
+    title = (f"{title} on {found.host}" if step is not None else f"Whole capture on {found.host}") + (
         ": host annotations above device streams")
-    rects = timeline.select(frames, host, lo, hi, devices)
-    if rects is None:
+    rects = found.rects if devices is None else found.rects.keep_devices(list(devices))
+    if not len(rects):
         return no_data(title, "no annotations or device events in this window")
-    merged, resolution = timeline.coalesce(rects, max_rects)
     note = ""
-    if resolution is not None:
-        merged_what = "overlapping events of a row" if resolution <= 1 else (
-            f"events of a row closer than {timeline.fmt_ns(resolution)}")
-        note = (f"{len(rects):,} events drawn as {len(merged):,} rectangles: {merged_what} merged "
+    if found.resolution_ns is not None:
+        events = int(rects.count.sum())
+        merged_what = "overlapping events of a row" if found.resolution_ns <= 1 else (
+            f"events of a row closer than {timeline.fmt_ns(found.resolution_ns)}")
+        note = (f"{events:,} events drawn as {len(rects):,} rectangles: {merged_what} merged "
                 "(a trace viewer shows each one)")
-    return _finish(timeline.draw(merged, (hi - lo) / 1e6), title, note)
+    return _finish(timeline.draw(rects, found.duration_ns / 1e6), title, note)
+
+
+def _not_kept(report: "Report", step: int | None) -> str:
+    """Why a report read from JSON cannot draw ``step``'s timeline."""
+    windows = [(w.get("step"), w.get("host")) for w in report.section("timeline").get("windows") or []
+               if w.get("why") is None]
+    hosts = [str(h) for s, h in windows if s == step]
+    if hosts:
+        why = f"the report keeps step {step} on host {', '.join(hosts)} only"
+    elif windows:
+        why = f"the report keeps the events of steps {', '.join(str(s) for s, _ in windows)} only"
+    else:
+        return "the report keeps no events" + _older(report, "timeline")
+    return f"{why}; build it from the trace with jaxdiag.report(path) to draw this one"
+
+
+def _older(report: "Report", section: str) -> str:
+    """``" (saved with schema 1.2, before reports kept <section>)"`` for a report older than the section."""
+    from jaxdiag.reporting.sections import named
+
+    found = named(section)
+    if found is None:
+        return ""
+    since = found.since
+    try:
+        older = tuple(map(int, report.schema_version.split("."))) < tuple(map(int, since.split(".")))
+    except ValueError:
+        return ""
+    return f" (saved with schema {report.schema_version}, before reports kept {section})" if older else ""
 
 
 # --- shared helpers -----------------------------------------------------------------
@@ -379,25 +410,6 @@ def _finish(fig: "go.Figure", title: str, note: str) -> "go.Figure":
         fig.add_annotation(text=note, x=0, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
                            yshift=8, showarrow=False, font={"size": 12, "color": "#9a6700"})
     return fig
-
-
-def _compute_op_durations_us(report: "Report") -> "Any":
-    """Durations (µs) of the device compute ops in the report's steps, or ``None`` without events."""
-    if report.frames is None:
-        return None
-    import numpy as np
-
-    from jaxdiag.analyses.device_work import OP_KIND, device_ops
-    from jaxdiag.trace import frames as F
-
-    ops = device_ops(report.frames)
-    ops = ops.loc[ops[OP_KIND] == "compute"]
-    steps = {int(s["step"]) for s in report.steps if s.get("step") is not None}
-    if steps:
-        ops = ops.loc[ops[F.STEP].isin(steps)]
-    if ops.empty:
-        return None
-    return ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e3
 
 
 def _mean_groups(values: list[float], k: int) -> list[float]:

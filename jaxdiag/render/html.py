@@ -104,30 +104,47 @@ def _steps_table(report: "Report") -> str:
 
 
 def _details(report: "Report") -> str:
-    parts: list[str] = []
-    if report.recompiles:
-        parts.append("<h2>Compiles on the timeline</h2>")
-        parts.append(_table(("function", "step", "compile ms", "cause"), (
-            [_e(r.get("function")), _num(r.get("step")), _num(r.get("compile_ms")), _e(r.get("cause") or "—")]
-            for r in report.recompiles), numeric=(1, 2), escape=False))
+    """Each section's table (``reporting.sections``), in order."""
+    from jaxdiag.reporting.sections import renderers
+
+    return "".join(table(report) for _section, table in renderers("html"))
+
+
+def recompiles_table(report: "Report") -> str:
+    if not report.recompiles:
+        return ""
+    return "<h2>Compiles on the timeline</h2>" + _table(("function", "step", "compile ms", "cause"), (
+        [_e(r.get("function")), _num(r.get("step")), _num(r.get("compile_ms")), _e(r.get("cause") or "—")]
+        for r in report.recompiles), numeric=(1, 2), escape=False)
+
+
+def host_waits_table(report: "Report") -> str:
     hw = report.host_waits or {}
-    if hw.get("by_cause"):
-        parts.append(f"<h2>Host waits: {_num(hw.get('total_ms'))} ms</h2>")
-        parts.append(_table(("cause", "ms"), ([_e(c.get("cause")), _num(c.get("ms"))] for c in hw["by_cause"]),
-                            numeric=(1,), escape=False))
+    if not hw.get("by_cause"):
+        return ""
+    return f"<h2>Host waits: {_num(hw.get('total_ms'))} ms</h2>" + _table(
+        ("cause", "ms"), ([_e(c.get("cause")), _num(c.get("ms"))] for c in hw["by_cause"]),
+        numeric=(1,), escape=False)
+
+
+def small_ops_table(report: "Report") -> str:
     so = report.small_ops or {}
-    if so.get("top"):
-        parts.append(f"<h2>Small ops (&lt; {_num(so.get('threshold_us'))} µs): {so.get('count')} ops</h2>")
-        parts.append(_table(("op", "module", "count", "total ms"), (
+    if not so.get("top"):
+        return ""
+    return f"<h2>Small ops (&lt; {_num(so.get('threshold_us'))} µs): {so.get('count')} ops</h2>" + _table(
+        ("op", "module", "count", "total ms"), (
             [_e(r.get("name")), _e(r.get("module")), _num(r.get("count")), _num(r.get("total_ms"))]
-            for r in so["top"]), numeric=(2, 3), escape=False))
+            for r in so["top"]), numeric=(2, 3), escape=False)
+
+
+def collectives_table(report: "Report") -> str:
     co = report.collectives or {}
-    if co.get("by_kind"):
-        parts.append(f"<h2>Collectives: {_num(co.get('exposed_ms'))} ms exposed</h2>")
-        parts.append(_table(("kind", "count", "total ms", "exposed ms", "overlap"), (
+    if not co.get("by_kind"):
+        return ""
+    return f"<h2>Collectives: {_num(co.get('exposed_ms'))} ms exposed</h2>" + _table(
+        ("kind", "count", "total ms", "exposed ms", "overlap"), (
             [_e(k.get("kind")), _num(k.get("count")), _num(k.get("total_ms")), _num(k.get("exposed_ms")),
-             _num(k.get("overlap_fraction"))] for k in co["by_kind"]), numeric=(1, 2, 3, 4), escape=False))
-    return "".join(parts)
+             _num(k.get("overlap_fraction"))] for k in co["by_kind"]), numeric=(1, 2, 3, 4), escape=False)
 
 
 def _throughput(tp: dict[str, Any]) -> str:

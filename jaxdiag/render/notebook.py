@@ -20,9 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from jaxdiag.reporting.model import Report
 
-#: Figures about the whole run, shown once; the selection figures follow the pickers.
-RUN_FIGURES = ("step_breakdown", "throughput", "recompile_timeline", "host_wait_waterfall",
-               "small_op_histogram", "collective_overlap")
+#: Figures of the selected step, drawn under the pickers; every other figure of the
+#: report's sections (``reporting.sections``) is about the whole run and is shown once.
+SELECTION_FIGURES = ("step_timeline",)
 _ALL_DEVICES = "all devices"
 
 
@@ -48,10 +48,10 @@ class Dashboard:
         return dataclasses.replace(self, step=step, host=host, devices=None if devices is None else tuple(devices))
 
     def run_figures(self) -> dict[str, "go.Figure"]:
-        """Figures of the whole run: per-step breakdown, throughput, compiles, waits, small ops, collectives."""
+        """Figures of the whole run: every section's figures (``reporting.sections``) but the step timeline."""
         from jaxdiag.render import figures
 
-        return {name: getattr(figures, name)(self.report) for name in RUN_FIGURES}
+        return {name: getattr(figures, name)(self.report) for name in run_figure_names()}
 
     def selection_figures(self) -> dict[str, "go.Figure"]:
         """Figures of the selected step: its timeline and its host waits."""
@@ -67,16 +67,11 @@ class Dashboard:
         """What the pickers offer (``step``, ``host``, ``device``), and ``default_step`` (empty without steps)."""
         from jaxdiag.render import figures
 
-        frames = self.report.frames
+        source = self.report.source
         steps = [int(s["step"]) for s in self.report.steps if s.get("step") is not None]
-        hosts = list(frames.hosts) if frames is not None else list(self.report.source.get("hosts") or [])
-        if frames is not None:
-            devices = frames.devices
-            if self.host is not None and len(devices):
-                devices = devices.loc[devices["host"] == self.host]
-            planes = list(dict.fromkeys(str(p) for p in devices["plane"])) if len(devices) else []
-        else:
-            planes = list(dict.fromkeys(str(d.get("plane")) for d in self.report.source.get("devices") or []))
+        hosts = [str(h) for h in source.get("hosts") or []]
+        devices = [d for d in source.get("devices") or [] if self.host is None or d.get("host") == self.host]
+        planes = list(dict.fromkeys(str(d.get("plane")) for d in devices))
         default = figures.default_step(self.report)
         return {"step": steps, "host": hosts, "device": planes, "default_step": [default] if default is not None else []}
 
@@ -162,6 +157,13 @@ class DashboardWidget:
         display(self.box)
 
 
+def run_figure_names() -> list[str]:
+    """The names of the figures about the whole run, in the sections' order."""
+    from jaxdiag.reporting.sections import SECTIONS
+
+    return [name for s in SECTIONS for name in s.figures if name not in SELECTION_FIGURES]
+
+
 def _output(fig: "go.Figure") -> dict[str, Any]:
     """A display output holding ``fig`` as plotly's mime type (rendered by JupyterLab, Notebook 7, VS Code)."""
     import plotly.io as pio
@@ -179,8 +181,9 @@ def dashboard(report: "Report", *, step: int | None = None, host: str | None = N
     """The dashboard of ``report``: show it as a cell's last expression, or with ``display``.
 
     Args:
-      report: from ``jaxdiag.report(path)`` (a report read from JSON has no events,
-        so its timeline says so).
+      report: from ``jaxdiag.report(path)`` or ``Report.open(file)``; a saved report
+        keeps the events of a typical step and of the slowest one, so its timeline
+        of another step says so.
       step, host, devices: the first selection (default: a typical step, the host
         where it took longest, every device).
     """

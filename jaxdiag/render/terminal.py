@@ -32,12 +32,18 @@ def render(report: "Report", *, width: int | None = None, color: bool | None = N
 
 
 def print_report(report: "Report", console: "Console") -> None:
-    """Print ``report`` on ``console``."""
-    from rich.table import Table
+    """Print ``report`` on ``console``: the header and findings, then each section (``reporting.sections``)."""
+    from jaxdiag.reporting.sections import renderers
 
     _header(report, console)
     _findings(report, console)
-    _steps(report, console)
+    for _section, print_section in renderers("terminal"):
+        print_section(report, console)
+
+
+def _recompiles(report: "Report", console: "Console") -> None:
+    from rich.table import Table
+
     recompiles = report.recompiles
     if recompiles:
         t = Table(title="Compiles on the timeline", title_justify="left", show_edge=False)
@@ -47,10 +53,6 @@ def print_report(report: "Report", console: "Console") -> None:
             t.add_row(str(r.get("function")), _int(r.get("step")), _ms(r.get("compile_ms")), str(r.get("cause") or "—"))
         console.print(t)
         console.print()
-    _host_waits(report, console)
-    _small_ops(report, console)
-    _collectives(report, console)
-    _sharding(report, console)
 
 
 def _header(report: "Report", console: "Console") -> None:

@@ -14,7 +14,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
-from jaxdiag.reporting.model import Report
+from jaxdiag.reporting import sections as registry
+from jaxdiag.reporting.model import REPORT_FIELDS, Report
 
 #: Compile logs written next to the trace (by ``jaxdiag.configure(log_dir=...)``
 #: pointed at the run or the logdir) are joined to the timeline's compiles.
@@ -109,42 +110,52 @@ def _report(
 
 
 def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Report:
-    """Run every registered analysis on ``inputs`` and collect a ``Report``."""
-    from jaxdiag.analyses import run_all
+    """Fill every section of ``reporting.sections.SECTIONS`` from ``inputs`` and collect a ``Report``.
+
+    Analyses run first, in registry order, sharing their intermediate results (see
+    ``analyses.shared``); then the views, which read the sections before them. The
+    values are what ``Report.open`` would read back from the saved report (NaN as
+    ``None``, numpy numbers as Python ones), so a report renders the same before and
+    after it is saved.
+    """
+    from jaxdiag.analyses.shared import scope
+    from jaxdiag.reporting.model import clean
 
     frames = inputs.frames
-    results = run_all(inputs)
+    sections: dict[str, Any] = {}
+    findings: list[Finding] = []
+    with scope(frames):
+        for section in sorted(registry.SECTIONS, key=lambda s: s.view is not None):  # analyses, then views
+            value, result = section.run(inputs, sections)
+            sections[section.name] = clean(value)
+            if result is not None:
+                findings += result.findings
     notes = tuple(frames.notes) + tuple(extra_notes)
-    findings: list[Finding] = [f for r in results.values() for f in r.findings]
     findings += [
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="")
         for n in notes
     ]
     findings.sort(key=lambda f: (-f.time_lost_ms, _SEVERITY_ORDER[f.severity], f.kind))
-    sections = {name: result.to_dict() for name, result in results.items()}
+    fields = {name: sections.pop(name) for name in list(sections) if name in REPORT_FIELDS}
     return Report(
-        source=_source(frames),
-        steps=sections.get("steps", []),
-        recompiles=sections.get("recompiles", []),
-        host_waits=sections.get("host_waits", {}),
-        small_ops=sections.get("small_ops", {}),
-        collectives=sections.get("collectives", {}),
-        throughput=sections.get("throughput", {}),
-        findings=tuple(findings),
+        source=clean(_source(frames)),
+        findings=tuple(Finding.from_dict(clean(f.to_dict())) for f in findings),
         notes=notes,
-        device_time=sections.get("device_time", {}),
-        sharding=sections.get("sharding", {}),
+        sections=sections,
         frames=frames,
+        **fields,
     )
 
 
 def _import_analyses() -> None:
     """Import pandas and every analysis now (on two cores, beside the trace's worker)."""
+    import importlib
+
     import pandas  # noqa: F401 - the frames and every analysis use it
 
-    from jaxdiag.analyses import ANALYSES
-
-    list(ANALYSES.values())  # the registry imports each analysis on first use
+    for section in registry.SECTIONS:
+        if section.analysis is not None:
+            importlib.import_module(section.analysis_module)
 
 
 _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from jaxdiag.analyses.base import Finding
 from jaxdiag.errors import JaxdiagError
+from jaxdiag.reporting import sections as registry
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -22,14 +24,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 #: Major.minor: a new major breaks readers; a new minor only adds fields.
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 class ReportFormatError(JaxdiagError):
     """A saved report cannot be read (not JSON, wrong schema, missing keys)."""
 
 
-_SECTIONS = ("steps", "recompiles", "host_waits", "small_ops", "collectives", "throughput")
+#: Keys that are not sections.
+_OTHER_KEYS = frozenset({"schema_version", "source", "findings", "notes"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +53,10 @@ class Report:
       sharding: per jitted function its mesh, input/output specs and the collectives
         the compiler inserted, and the timeline's collectives joined to them
         (added in schema 1.2; ``{}`` in older reports).
+      sections: every other section of ``reporting.sections.SECTIONS`` (each also
+        read as ``report.<name>``): ``timeline``, the events of the steps the timeline
+        draws, and ``op_durations``, the op-duration histogram (both added in schema
+        1.3); and sections of a newer minor version, kept as they were read.
       frames: the loaded trace, when the report was built in this process (not
         serialized; ``None`` after ``Report.open``).
     """
@@ -65,29 +72,43 @@ class Report:
     notes: tuple[str, ...] = ()
     device_time: dict[str, Any] = dataclasses.field(default_factory=dict)
     sharding: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
     frames: "TraceFrames | None" = dataclasses.field(default=None, compare=False, repr=False)
+
+    # --- sections -------------------------------------------------------------
+    def section(self, name: str) -> Any:
+        """The section ``name`` (see ``reporting.sections``); its empty value when the report has none."""
+        if name in REPORT_FIELDS:
+            return getattr(self, name)
+        value = self.sections.get(name)
+        if value is None:
+            section = registry.named(name)
+            if section is None:
+                raise KeyError(f"no report section {name!r}")
+            return section.empty()
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when ``name`` is not a field: sections without a field of their own.
+        if not name.startswith("_") and registry.named(name) is not None:
+            return self.section(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- serialization ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see ``docs/report-schema.md``)."""
-        return {
-            "schema_version": self.schema_version,
-            "source": self.source,
-            "steps": self.steps,
-            "recompiles": self.recompiles,
-            "host_waits": self.host_waits,
-            "small_ops": self.small_ops,
-            "collectives": self.collectives,
-            "throughput": self.throughput,
-            "findings": [f.to_dict() for f in self.findings],
-            "notes": list(self.notes),
-            "device_time": self.device_time,
-            "sharding": self.sharding,
-        }
+        out: dict[str, Any] = {"schema_version": self.schema_version, "source": self.source}
+        out.update((s.name, self.section(s.name)) for s in registry.SECTIONS)
+        out.update((k, v) for k, v in self.sections.items() if k not in out)
+        out["findings"] = [f.to_dict() for f in self.findings]
+        out["notes"] = list(self.notes)
+        return out
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(_clean(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
+        """The JSON text; indented, with each array of numbers on one line (the timeline's are long)."""
+        text = json.dumps(clean(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
+        return _NUMBER_ARRAY.sub(_one_line, text) if indent is not None else text
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Report":
@@ -100,21 +121,19 @@ class Report:
                 f"report schema version {version or 'missing'} is not supported "
                 f"(this jaxdiag reads {SCHEMA_VERSION.split('.')[0]}.x); re-run `jaxdiag report`"
             )
-        missing = [k for k in ("source", *_SECTIONS, "findings") if k not in d]
+        required = ("source", *(s.name for s in registry.SECTIONS if s.since == "1.0"), "findings")
+        missing = [k for k in required if k not in d]
         if missing:
             raise ReportFormatError(f"report is missing {', '.join(missing)}")
         try:
             findings = tuple(Finding.from_dict(f) for f in d["findings"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ReportFormatError(f"report has a malformed finding: {exc}") from None
-        return cls(
-            source=d["source"], steps=d["steps"], recompiles=d["recompiles"],
-            host_waits=d["host_waits"], small_ops=d["small_ops"],
-            collectives=d["collectives"], throughput=d["throughput"],
-            findings=findings, notes=tuple(d.get("notes", ())), device_time=d.get("device_time") or {},
-            sharding=d.get("sharding") or {},
-            schema_version=version,
-        )
+        fields = {name: d.get(name) or _empty(name) for name in REPORT_FIELDS}
+        sections = {k: v for k, v in d.items() if k not in REPORT_FIELDS and k not in _OTHER_KEYS and v is not None}
+        _check_sections({**sections, **fields})
+        return cls(source=d["source"], findings=findings, notes=tuple(d.get("notes", ())), sections=sections,
+                   schema_version=version, **fields)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")
@@ -174,12 +193,47 @@ class Report:
         return render_summary_html(self)
 
 
-def _clean(value: Any) -> Any:
+#: Sections that are fields of ``Report`` (the others live in ``Report.sections``).
+REPORT_FIELDS = tuple(f.name for f in dataclasses.fields(Report) if f.name not in _OTHER_KEYS | {
+    "sections", "frames"})
+
+
+def _check_sections(values: Mapping[str, Any]) -> None:
+    """Raise ``ReportFormatError`` for a section of the wrong type, or one its ``check`` refuses."""
+    for section in registry.SECTIONS:
+        if section.name not in values:
+            continue
+        value, kind = values[section.name], type(section.empty())
+        if not isinstance(value, kind):
+            raise ReportFormatError(f"report section {section.name} is {_json_type(value)}, not {_json_type(kind())}")
+        if isinstance(value, list) and not all(isinstance(item, dict) for item in value):
+            raise ReportFormatError(f"report section {section.name} holds something other than objects")
+        if section.check is not None:
+            try:
+                registry.resolve(section.check)(value)
+            except ValueError as exc:
+                raise ReportFormatError(f"report section {section.name} is malformed: {exc}") from None
+
+
+def _json_type(value: Any) -> str:
+    for kind, name in ((bool, "a boolean"), (dict, "an object"), (list, "an array"), (str, "a string"),
+                       ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
+    return "null"
+
+
+def _empty(name: str) -> Any:
+    section = registry.named(name)
+    return section.empty() if section is not None else {}
+
+
+def clean(value: Any) -> Any:
     """Replace NaN/inf with ``None`` (JSON has no NaN) and numpy scalars with Python ones."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         try:
             value = value.item()
@@ -188,6 +242,15 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+#: An indented array of numbers. It starts with a line break, which JSON strings never hold.
+_NUMBER_ARRAY = re.compile(r"\[\n\s*-?\d[-+.\deE]*(?:,\n\s*-?\d[-+.\deE]*)*\n\s*\]")
+_SPACE = re.compile(r"\s+")
+
+
+def _one_line(match: "re.Match[str]") -> str:
+    return _SPACE.sub("", match.group(0)).replace(",", ", ")
 
 
 def _json_default(value: Any) -> Any:

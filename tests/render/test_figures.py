@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -33,7 +34,7 @@ def trace(fig, name):
 
 def test_all_figures_are_the_eight_and_serialize(cpu_report):
     figs = figures.all_figures(cpu_report)
-    assert list(figs) == ["step_breakdown", "step_timeline", "host_wait_waterfall", "recompile_timeline",
+    assert list(figs) == ["step_breakdown", "step_timeline", "recompile_timeline", "host_wait_waterfall",
                           "throughput", "small_op_histogram", "collective_overlap", "sharding_collectives"]
     for name, fig in figs.items():
         assert fig.layout.title.text, name
@@ -127,11 +128,18 @@ def test_timeline_device_filter_and_missing_step(cpu_report):
     assert any("step 999 is not in the trace" in t for t in annotations(figures.step_timeline(cpu_report, 999)))
 
 
-def test_timeline_of_a_saved_report_explains_why_it_is_empty(cpu_report):
-    saved = jaxdiag.Report.from_dict(cpu_report.to_dict())
-    assert any("saved JSON report" in t for t in annotations(figures.step_timeline(saved)))
-    hist = figures.small_op_histogram(saved)  # the offenders survive the JSON round trip
-    assert len(hist.data) == 1 and hist.data[0].orientation == "h"
+def test_saved_report_draws_its_kept_steps_and_says_why_not_others(cpu_report):
+    saved = jaxdiag.Report.from_dict(json.loads(cpu_report.to_json()))
+    kept = [w["step"] for w in cpu_report.timeline["windows"]]
+    assert kept and figures.default_step(cpu_report) == kept[0]
+    for step in kept:
+        assert figures.step_timeline(saved, step).to_json() == figures.step_timeline(cpu_report, step).to_json()
+    other = next(s["step"] for s in cpu_report.steps if s["step"] not in kept)
+    why = annotations(figures.step_timeline(saved, other))
+    assert any(f"keeps the events of steps {', '.join(map(str, kept))} only" in t for t in why)
+    why = annotations(figures.step_timeline(saved, kept[0], host="another-host"))
+    assert any(f"keeps step {kept[0]} on host {cpu_report.source['hosts'][0]} only" in t for t in why)
+    assert figures.small_op_histogram(saved).to_json() == figures.small_op_histogram(cpu_report).to_json()
 
 
 def test_default_step_is_a_typical_step_that_did_not_compile():

@@ -15,7 +15,7 @@ from jaxdiag.cli.app import main
 from jaxdiag.render import html
 from report_builders import make_report
 
-FIGURES = ("step_breakdown", "step_timeline", "host_wait_waterfall", "recompile_timeline", "throughput",
+FIGURES = ("step_breakdown", "step_timeline", "recompile_timeline", "host_wait_waterfall", "throughput",
            "small_op_histogram", "collective_overlap", "sharding_collectives")
 
 
@@ -111,10 +111,13 @@ def test_empty_report_renders_no_data_figures():
     assert page.count("no data: ") == len(FIGURES)
 
 
-def test_saved_report_renders_without_its_events(cpu_trace_dir):
-    saved = jaxdiag.Report.from_dict(jaxdiag.report(cpu_trace_dir.logdir).to_dict())
-    page = html.render(saved)
-    assert "the events are not kept in a saved JSON report" in page
+def test_report_of_an_older_schema_says_what_it_lacks(cpu_trace_dir):
+    data = jaxdiag.report(cpu_trace_dir.logdir).to_dict()
+    data.update(schema_version="1.2")
+    for key in ("timeline", "op_durations"):
+        del data[key]
+    page = html.render(jaxdiag.Report.from_dict(data))
+    assert "the report keeps no events (saved with schema 1.2, before reports kept timeline)" in page
     assert "Findings, by time lost" in page
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import jaxdiag
-from jaxdiag.render.notebook import RUN_FIGURES, Dashboard, dashboard
+from jaxdiag.render.notebook import Dashboard, dashboard, run_figure_names
 
 PLOTLY = "application/vnd.plotly.v1+json"
 
@@ -29,7 +29,8 @@ def test_selection_figures_follow_the_chosen_step(cpu_report, cpu_trace_dir):
     assert figs["step_host_waits"].layout.title.text == f"Host waits by cause, step {step}"
     other = dash.select(step=0)
     assert other is not dash and dash.step == step and other.step == 0
-    assert list(dash.run_figures()) == list(RUN_FIGURES)
+    assert list(dash.run_figures()) == run_figure_names()
+    assert "step_timeline" not in run_figure_names() and "sharding_collectives" in run_figure_names()
 
 
 def test_choices_list_steps_hosts_and_devices(cpu_report):
@@ -55,7 +56,7 @@ def test_static_view_without_ipywidgets(cpu_report, monkeypatch):
     figures = [o for o in shown if hasattr(o, "to_plotly_json")]
     assert "Findings, by time lost" in html_parts[0].data
     assert any("install ipywidgets" in h.data for h in html_parts)
-    assert len(figures) == len(RUN_FIGURES) + 2
+    assert len(figures) == len(run_figure_names()) + 2
 
 
 def test_pickers_redraw_the_step_figures(cpu_report, cpu_trace_dir):
@@ -63,7 +64,7 @@ def test_pickers_redraw_the_step_figures(cpu_report, cpu_trace_dir):
     view = dashboard(cpu_report).widget()
     step, device = view.pickers["step"], view.pickers["device"]
     assert step.value == view.current.step
-    assert len(view.box.children[1].outputs) == len(RUN_FIGURES)
+    assert len(view.box.children[1].outputs) == len(run_figure_names())
     step.value = cpu_trace_dir.recompile_step
     assert titles(view.selected.outputs)[0].startswith(f"Step {cpu_trace_dir.recompile_step} timeline")
     plane = device.options[1]

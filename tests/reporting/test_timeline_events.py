@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxdiag
-from jaxdiag.render import timeline
+from jaxdiag.reporting import timeline_events as timeline
 
 
 def rects_of(rows: list[list[tuple[int, int]]]) -> timeline.Rects:
@@ -20,9 +20,9 @@ def rects_of(rows: list[list[tuple[int, int]]]) -> timeline.Rects:
             end.append(s + d)
     n = len(row)
     return timeline.Rects(
-        labels=tuple(f"row {r}" for r in range(len(rows))), row=np.array(row, dtype=np.int64),
+        labels=tuple(f"row {r}" for r in range(len(rows))), planes=("",) * len(rows), row=np.array(row, dtype=np.int64),
         start=np.array(start, dtype=np.int64), end=np.array(end, dtype=np.int64),
-        name=np.array([f"op{i}" for i in range(n)], dtype=object), color=np.full(n, "#000", dtype=object),
+        name=np.array([f"op{i}" for i in range(n)], dtype=object), kind=np.full(n, "compute", dtype=object),
         group=np.full(n, "g", dtype=object), count=np.ones(n, dtype=np.int64),
         busy=np.array(end, dtype=np.int64) - np.array(start, dtype=np.int64),
     )
@@ -78,3 +78,37 @@ def test_unique_labels_and_plane_label():
     assert timeline.unique_labels(["a", "b", "a", "a"]) == ("a", "b", "a (2)", "a (3)")
     assert timeline.plane_label("/device:GPU:3") == "GPU:3"
     assert timeline.plane_label("/host:CPU") == "host CPU"
+
+
+def test_a_kept_step_with_nothing_to_draw_says_why_as_the_trace_did():
+    from jaxdiag.render import figures
+    from report_builders import make_report
+
+    why = "no annotations or device events in this window"
+    section = {"max_rects": timeline.MAX_RECTS, "windows": [{"step": 0, "host": None, "why": why}]}
+    assert timeline.find(section, 0, None) == why == timeline.find(section, 0, "h")
+    timeline.check(section)
+    fig = figures.step_timeline(make_report(sections={"timeline": section}), 0)
+    assert [a.text for a in fig.layout.annotations] == [f"no data: {why}"]
+
+
+def test_chosen_steps_are_a_typical_one_and_the_slowest_that_did_not_compile():
+    steps = [{"step": i, "wall_ms": w, "compile_ms": c} for i, (w, c) in
+             enumerate([(50, 40), (10, 0), (12, 0), (11, 0), (900, 880), (30, 0)])]
+    assert timeline.chosen_steps(steps) == [3, 5]
+    assert timeline.chosen_steps(steps[:1]) == [0]
+    assert timeline.chosen_steps([]) == [None]
+
+
+def test_windows_round_trip_through_json(cpu_trace_dir):
+    import json
+
+    frames = jaxdiag.load(cpu_trace_dir.logdir)
+    found = timeline.from_frames(frames, cpu_trace_dir.recompile_step + 1, None, max_rects=40)
+    again = timeline.decode(json.loads(json.dumps(timeline.encode(found))))
+    assert (again.step, again.host, again.duration_ns, again.events, again.resolution_ns) == (
+        found.step, found.host, found.duration_ns, found.events, found.resolution_ns)
+    a, b = again.rects, found.rects
+    assert a.labels == b.labels and a.planes == b.planes
+    for field in ("row", "start", "end", "name", "kind", "group", "count", "busy"):
+        assert getattr(a, field).tolist() == getattr(b, field).tolist(), field

@@ -1,0 +1,117 @@
+"""Every section of a ``Report``, in one place: its name, what fills it, and what shows it.
+
+A new analysis is one module plus one line here::
+
+    Section("top_ops", "1.4", dict, analysis="top_ops", terminal="jaxdiag.render.terminal:_top_ops"),
+
+where ``jaxdiag/analyses/top_ops.py`` defines ``analyze(inputs)`` returning a frozen
+result with ``findings`` and ``to_dict()``, and ``"1.4"`` is the schema version that
+adds it (``model.SCHEMA_VERSION`` is raised to match). Then a row for it in
+``docs/report-schema.md``, in the order of this list, and ``1.4 added `top_ops```
+in the ``schema_version`` row: ``tests/reporting/test_sections.py`` checks the
+document against this list, and this list against ``analyses.ANALYSES``. The
+report builds, saves, reads back and renders every section listed; a section with
+no field of its own on ``Report`` is read as ``report.top_ops`` (or
+``report.section("top_ops")``), and a report saved before it reads it as empty.
+
+Renderers are named as ``"module:function"`` and imported only when used, so
+importing the model imports no renderer:
+
+- ``terminal``: ``fn(report, console)`` prints the section with rich;
+- ``html``: ``fn(report) -> str``, the section's table for the HTML report;
+- ``figures``: names of ``render.figures`` builders ``fn(report) -> Figure``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.base import AnalysisInputs, AnalysisResult
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One section of the report.
+
+    Attributes:
+      name: the key in the JSON report and the attribute on ``Report``.
+      since: the schema version that added it (reports saved before read it as ``empty()``).
+      empty: its value when absent (``list`` or ``dict``).
+      analysis: the module in ``jaxdiag.analyses`` (or a full dotted module name) whose ``analyze(inputs)`` fills it
+        (its result's ``to_dict()`` is the section, its ``findings`` join the report's).
+      view: ``"module:function"`` filling it instead, from the trace and the sections
+        before it, ``fn(inputs, sections) -> value``: data kept for renderers only
+        (events of a few steps, histogram bins), with no findings.
+      terminal, html: renderers (see the module docstring), or ``None``.
+      figures: ``render.figures`` builders that draw it.
+      check: ``"module:function"`` raising ``ValueError`` on a section a saved report
+        cannot hold (read by ``Report.open``, so that a renderer never meets it), or ``None``.
+    """
+
+    name: str
+    since: str
+    empty: Callable[[], Any]
+    analysis: str | None = None
+    view: str | None = None
+    terminal: str | None = None
+    html: str | None = None
+    figures: tuple[str, ...] = ()
+    check: str | None = None
+
+    @property
+    def analysis_module(self) -> str:
+        """The analysis's module: a name in ``jaxdiag.analyses``, or a full dotted name."""
+        assert self.analysis is not None
+        return self.analysis if "." in self.analysis else f"jaxdiag.analyses.{self.analysis}"
+
+    def run(self, inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> "tuple[Any, AnalysisResult | None]":
+        """This section's value for ``inputs``, and the analysis result behind it (``None`` for a view)."""
+        if self.analysis is not None:
+            result = importlib.import_module(self.analysis_module).analyze(inputs)
+            return result.to_dict(), result
+        if self.view is not None:
+            return resolve(self.view)(inputs, sections), None
+        return self.empty(), None
+
+
+_T, _H = "jaxdiag.render.terminal", "jaxdiag.render.html"
+
+#: Every section, in the order the JSON report, the terminal and the HTML report show them.
+SECTIONS: tuple[Section, ...] = (
+    Section("steps", "1.0", list, analysis="step_breakdown", terminal=f"{_T}:_steps", figures=("step_breakdown",)),
+    Section("timeline", "1.3", dict, view="jaxdiag.reporting.timeline_events:build", figures=("step_timeline",),
+            check="jaxdiag.reporting.timeline_events:check"),
+    Section("recompiles", "1.0", list, analysis="recompiles", terminal=f"{_T}:_recompiles",
+            html=f"{_H}:recompiles_table", figures=("recompile_timeline",)),
+    Section("host_waits", "1.0", dict, analysis="host_waits", terminal=f"{_T}:_host_waits",
+            html=f"{_H}:host_waits_table", figures=("host_wait_waterfall",)),
+    Section("throughput", "1.0", dict, analysis="throughput", figures=("throughput",)),
+    Section("small_ops", "1.0", dict, analysis="small_ops", terminal=f"{_T}:_small_ops",
+            html=f"{_H}:small_ops_table", figures=("small_op_histogram",)),
+    Section("op_durations", "1.3", dict, view="jaxdiag.reporting.op_durations:build",
+            check="jaxdiag.reporting.op_durations:check"),
+    Section("collectives", "1.0", dict, analysis="collectives", terminal=f"{_T}:_collectives",
+            html=f"{_H}:collectives_table", figures=("collective_overlap",)),
+    Section("device_time", "1.1", dict, analysis="device_time"),
+    Section("sharding", "1.2", dict, analysis="sharding", terminal=f"{_T}:_sharding",
+            figures=("sharding_collectives",)),
+)
+
+
+def named(name: str) -> Section | None:
+    """The section called ``name``, or ``None``."""
+    return next((s for s in SECTIONS if s.name == name), None)
+
+
+def resolve(ref: str) -> Any:
+    """The object named by ``"module:attribute"``."""
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def renderers(kind: str) -> list[tuple[Section, Any]]:
+    """``(section, renderer)`` for every section with a renderer of ``kind`` (``terminal`` or ``html``)."""
+    return [(s, resolve(getattr(s, kind))) for s in SECTIONS if getattr(s, kind)]
