@@ -218,6 +218,27 @@ def apply_env() -> None:
         _env_read = True
 
 
+def analysis_on_unless_chosen() -> bool | None:
+    """Turn cost and memory analysis on, unless code or ``JAXDIAG_COMPILE_ANALYSIS`` chose.
+
+    A capture window calls this at start: its compiles then carry FLOPs for MFU and
+    memory figures, which cost little next to the compile itself. Returns the
+    setting to hand back to ``restore_analysis`` when the window closes.
+    """
+    import os
+
+    previous = LOG.analysis
+    if previous is None and not os.environ.get(config.ENV_ANALYSIS, "").strip():
+        LOG.analysis = True
+    return previous
+
+
+def restore_analysis(previous: bool | None) -> None:
+    """Undo ``analysis_on_unless_chosen`` (unless code chose a setting meanwhile)."""
+    if previous is None and LOG.analysis is True:
+        LOG.analysis = None
+
+
 def analysis_enabled() -> bool:
     """Whether records get cost and memory figures unless a function says otherwise."""
     return bool(LOG.analysis)

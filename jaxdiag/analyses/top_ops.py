@@ -1,0 +1,302 @@
+"""Top ops: the ops and fusions that take the most device time per step, and what bounds them.
+
+From the trace alone each row has its device time (summed over the op's
+executions, divided by the number of devices that ran ops on that host, as in
+``device_time``), its share of all device op time, its time per step, its kind
+(compute, memcpy, collective) and the jitted function its module belongs to
+(``jit_train_step`` -> ``train_step``), with that function's source line when
+a compile record names it.
+
+FLOPs, bytes, arithmetic intensity and the source line of the op itself are not
+in the trace's events: XProf computes them from the HLO the trace carries.
+``join_xprof`` adds them from XProf's ``hlo_stats`` (``jaxdiag report --deep``).
+An op is *compute-bound* when its intensity (FLOPs per byte) reaches the
+device's ridge point (peak FLOP/s over memory bandwidth), else *memory-bound*;
+``"unknown"`` when either is unknown. XProf's own verdict (``bound_by``) is kept
+beside ours, since it also weighs on-chip memories we cannot see.
+
+Rows are numbered ``op1``, ``op2`` ... by time; findings about small ops and
+collectives name the rows they concern (see ``finding_places``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from jaxdiag.analyses import device_work as W
+from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.trace import frames as F
+
+#: Rows kept in the section.
+TOP = 25
+_MODULE_FUNCTION = re.compile(r"^(?:jit|pjit|pmap|xmap|shard_map)[_(](.*?)\)?$")
+_SOURCE_TITLE = re.compile(r"title='([^'\n]*)")
+_SOURCE_TEXT = re.compile(r">([^<]*)<")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpRow:
+    """One op (or fusion) of one module, over the analysed steps.
+
+    ``flops`` and ``bytes_accessed`` are totals over every execution; ``None``
+    where unknown. ``bound`` is ``"compute"``, ``"memory"`` or ``"unknown"``.
+    """
+
+    id: str
+    name: str
+    module: str
+    function: str
+    kind: str
+    count: int
+    total_ms: float
+    per_step_ms: float | None
+    share: float
+    source: str = ""
+    programs: tuple[int, ...] = ()
+    category: str = ""
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    intensity: float | None = None
+    bound: str = "unknown"
+    xprof_bound_by: str = ""
+    facts_from: str = "trace"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "name": self.name, "module": self.module, "function": self.function,
+            "kind": self.kind, "count": self.count, "total_ms": round(self.total_ms, 4),
+            "per_step_ms": _round(self.per_step_ms, 4), "share": round(self.share, 5),
+            "source": self.source, "programs": list(self.programs), "category": self.category,
+            "flops": _round(self.flops, 1), "bytes_accessed": _round(self.bytes_accessed, 1),
+            "intensity": _round(self.intensity, 3), "bound": self.bound,
+            "xprof_bound_by": self.xprof_bound_by, "facts_from": self.facts_from,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopOps:
+    """The costliest ops, the device roofline they are judged against, and where the facts came from.
+
+    Attributes:
+      rows: ``OpRow``s by time, largest first.
+      total_ms: all device op time of the analysed steps (per device), the share's denominator.
+      steps: how many steps the per-step figures divide by (0: no step markers).
+      peak_flops: one device's peak FLOP/s, ``None`` when unknown.
+      memory_bandwidth_bps: one device's memory bandwidth (bytes/s), ``None`` when unknown.
+      roofline_source: where the peak and bandwidth came from.
+      deep: whether XProf's ``hlo_stats`` was joined.
+    """
+
+    rows: tuple[OpRow, ...]
+    total_ms: float
+    steps: int
+    peak_flops: float | None
+    memory_bandwidth_bps: float | None
+    roofline_source: str
+    deep: bool = False
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def ridge_point(self) -> float | None:
+        """FLOPs per byte above which an op is compute-bound on this device."""
+        if not self.peak_flops or not self.memory_bandwidth_bps:
+            return None
+        return self.peak_flops / self.memory_bandwidth_bps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [r.to_dict() for r in self.rows],
+            "total_ms": round(self.total_ms, 4),
+            "steps": self.steps,
+            "peak_flops": _round(self.peak_flops, 1),
+            "memory_bandwidth_bps": _round(self.memory_bandwidth_bps, 1),
+            "ridge_point": _round(self.ridge_point, 3),
+            "roofline_source": self.roofline_source,
+            "deep": self.deep,
+        }
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), digits)
+
+
+def function_of(module: str) -> str:
+    """The jitted function a module name belongs to: ``jit_train_step`` -> ``train_step``."""
+    m = _MODULE_FUNCTION.match(module)
+    return m[1] if m else module
+
+
+def analyze(inputs: AnalysisInputs) -> TopOps:
+    """The ops with the most device time, from the trace (and compile records for source lines)."""
+    frames = inputs.frames
+    peak, bandwidth, roofline_source = device_roofline(frames, inputs.host)
+    ops = W.device_ops(frames, inputs.host, compile_windows(compile_spans(frames, inputs.host)))
+    if ops.empty:
+        return TopOps((), 0.0, 0, peak, bandwidth, roofline_source)
+    windows = W.step_windows(frames, inputs.host, inputs.steps)
+    step = np.full(len(ops), -1, dtype=np.int64)
+    hosts = ops[F.HOST].to_numpy()
+    starts = ops[F.START_NS].to_numpy(dtype=np.int64)
+    for host in np.unique(hosts):
+        rows = hosts == host
+        step[rows] = W.step_of(starts[rows], windows.loc[windows[F.HOST] == host])
+    devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
+    scale = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
+    hlo_op = ops[F.HLO_OP].astype(str).to_numpy()
+    ops = ops.assign(
+        _step=step, _ms=ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale,
+        _module=ops[F.HLO_MODULE].astype(str).to_numpy(),
+        _op=np.where(hlo_op != "", hlo_op, ops[F.NAME].astype(str).to_numpy()),
+    )
+    if inputs.steps is not None:
+        ops = ops.loc[ops["_step"] >= 0]
+    counted = windows.loc[windows[F.STEP] >= 0, F.STEP].nunique() if len(windows) else 0
+    total = float(ops["_ms"].sum())
+    grouped = ops.groupby(["_op", "_module", W.OP_KIND], observed=True, sort=False)["_ms"].agg(["count", "sum"])
+    grouped = grouped.sort_values("sum", ascending=False).head(TOP)
+    programs = _programs(ops, grouped.index)
+    sources = _function_sources(inputs.compile_log)
+    rows = []
+    for i, ((op, module, kind), g) in enumerate(grouped.iterrows(), start=1):
+        ms = float(g["sum"])
+        function = function_of(str(module)) if module else ""
+        rows.append(OpRow(
+            id=f"op{i}", name=str(op), module=str(module), function=function, kind=str(kind),
+            count=int(g["count"]), total_ms=ms, per_step_ms=ms / counted if counted else None,
+            share=ms / total if total > 0 else 0.0, source=sources.get(function, ""),
+            programs=programs.get((op, module, kind), ()),
+        ))
+    return TopOps(tuple(rows), total, int(counted), peak, bandwidth, roofline_source)
+
+
+def _programs(ops: Any, keys: Any) -> dict[tuple[Any, ...], tuple[int, ...]]:
+    """The program ids (XLA module ids) each kept ``(op, module, kind)`` ran under."""
+    wanted = set(keys)
+    pid = ops[F.PROGRAM_ID].fillna(-1).astype(np.int64)
+    found = ops.assign(_pid=pid).groupby(["_op", "_module", W.OP_KIND], observed=True, sort=False)["_pid"].unique()
+    return {k: tuple(sorted(int(p) for p in v if p >= 0)) for k, v in found.items() if k in wanted}
+
+
+def device_roofline(frames: Any, host: str | None = None) -> tuple[float | None, float | None, str]:
+    """One device's peak FLOP/s and memory bandwidth from the trace's device stats, and their source.
+
+    Devices of one capture are alike; the first device plane with both known is used.
+    """
+    dev = frames.devices
+    if host is not None and len(dev):
+        dev = dev.loc[dev[F.HOST] == host]
+    for row in dev.to_dict("records"):
+        peak, bw = _positive(row.get("peak_flops")), _positive(row.get("memory_bandwidth_bps"))
+        if peak is not None or bw is not None:
+            name = row.get("device_name") or row.get("plane") or "device"
+            return peak, bw, f"trace device stats of {name} ({row.get('plane', '')})"
+    return None, None, "unknown: the trace's device planes carry no peak FLOP/s or bandwidth"
+
+
+def _positive(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def _function_sources(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Function name -> its source line (``file:line``), from compile records."""
+    out: dict[str, str] = {}
+    for r in records:
+        name, source = r.get("function"), r.get("source")
+        if isinstance(name, str) and isinstance(source, str) and source:
+            out.setdefault(name, source)
+    return out
+
+
+# --- XProf's hlo_stats -------------------------------------------------------------
+
+
+def join_xprof(result: TopOps, hlo_rows: Iterable[Mapping[str, Any]],
+               roofline: Mapping[str, Any] | None = None) -> TopOps:
+    """``result`` with FLOPs, bytes, intensity, bound and source line from XProf's ``hlo_stats`` rows.
+
+    Rows are matched by HLO op name and the module's program (XProf names programs
+    by id; the op name within the trace's module is what both share). An op XProf
+    does not list keeps ``None``. ``roofline``: XProf's ``roofline_model``
+    properties (``peak_flop_rate`` in GFLOP/s, ``peak_hbm_bw`` in GiB/s), used
+    when the trace's device stats gave none.
+    """
+    by_name: dict[str, list[Mapping[str, Any]]] = {}
+    for h in hlo_rows:
+        name = h.get("hlo_op_name")
+        if isinstance(name, str) and name:
+            by_name.setdefault(name, []).append(h)
+    peak, bw, source = result.peak_flops, result.memory_bandwidth_bps, result.roofline_source
+    if roofline:
+        xpeak = _positive(roofline.get("peak_flop_rate"))
+        xbw = _positive(roofline.get("peak_hbm_bw"))
+        if peak is None and xpeak is not None:
+            peak, source = xpeak * 1e9, f"XProf roofline_model ({roofline.get('device_type', 'device')})"
+        if bw is None and xbw is not None:
+            bw, source = xbw * 2**30, f"XProf roofline_model ({roofline.get('device_type', 'device')})"
+    ridge = peak / bw if peak and bw else None
+    rows = []
+    for row in result.rows:
+        matches = _matching(by_name.get(row.name, []), row.programs)
+        if not matches:
+            rows.append(dataclasses.replace(row, bound=_bound(row.intensity, ridge)))
+            continue
+        flops = sum(_flops(h) for h in matches)
+        nbytes = sum(_bytes(h) for h in matches)
+        intensity = flops / nbytes if nbytes > 0 else None
+        first = max(matches, key=lambda h: _positive(h.get("total_self_time")) or 0.0)
+        rows.append(dataclasses.replace(
+            row, flops=flops, bytes_accessed=nbytes if nbytes > 0 else None, intensity=intensity,
+            bound=_bound(intensity, ridge), xprof_bound_by=str(first.get("bound_by") or ""),
+            source=source_line(first.get("source_info")) or row.source,
+            category=str(first.get("category") or ""), facts_from="trace + XProf hlo_stats",
+        ))
+    return dataclasses.replace(result, rows=tuple(rows), peak_flops=peak, memory_bandwidth_bps=bw,
+                               roofline_source=source, deep=True)
+
+
+def _matching(candidates: list[Mapping[str, Any]], programs: tuple[int, ...]) -> list[Mapping[str, Any]]:
+    """The ``hlo_stats`` rows of this op's programs; by name alone only when the name is unambiguous."""
+    if programs:
+        ids = {str(p) for p in programs}
+        return [h for h in candidates if str(h.get("program_id", "")) in ids]
+    return candidates if len({str(h.get("program_id", "")) for h in candidates}) == 1 else []
+
+
+def _flops(h: Mapping[str, Any]) -> float:
+    """Total FLOPs of an ``hlo_stats`` row: its model FLOP rate (GFLOP/s) over its self time (us)."""
+    rate, t = _positive(h.get("model_flop_rate")), _positive(h.get("total_self_time"))
+    return rate * 1e9 * t * 1e-6 if rate and t else 0.0
+
+
+def _bytes(h: Mapping[str, Any]) -> float:
+    """Total bytes of an ``hlo_stats`` row: its measured memory bandwidth (GiB/s) over its self time."""
+    bw, t = _positive(h.get("measured_memory_bw")), _positive(h.get("total_self_time"))
+    return bw * 2**30 * t * 1e-6 if bw and t else 0.0
+
+
+def _bound(intensity: float | None, ridge: float | None) -> str:
+    if intensity is None or ridge is None:
+        return "unknown"
+    return "compute" if intensity >= ridge else "memory"
+
+
+def source_line(info: Any) -> str:
+    """``file.py:14`` from XProf's ``source_info`` cell (an HTML snippet), or ``""``."""
+    if not isinstance(info, str) or not info:
+        return ""
+    m = _SOURCE_TEXT.search(info)
+    text = (m[1] if m else info).strip()
+    if not text:
+        t = _SOURCE_TITLE.search(info)
+        text = t[1].strip() if t else ""
+    return text
