@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +67,7 @@ class OpRow:
     bound: str = "unknown"
     xprof_bound_by: str = ""
     facts_from: str = "trace"
+    kernel: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,7 +77,7 @@ class OpRow:
             "source": self.source, "programs": list(self.programs), "category": self.category,
             "flops": _round(self.flops, 1), "bytes_accessed": _round(self.bytes_accessed, 1),
             "intensity": _round(self.intensity, 3), "bound": self.bound,
-            "xprof_bound_by": self.xprof_bound_by, "facts_from": self.facts_from,
+            "xprof_bound_by": self.xprof_bound_by, "facts_from": self.facts_from, "kernel": self.kernel,
         }
 
 

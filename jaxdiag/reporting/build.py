@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
@@ -31,6 +32,7 @@ def report(
     flops_per_step: float | None = None,
     compile_log: str | Path | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    deep: bool = False,
 ) -> Report:
     """Load the capture at ``path`` and diagnose it.
 
@@ -46,13 +48,17 @@ def report(
       compile_log: a ``jaxdiag.jit`` compile log (file or folder); by default the
         capture sidecar's, else a ``compiles*.jsonl`` in the run folder or the logdir.
       thresholds: analysis tunables.
+      deep: also run XProf's converters (``hlo_stats``, ``roofline_model``,
+        ``memory_profile``, ``kernel_stats``) and join their FLOPs, bytes and
+        memory peaks to the top-ops and memory sections (costs about as much
+        as the report itself; see the README).
 
     Raises:
       TraceFormatError: the path holds no readable trace.
       CompileLogError: an explicitly given compile log cannot be read.
     """
     with _collector_paused():
-        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, thresholds)
+        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, thresholds, deep)
 
 
 @contextlib.contextmanager
@@ -76,7 +82,7 @@ def _collector_paused() -> Iterator[None]:
 def _report(
     path: str | Path, run: str | None, host: str | None, steps: Sequence[int] | None,
     tokens_per_step: Mapping[int, float] | float | None, flops_per_step: float | None,
-    compile_log: str | Path | None, thresholds: Thresholds,
+    compile_log: str | Path | None, thresholds: Thresholds, deep: bool = False,
 ) -> Report:
     from jaxdiag.trace.load import start_load
 
@@ -105,16 +111,21 @@ def _report(
         host=host,
         steps=list(steps) if steps is not None else None,
     )
-    return build_report(inputs, extra_notes=log_notes)
+    return build_report(inputs, extra_notes=log_notes, deep=deep)
 
 
-def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Report:
+def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: bool = False) -> Report:
     """Run every registered analysis on ``inputs`` and collect a ``Report``."""
     from jaxdiag.analyses import run_all
 
     frames = inputs.frames
     results = run_all(inputs)
-    notes = tuple(frames.notes) + tuple(extra_notes)
+    deep_notes: list[str] = []
+    if deep:
+        from jaxdiag.xprof_tools.deep import deepen
+
+        results, deep_notes = deepen(results, frames, inputs.host)
+    notes = tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes)
     findings: list[Finding] = [f for r in results.values() for f in r.findings]
     findings += [
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="")
@@ -122,6 +133,9 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Rep
     ]
     findings.sort(key=lambda f: (-f.time_lost_ms, _SEVERITY_ORDER[f.severity], f.kind))
     sections = {name: result.to_dict() for name, result in results.items()}
+    from jaxdiag.analyses.finding_places import place_findings
+
+    findings = list(place_findings(findings, frames, sections.get("top_ops"), inputs.host))
     return Report(
         source=_source(frames),
         steps=sections.get("steps", []),
@@ -134,6 +148,8 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Rep
         notes=notes,
         device_time=sections.get("device_time", {}),
         sharding=sections.get("sharding", {}),
+        top_ops=sections.get("top_ops", {}),
+        memory=sections.get("memory", {}),
         frames=frames,
     )
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 #: Major.minor: a new major breaks readers; a new minor only adds fields.
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 class ReportFormatError(JaxdiagError):
@@ -50,6 +50,10 @@ class Report:
       sharding: per jitted function its mesh, input/output specs and the collectives
         the compiler inserted, and the timeline's collectives joined to them
         (added in schema 1.2; ``{}`` in older reports).
+      top_ops: the ops with the most device time per step, with FLOPs, bytes,
+        intensity and roofline bound where known (added in schema 1.3).
+      memory: per compile its argument/output/temp/code bytes against device
+        capacity, and measured peaks per allocator with ``--deep`` (added in schema 1.3).
       frames: the loaded trace, when the report was built in this process (not
         serialized; ``None`` after ``Report.open``).
     """
@@ -65,8 +69,10 @@ class Report:
     notes: tuple[str, ...] = ()
     device_time: dict[str, Any] = dataclasses.field(default_factory=dict)
     sharding: dict[str, Any] = dataclasses.field(default_factory=dict)
+    top_ops: dict[str, Any] = dataclasses.field(default_factory=dict)
+    memory: dict[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
-    frames: "TraceFrames | None" = dataclasses.field(default=None, compare=False, repr=False)
+    frames: TraceFrames | None = dataclasses.field(default=None, compare=False, repr=False)
 
     # --- serialization ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -84,13 +90,15 @@ class Report:
             "notes": list(self.notes),
             "device_time": self.device_time,
             "sharding": self.sharding,
+            "top_ops": self.top_ops,
+            "memory": self.memory,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(_clean(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Report":
+    def from_dict(cls, d: dict[str, Any]) -> Report:
         """Rebuild a report; raises ``ReportFormatError`` on a wrong schema or missing key."""
         if not isinstance(d, dict):
             raise ReportFormatError("a report must be a JSON object")
@@ -113,6 +121,8 @@ class Report:
             collectives=d["collectives"], throughput=d["throughput"],
             findings=findings, notes=tuple(d.get("notes", ())), device_time=d.get("device_time") or {},
             sharding=d.get("sharding") or {},
+            top_ops=d.get("top_ops") or {},
+            memory=d.get("memory") or {},
             schema_version=version,
         )
 
@@ -120,7 +130,7 @@ class Report:
         Path(path).write_text(self.to_json() + "\n")
 
     @classmethod
-    def open(cls, path: str | Path) -> "Report":
+    def open(cls, path: str | Path) -> Report:
         """Read a report saved by ``save`` or ``jaxdiag report --json FILE``."""
         p = Path(path)
         try:
@@ -137,21 +147,21 @@ class Report:
             raise ReportFormatError(f"{p}: {exc}") from None
 
     # --- tables for notebooks -------------------------------------------------
-    def steps_frame(self) -> "pd.DataFrame":
+    def steps_frame(self) -> pd.DataFrame:
         """Per-step figures as a DataFrame indexed by step."""
         import pandas as pd
 
         df = pd.DataFrame(self.steps)
         return df.set_index("step") if "step" in df else df
 
-    def findings_frame(self) -> "pd.DataFrame":
+    def findings_frame(self) -> pd.DataFrame:
         """Findings as a DataFrame, largest time lost first."""
         import pandas as pd
 
         cols = ["kind", "severity", "time_lost_ms", "message", "suggestion"]
         return pd.DataFrame([{c: f.to_dict()[c] for c in cols} for f in self.findings], columns=cols)
 
-    def events_frame(self) -> "pd.DataFrame":
+    def events_frame(self) -> pd.DataFrame:
         """Every loaded event (only for reports built in this process)."""
         if self.frames is None:
             raise JaxdiagError("this report was read from JSON; its events are not available")

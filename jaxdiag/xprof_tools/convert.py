@@ -17,8 +17,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from jaxdiag.errors import JaxdiagError
 
@@ -44,7 +45,7 @@ def tool_data(files: Sequence[str | Path], tool: str) -> Any:
         from xprof.convert import raw_to_tool_data
     except ImportError as exc:  # pragma: no cover - xprof is a dependency
         raise XprofError(f"XProf is not installed ({exc}); pip install xprof") from None
-    with _linked(files) as linked:
+    with _linked(files) as linked, _native_log_quiet():
         try:
             data, _ = raw_to_tool_data.xspace_to_tool_data(linked, tool, {"use_saved_result": False})
         except Exception as exc:  # noqa: BLE001 - a native converter can raise anything
@@ -80,6 +81,26 @@ def table_properties(table: Any) -> dict[str, Any]:
     """A table's properties (``p``): XProf puts device peaks there."""
     props = table.get("p") if isinstance(table, dict) else None
     return dict(props) if isinstance(props, dict) else {}
+
+
+@contextlib.contextmanager
+def _native_log_quiet() -> Iterator[None]:
+    """Send what XProf's native code logs on stderr (a few dozen lines a call) to nowhere."""
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (a notebook kernel may have none): nothing to hide
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @contextlib.contextmanager
