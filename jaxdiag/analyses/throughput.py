@@ -8,9 +8,9 @@ out every step that compiled (a compile span overlaps it, see
 so a slow step weighs as much as the time it took.
 
 Tokens come from ``AnalysisInputs.tokens_per_step``; tokens/s covers the steps
-whose count is known. MFU is ``flops_per_step / period`` over the summed
-``peak_flops`` of the analysed hosts' devices, and is ``None`` unless both are
-known. A capture without step markers (one window, step -1) has no step rate.
+whose count is known. MFU is a step's FLOPs over its period, over the summed
+peak FLOP/s of the analysed hosts' devices, and is ``None`` unless both are
+known; ``analyses.mfu`` says where each comes from (``mfu_basis`` in the section). A capture without step markers (one window, step -1) has no step rate.
 """
 
 from __future__ import annotations

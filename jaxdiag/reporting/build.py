@@ -9,9 +9,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds

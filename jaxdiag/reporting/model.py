@@ -72,7 +72,7 @@ class Report:
     top_ops: dict[str, Any] = dataclasses.field(default_factory=dict)
     memory: dict[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
-    frames: TraceFrames | None = dataclasses.field(default=None, compare=False, repr=False)
+    frames: "TraceFrames | None" = dataclasses.field(default=None, compare=False, repr=False)
 
     # --- serialization ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class Report:
         return json.dumps(_clean(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Report:
+    def from_dict(cls, d: dict[str, Any]) -> "Report":
         """Rebuild a report; raises ``ReportFormatError`` on a wrong schema or missing key."""
         if not isinstance(d, dict):
             raise ReportFormatError("a report must be a JSON object")
@@ -130,7 +130,7 @@ class Report:
         Path(path).write_text(self.to_json() + "\n")
 
     @classmethod
-    def open(cls, path: str | Path) -> Report:
+    def open(cls, path: str | Path) -> "Report":
         """Read a report saved by ``save`` or ``jaxdiag report --json FILE``."""
         p = Path(path)
         try:
@@ -147,21 +147,21 @@ class Report:
             raise ReportFormatError(f"{p}: {exc}") from None
 
     # --- tables for notebooks -------------------------------------------------
-    def steps_frame(self) -> pd.DataFrame:
+    def steps_frame(self) -> "pd.DataFrame":
         """Per-step figures as a DataFrame indexed by step."""
         import pandas as pd
 
         df = pd.DataFrame(self.steps)
         return df.set_index("step") if "step" in df else df
 
-    def findings_frame(self) -> pd.DataFrame:
+    def findings_frame(self) -> "pd.DataFrame":
         """Findings as a DataFrame, largest time lost first."""
         import pandas as pd
 
         cols = ["kind", "severity", "time_lost_ms", "message", "suggestion"]
         return pd.DataFrame([{c: f.to_dict()[c] for c in cols} for f in self.findings], columns=cols)
 
-    def events_frame(self) -> pd.DataFrame:
+    def events_frame(self) -> "pd.DataFrame":
         """Every loaded event (only for reports built in this process)."""
         if self.frames is None:
             raise JaxdiagError("this report was read from JSON; its events are not available")
