@@ -68,6 +68,8 @@ class OpRow:
     xprof_bound_by: str = ""
     facts_from: str = "trace"
     kernel: dict[str, Any] | None = None
+    achieved_flops_per_s: float | None = None
+    dtype: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +80,7 @@ class OpRow:
             "flops": _round(self.flops, 1), "bytes_accessed": _round(self.bytes_accessed, 1),
             "intensity": _round(self.intensity, 3), "bound": self.bound,
             "xprof_bound_by": self.xprof_bound_by, "facts_from": self.facts_from, "kernel": self.kernel,
+            "achieved_flops_per_s": _round(self.achieved_flops_per_s, 1), "dtype": self.dtype,
         }
 
 
@@ -102,6 +105,7 @@ class TopOps:
     memory_bandwidth_bps: float | None
     roofline_source: str
     deep: bool = False
+    peak_by_dtype: dict[str, float] = dataclasses.field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
 
     @property
@@ -120,6 +124,7 @@ class TopOps:
             "memory_bandwidth_bps": _round(self.memory_bandwidth_bps, 1),
             "ridge_point": _round(self.ridge_point, 3),
             "roofline_source": self.roofline_source,
+            "peak_flops_by_dtype": {k: _round(v, 1) for k, v in self.peak_by_dtype.items()},
             "deep": self.deep,
         }
 
@@ -140,7 +145,7 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
     peak, bandwidth, roofline_source = device_roofline(frames, inputs.host)
     ops = W.device_ops(frames, inputs.host, compile_windows(compile_spans(frames, inputs.host)))
     if ops.empty:
-        return TopOps((), 0.0, 0, peak, bandwidth, roofline_source)
+        return TopOps((), 0.0, 0, peak, bandwidth, roofline_source, peak_by_dtype=peaks_by_dtype(frames, inputs.host))
     windows = W.step_windows(frames, inputs.host, inputs.steps)
     step = np.full(len(ops), -1, dtype=np.int64)
     hosts = ops[F.HOST].to_numpy()
@@ -174,7 +179,8 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
             share=ms / total if total > 0 else 0.0, source=sources.get(function, ""),
             programs=programs.get((op, module, kind), ()),
         ))
-    return TopOps(tuple(rows), total, int(counted), peak, bandwidth, roofline_source)
+    return TopOps(tuple(rows), total, int(counted), peak, bandwidth, roofline_source,
+                  peak_by_dtype=peaks_by_dtype(frames, inputs.host))
 
 
 def _programs(ops: Any, keys: Any) -> dict[tuple[Any, ...], tuple[int, ...]]:
@@ -186,19 +192,39 @@ def _programs(ops: Any, keys: Any) -> dict[tuple[Any, ...], tuple[int, ...]]:
 
 
 def device_roofline(frames: Any, host: str | None = None) -> tuple[float | None, float | None, str]:
-    """One device's peak FLOP/s and memory bandwidth from the trace's device stats, and their source.
+    """One device's bf16 peak FLOP/s and memory bandwidth from the trace's device stats, and their source.
 
-    Devices of one capture are alike; the first device plane with both known is used.
+    Devices of one capture are alike; the first device plane with either known is used.
     """
+    peaks = peaks_by_dtype(frames, host)
     dev = frames.devices
     if host is not None and len(dev):
         dev = dev.loc[dev[F.HOST] == host]
     for row in dev.to_dict("records"):
-        peak, bw = _positive(row.get("peak_flops")), _positive(row.get("memory_bandwidth_bps"))
+        bw = _positive(row.get("memory_bandwidth_bps"))
+        peak = peaks.get("bfloat16")
         if peak is not None or bw is not None:
             name = row.get("device_name") or row.get("plane") or "device"
             return peak, bw, f"trace device stats of {name} ({row.get('plane', '')})"
     return None, None, "unknown: the trace's device planes carry no peak FLOP/s or bandwidth"
+
+
+def peaks_by_dtype(frames: Any, host: str | None = None) -> dict[str, float]:
+    """One device's peak FLOP/s for each dtype it has one for (see ``analyses.mfu``)."""
+    from jaxdiag.analyses.mfu import _device_peak
+
+    dev = frames.devices
+    if host is not None and len(dev):
+        dev = dev.loc[dev[F.HOST] == host]
+    rows = dev.to_dict("records")
+    if not rows:
+        return {}
+    out = {}
+    for dtype in ("bfloat16", "float16", "float32", "float8"):
+        peak, _ = _device_peak(rows[0], dtype)
+        if peak is not None:
+            out[dtype] = peak
+    return out
 
 
 def _positive(value: Any) -> float | None:
@@ -255,12 +281,17 @@ def join_xprof(result: TopOps, hlo_rows: Iterable[Mapping[str, Any]],
         flops = sum(_flops(h) for h in matches)
         nbytes = sum(_bytes(h) for h in matches)
         intensity = flops / nbytes if nbytes > 0 else None
+        busy_s = sum(_positive(h.get("total_self_time")) or 0.0 for h in matches) * 1e-6
         first = max(matches, key=lambda h: _positive(h.get("total_self_time")) or 0.0)
+        dtype = output_dtype(first.get("hlo_op_expression"))
+        op_peak = result.peak_by_dtype.get(dtype, peak) if dtype else peak
+        op_ridge = op_peak / bw if op_peak and bw else ridge
         rows.append(dataclasses.replace(
             row, flops=flops, bytes_accessed=nbytes if nbytes > 0 else None, intensity=intensity,
-            bound=_bound(intensity, ridge), xprof_bound_by=str(first.get("bound_by") or ""),
+            bound=_bound(intensity, op_ridge), dtype=dtype, xprof_bound_by=str(first.get("bound_by") or ""),
             source=source_line(first.get("source_info")) or row.source,
             category=str(first.get("category") or ""), facts_from="trace + XProf hlo_stats",
+            achieved_flops_per_s=flops / busy_s if busy_s > 0 and flops > 0 else None,
         ))
     return dataclasses.replace(result, rows=tuple(rows), peak_flops=peak, memory_bandwidth_bps=bw,
                                roofline_source=source, deep=True)
@@ -290,6 +321,19 @@ def _bound(intensity: float | None, ridge: float | None) -> str:
     if intensity is None or ridge is None:
         return "unknown"
     return "compute" if intensity >= ridge else "memory"
+
+
+_HLO_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64"}
+_OUTPUT_TYPE = re.compile(r"=\s*\(?\s*([a-z]+[0-9a-z]*)\[")
+
+
+def output_dtype(expression: Any) -> str:
+    """The dtype an HLO instruction's text says it produces (``float32`` for ``%x = f32[8]{0} ...``), or ``""``."""
+    m = _OUTPUT_TYPE.search(expression) if isinstance(expression, str) else None
+    if not m:
+        return ""
+    t = m[1]
+    return "float8" if t.startswith("f8") else _HLO_DTYPES.get(t, "")
 
 
 def source_line(info: Any) -> str:

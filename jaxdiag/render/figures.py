@@ -41,6 +41,7 @@ def all_figures(report: "Report", *, step: int | None = None, host: str | None =
         "small_op_histogram": small_op_histogram(report),
         "collective_overlap": collective_overlap(report),
         "sharding_collectives": _sharding_collectives(report),
+        "roofline": roofline(report),
     }
 
 
@@ -48,6 +49,13 @@ def _sharding_collectives(report: "Report") -> "go.Figure":
     from jaxdiag.render.sharding_figure import sharding_collectives
 
     return sharding_collectives(report)
+
+
+def roofline(report: "Report") -> "go.Figure":
+    """Top ops on the device's roofline (see ``render.ops_memory``)."""
+    from jaxdiag.render.ops_memory import roofline as draw
+
+    return draw(report)
 
 
 def default_step(report: "Report") -> int | None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Figures about the whole run, shown once; the selection figures follow the pickers.
 RUN_FIGURES = ("step_breakdown", "throughput", "recompile_timeline", "host_wait_waterfall",
-               "small_op_histogram", "collective_overlap")
+               "small_op_histogram", "collective_overlap", "roofline")
 _ALL_DEVICES = "all devices"
 
 

@@ -51,6 +51,7 @@ def print_report(report: "Report", console: "Console") -> None:
     _small_ops(report, console)
     _collectives(report, console)
     _sharding(report, console)
+    _ops_memory(report, console)
 
 
 def _header(report: "Report", console: "Console") -> None:
@@ -198,6 +199,13 @@ def _sharding(report: "Report", console: "Console") -> None:
     console.print("[bold]Sharding[/bold] (jaxdiag sharding shows every array's spec)")
     print_functions(section, console, detail=False)
     print_timeline(section, console)
+
+
+def _ops_memory(report: "Report", console: "Console") -> None:
+    """Top ops, MFU's basis and memory (see ``render.ops_memory``)."""
+    from jaxdiag.render.ops_memory import print_sections
+
+    print_sections(report, console)
 
 
 def _ms(value: Any) -> str:

@@ -65,12 +65,26 @@ def timeline_address(url: str, run: str, host: str, start_ms: float | None = Non
             + urllib.parse.quote(data_url, safe=""))
 
 
+def _folder_of(run_dir: str | Path, cache_root: Path | None = None) -> Path:
+    root = cache_root or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxdiag" / "xprof"
+    return root / hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
+
+
+def known_server(run_dir: str | Path, cache_root: Path | None = None) -> Server | None:
+    """The server a ``jaxdiag open`` started for this run, if its process still runs (no request made)."""
+    state = _folder_of(run_dir, cache_root) / _STATE
+    try:
+        known = json.loads(state.read_text())
+        server = Server(str(known["url"]), int(known["pid"]), str(state.parent), reused=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return server if _alive(server.pid) else None
+
+
 def serving_folder(run_dir: str | Path, files: Sequence[str | Path], cache_root: Path | None = None) -> Path:
     """The private logdir for one run, with links to its host files (made if missing)."""
     run_dir = Path(run_dir).resolve()
-    root = cache_root or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxdiag" / "xprof"
-    key = hashlib.sha256(str(run_dir).encode()).hexdigest()[:16]
-    logdir = root / key
+    logdir = _folder_of(run_dir, cache_root)
     run = logdir / "plugins" / "profile" / run_dir.name
     try:
         run.mkdir(parents=True, exist_ok=True)
