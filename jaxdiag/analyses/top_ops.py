@@ -155,40 +155,69 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
         step[rows] = W.step_of(starts[rows], windows.loc[windows[F.HOST] == host])
     devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
     scale = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
-    hlo_op = ops[F.HLO_OP].astype(str).to_numpy()
-    ops = ops.assign(
-        _step=step, _ms=ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale,
-        _module=ops[F.HLO_MODULE].astype(str).to_numpy(),
-        _op=np.where(hlo_op != "", hlo_op, ops[F.NAME].astype(str).to_numpy()),
-    )
-    if inputs.steps is not None:
-        ops = ops.loc[ops["_step"] >= 0]
+    ms = ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale
+    keep = step >= 0 if inputs.steps is not None else np.ones(len(ops), dtype=bool)
     counted = windows.loc[windows[F.STEP] >= 0, F.STEP].nunique() if len(windows) else 0
-    total = float(ops["_ms"].sum())
-    grouped = ops.groupby(["_op", "_module", W.OP_KIND], observed=True, sort=False)["_ms"].agg(["count", "sum"])
-    grouped = grouped.sort_values("sum", ascending=False).head(TOP)
-    programs = _programs(ops, grouped.index)
+    group, names, modules, kinds = _groups(ops)
+    group, ms = group[keep], ms[keep]
+    total = float(ms.sum())
+    sums = np.bincount(group, weights=ms, minlength=len(names))
+    counts = np.bincount(group, minlength=len(names))
+    top = [int(g) for g in np.argsort(-sums, kind="stable")[:TOP] if counts[g] > 0]
+    programs = _programs(group, ops[F.PROGRAM_ID].fillna(-1).to_numpy(np.int64)[keep], top)
     sources = _function_sources(inputs.compile_log)
     rows = []
-    for i, ((op, module, kind), g) in enumerate(grouped.iterrows(), start=1):
-        ms = float(g["sum"])
-        function = function_of(str(module)) if module else ""
+    for i, g in enumerate(top, start=1):
+        module = modules[g]
+        function = function_of(module) if module else ""
         rows.append(OpRow(
-            id=f"op{i}", name=str(op), module=str(module), function=function, kind=str(kind),
-            count=int(g["count"]), total_ms=ms, per_step_ms=ms / counted if counted else None,
-            share=ms / total if total > 0 else 0.0, source=sources.get(function, ""),
-            programs=programs.get((op, module, kind), ()),
+            id=f"op{i}", name=names[g], module=module, function=function, kind=kinds[g],
+            count=int(counts[g]), total_ms=float(sums[g]), per_step_ms=float(sums[g]) / counted if counted else None,
+            share=float(sums[g]) / total if total > 0 else 0.0, source=sources.get(function, ""),
+            programs=programs.get(g, ()),
         ))
     return TopOps(tuple(rows), total, int(counted), peak, bandwidth, roofline_source,
                   peak_by_dtype=peaks_by_dtype(frames, inputs.host))
 
 
-def _programs(ops: Any, keys: Any) -> dict[tuple[Any, ...], tuple[int, ...]]:
-    """The program ids (XLA module ids) each kept ``(op, module, kind)`` ran under."""
-    wanted = set(keys)
-    pid = ops[F.PROGRAM_ID].fillna(-1).astype(np.int64)
-    found = ops.assign(_pid=pid).groupby(["_op", "_module", W.OP_KIND], observed=True, sort=False)["_pid"].unique()
-    return {k: tuple(sorted(int(p) for p in v if p >= 0)) for k, v in found.items() if k in wanted}
+def _groups(ops: Any) -> tuple[np.ndarray, list[str], list[str], list[str]]:
+    """Each row's ``(op, module, kind)`` group number, and each group's op, module and kind.
+
+    The op is the HLO op where the trace names one, else the event (kernel) name.
+    Distinct names are few, rows many: the work is on integer codes.
+    """
+    import pandas as pd
+
+    op_codes, op_names = pd.factorize(ops[F.HLO_OP], sort=False)
+    name_codes, kernel_names = pd.factorize(ops[F.NAME], sort=False)
+    op_names = [str(x) for x in op_names]
+    kernel_names = [str(x) for x in kernel_names]
+    use_kernel = (op_codes < 0) | np.isin(op_codes, [i for i, n in enumerate(op_names) if not n])
+    op_key = np.where(use_kernel, len(op_names) + name_codes, op_codes)
+    label = op_names + kernel_names
+    mod_codes, mod_names = pd.factorize(ops[F.HLO_MODULE], sort=False)
+    kind_codes, kind_names = pd.factorize(ops[W.OP_KIND], sort=False)
+    n_mod, n_kind = len(mod_names) + 1, len(kind_names) + 1
+    combined = (op_key.astype(np.int64) * n_mod + (mod_codes + 1)) * n_kind + (kind_codes + 1)
+    group, keys = pd.factorize(combined, sort=False)
+    keys = np.asarray(keys, dtype=np.int64)
+    kind_of = keys % n_kind - 1
+    mod_of = (keys // n_kind) % n_mod - 1
+    op_of = keys // n_kind // n_mod
+    names = [label[int(o)] for o in op_of]
+    modules = ["" if m < 0 else str(mod_names[int(m)]) for m in mod_of]
+    kinds = ["" if k < 0 else str(kind_names[int(k)]) for k in kind_of]
+    return group.astype(np.int64), names, modules, kinds
+
+
+def _programs(group: np.ndarray, pid: np.ndarray, wanted: list[int]) -> dict[int, tuple[int, ...]]:
+    """The program ids (XLA module ids) each wanted group ran under."""
+    rows = np.isin(group, wanted) & (pid >= 0)
+    pairs = np.unique(np.stack([group[rows], pid[rows]], axis=1), axis=0) if rows.any() else np.zeros((0, 2), int)
+    out: dict[int, list[int]] = {}
+    for g, p in pairs.tolist():
+        out.setdefault(int(g), []).append(int(p))
+    return {g: tuple(sorted(p)) for g, p in out.items()}
 
 
 def device_roofline(frames: Any, host: str | None = None) -> tuple[float | None, float | None, str]:
