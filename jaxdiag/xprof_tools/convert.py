@@ -3,7 +3,9 @@
 The converters cache what they compute in files beside the ``.xplane.pb`` they
 read (``ALL_HOSTS.op_stats_v2.pb``, ...), which would write into the user's
 trace folder (or fail on a read-only one). Each call therefore reads links to
-the host files from a private temporary folder, removed afterwards.
+the host files from a private temporary folder, removed afterwards; several
+tools on the same files share one (``private_links``), so that XProf's cached
+op statistics serve them all.
 
 Tables come back as Google-visualization JSON (``cols`` with ids, ``rows`` of
 ``c`` cells); ``table_rows`` turns one into plain dicts keyed by column id, so
@@ -31,10 +33,12 @@ class XprofError(JaxdiagError):
     """XProf is missing, or could not convert a trace."""
 
 
-def tool_data(files: Sequence[str | Path], tool: str) -> Any:
+def tool_data(files: Sequence[str | Path], tool: str, *, private: bool = False) -> Any:
     """The parsed JSON XProf's ``tool`` gives for these host files.
 
-    ``memory_profile`` reads one host at a time: pass one file.
+    ``memory_profile`` reads one host at a time: pass one file. ``private``: the
+    files are links in a folder of ours (``private_links``), where XProf may keep
+    what it computed for the next tool (its op statistics serve several).
 
     Raises:
       XprofError: xprof cannot be imported, or the conversion failed.
@@ -45,9 +49,10 @@ def tool_data(files: Sequence[str | Path], tool: str) -> Any:
         from xprof.convert import raw_to_tool_data
     except ImportError as exc:  # pragma: no cover - xprof is a dependency
         raise XprofError(f"XProf is not installed ({exc}); pip install xprof") from None
-    with _linked(files) as linked, _native_log_quiet():
+    with (contextlib.nullcontext([str(f) for f in files]) if private else private_links(files)) as linked, \
+            _native_log_quiet():
         try:
-            data, _ = raw_to_tool_data.xspace_to_tool_data(linked, tool, {"use_saved_result": False})
+            data, _ = raw_to_tool_data.xspace_to_tool_data(linked, tool, {"use_saved_result": private})
         except Exception as exc:  # noqa: BLE001 - a native converter can raise anything
             raise XprofError(f"XProf's {tool} could not convert {_names(files)}: {exc}") from None
     if data is None:
@@ -104,8 +109,8 @@ def _native_log_quiet() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _linked(files: Sequence[str | Path]) -> Iterator[list[str]]:
-    """Links to ``files`` in a fresh temporary folder (copies where links are refused)."""
+def private_links(files: Sequence[str | Path]) -> Iterator[list[str]]:
+    """Links to ``files`` in a fresh temporary folder (copies where links are refused), removed after."""
     folder = tempfile.mkdtemp(prefix="jaxdiag-xprof-")
     try:
         linked = []

@@ -18,6 +18,7 @@ from typing import Any
 
 from jaxdiag.xprof_tools.convert import (
     XprofError,
+    private_links,
     table_properties,
     table_rows,
     tool_data,
@@ -26,8 +27,6 @@ from jaxdiag.xprof_tools.convert import (
 
 def deepen(results: Mapping[str, Any], frames: Any, host: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """``results`` (analysis name -> result) with XProf's facts joined; and notes on what failed."""
-    from jaxdiag.analyses import memory as M
-    from jaxdiag.analyses import top_ops as T
     from jaxdiag.trace.discover import host_name
 
     out = dict(results)
@@ -37,11 +36,21 @@ def deepen(results: Mapping[str, Any], frames: Any, host: str | None = None) -> 
         xplanes = [f for f in xplanes if host_name(Path(f)) == host]
     if not xplanes:
         return out, ["--deep: XProf reads .xplane.pb files; this run has none"]
+    with private_links(xplanes) as linked:
+        _join(out, frames, linked, notes)
+    return out, notes
+
+
+def _join(out: dict[str, Any], frames: Any, xplanes: list[str], notes: list[str]) -> None:
+    from jaxdiag.analyses import memory as M
+    from jaxdiag.analyses import top_ops as T
+    from jaxdiag.trace.discover import host_name
+
     top = out.get("top_ops")
     if isinstance(top, T.TopOps):
         try:
-            hlo = table_rows(tool_data(xplanes, "hlo_stats"))
-            roof = tool_data(xplanes, "roofline_model")
+            hlo = table_rows(tool_data(xplanes, "hlo_stats", private=True))
+            roof = tool_data(xplanes, "roofline_model", private=True)
             props = table_properties(roof[0] if isinstance(roof, list) and roof else roof)
             top = T.join_xprof(top, hlo, props)
             top = dataclasses.replace(top, rows=tuple(_with_kernels(top.rows, frames, xplanes, notes)))
@@ -53,11 +62,10 @@ def deepen(results: Mapping[str, Any], frames: Any, host: str | None = None) -> 
         peaks = []
         for f in xplanes:
             try:
-                peaks += M.peaks_from_memory_profile(host_name(Path(f)), tool_data([f], "memory_profile"))
+                peaks += M.peaks_from_memory_profile(host_name(Path(f)), tool_data([f], "memory_profile", private=True))
             except XprofError as exc:
                 notes.append(f"--deep: no measured memory peak for {f} ({exc})")
         out["memory"] = M.join_memory_profile(mem, peaks)
-    return out, notes
 
 
 def _with_kernels(rows: Any, frames: Any, xplanes: list[str], notes: list[str]) -> list[Any]:
@@ -69,7 +77,7 @@ def _with_kernels(rows: Any, frames: Any, xplanes: list[str], notes: list[str]) 
     from jaxdiag.trace import frames as F
 
     try:
-        kernels = table_rows(tool_data(xplanes, "kernel_stats"))
+        kernels = table_rows(tool_data(xplanes, "kernel_stats", private=True))
     except XprofError as exc:
         notes.append(f"--deep: no kernel stats ({exc})")
         return list(rows)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from frames_builders import device_event, frames
 
 from jaxdiag.analyses import memory
 from jaxdiag.analyses.base import AnalysisInputs
-from frames_builders import device_event, frames
 
 
 def _record(function: str, **memory_fields: int) -> dict:

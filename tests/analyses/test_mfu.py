@@ -6,10 +6,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from frames_builders import device_event, frames
 
 from jaxdiag.analyses import mfu, throughput
 from jaxdiag.analyses.base import AnalysisInputs
-from frames_builders import device_event, frames
 
 
 def _inputs(capture, **kw):

@@ -18,8 +18,8 @@ def _op_total_ms(frames, name: str, module: str) -> float:
 
 
 def test_cpu_matmul_is_the_top_op(matmul_capture):
-    from jaxdiag.trace.load import load
     from jaxdiag.reporting.build import _beside_trace
+    from jaxdiag.trace.load import load
 
     frames = load(matmul_capture.run_dir)
     _, records, _ = _beside_trace(str(matmul_capture.run_dir), matmul_capture.run_dir, None)
