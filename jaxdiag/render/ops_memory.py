@@ -152,12 +152,13 @@ def place_html(report: "Report", finding: "Finding", number: int) -> str:
     text = _e(", ".join(bits))
     rows = finding.evidence.get("top_op_rows") or []
     if rows:
-        text += "<br>ops: " + " ".join(f"<a href='#jd-{_e(r)}'>{_e(r)}</a>" for r in rows[:6])
+        text += "<br>top ops: " + _e(", ".join(str(r) for r in rows[:6]))
     run_dir = str(report.source.get("run_dir") or "")
     command = f"jaxdiag open {run_dir} --finding {number}"
     address = _live_address(run_dir, where)
+    # Addresses as text, not links: the page loads and links nothing (see render.html).
     if address:
-        text += f"<br><a href='{_e(address)}'>timeline in XProf</a>"
+        text += f"<br>timeline in XProf: <code class='jd-address'>{_e(address)}</code>"
     return text + f"<br><code>{_e(command)}</code>"
 
 

@@ -43,7 +43,7 @@ def test_html_places_findings_and_anchors_rows(cpu_trace_dir):
     r = report(cpu_trace_dir.run_dir)
     page = html.render(r)
     assert "<th>where</th>" in page and f"jaxdiag open {r.source['run_dir']} --finding 1" in page
-    assert "id='jd-op1'" in page and "href='#jd-op" in page  # the small-op finding links its rows
+    assert "id='jd-op1'" in page and "top ops: op" in page  # the small-op finding names its rows
     assert "Top ops by device time" in page
     fig = figures.roofline(r)
     assert "--deep" in fig.layout.annotations[0].text  # no FLOPs without --deep: says so, draws nothing

@@ -25,11 +25,12 @@ def _get(url: str) -> bytes:
 
 
 @pytest.fixture()
-def serving(cpu_trace_dir, tmp_path):
+def serving(cpu_trace_dir, tmp_path, monkeypatch):
     """A started server on the session's CPU capture; killed after the test."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     files = sorted(Path(cpu_trace_dir.run_dir).glob("*.xplane.pb"))
     before = sorted(p.name for p in Path(cpu_trace_dir.run_dir).iterdir())
-    logdir = S.serving_folder(cpu_trace_dir.run_dir, files, cache_root=tmp_path / "cache")
+    logdir = S.serving_folder(cpu_trace_dir.run_dir, files)
     server = S.ensure_server(logdir)
     try:
         yield server, cpu_trace_dir, files, before
@@ -57,7 +58,24 @@ def test_server_serves_the_run_at_the_printed_address(serving):
     # A second open finds the same server.
     again = S.ensure_server(Path(server.logdir))
     assert again.reused and again.url == server.url
-    assert S.known_server(trace.run_dir, cache_root=Path(server.logdir).parent) == again
+    assert S.known_server(trace.run_dir) == again
+
+
+def test_html_report_shows_the_address_beside_each_finding(serving):
+    import html
+
+    from jaxdiag.render.html import render
+    from jaxdiag.reporting.build import report
+
+    server, trace, _, _ = serving
+    r = report(trace.run_dir)
+    page = render(r)
+    shown = [f for f in r.findings if f.kind != "loader" or f.time_lost_ms > 0]
+    for f in shown:
+        where = f.evidence.get("where")
+        if where:
+            address = server.timeline(where["run"], where["host"], where["start_ms"], where["end_ms"])
+            assert html.escape(address) in page
 
 
 def test_timeline_address_carries_the_range():
