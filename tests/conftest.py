@@ -129,6 +129,9 @@ def matmul_capture(tmp_path_factory: pytest.TempPathFactory) -> MatmulCapture:
     import jax.numpy as jnp
 
     import jaxdiag
+    from jaxdiag.recording import compile_log
+
+    compile_log.configure(analysis=None)  # the default, whatever earlier tests chose
 
     @jax.jit
     def step(w, x):

@@ -260,7 +260,7 @@ def _describe_process(mesh: Any | None) -> dict[str, Any]:
     }
 
 
-def _analysis_on() -> bool | None:
+def _analysis_on() -> Any:
     """Record cost and memory of the window's compiles (for MFU and memory), unless chosen otherwise."""
     try:
         from jaxdiag.recording import compile_log
@@ -270,11 +270,13 @@ def _analysis_on() -> bool | None:
         return None
 
 
-def _restore_analysis(previous: bool | None) -> None:
+def _restore_analysis(token: Any) -> None:
+    if token is None:
+        return
     try:
         from jaxdiag.recording import compile_log
 
-        compile_log.restore_analysis(previous)
+        compile_log.restore_analysis(token)
     except Exception:  # noqa: BLE001
         pass
 
