@@ -8,8 +8,9 @@ with no step and no time range (the whole capture), and says so
 (``"step": None``). Times are milliseconds on the host's profiler clock, the
 clock XProf's trace viewer shows.
 
-Small-op findings link to the top-op rows of their module, collective findings
-to the collective rows (``evidence["top_op_rows"]``, ids like ``"op3"``).
+Small-op findings link to the top-op rows of their module, exposed-collective
+findings to the collective rows, a finding about one collective op (evidence
+``op``, e.g. ``implicit_resharding``) to that op's row (``evidence["top_op_rows"]``, ids like ``"op3"``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from jaxdiag.analyses.base import Finding
 from jaxdiag.trace import frames as F
 
-_COLLECTIVE_KINDS = ("exposed_collective", "collective", "sharding_collective")
+_COLLECTIVE_KINDS = ("exposed_collective", "collective")
 
 
 def place_findings(findings: Sequence[Finding], frames: Any, top_ops: Mapping[str, Any] | None = None,
@@ -125,8 +126,10 @@ def _linked_rows(kind: str, evidence: Mapping[str, Any], rows: Iterable[Mapping[
         mine = [r for r in rows if r.get("module") == module]
         named = [r for r in mine if r.get("name") in names]
         return [str(r["id"]) for r in (named or mine)]
-    if kind in _COLLECTIVE_KINDS or kind.endswith("collective"):
-        op = evidence.get("op")
-        named = [r for r in rows if op and r.get("name") == op]
-        return [str(r["id"]) for r in (named or [r for r in rows if r.get("kind") == "collective"])]
+    op = evidence.get("op")
+    named = [r for r in rows if op and r.get("name") == op and r.get("kind") == "collective"]
+    if named:  # a finding about one collective (e.g. implicit_resharding): its row
+        return [str(r["id"]) for r in named]
+    if kind in _COLLECTIVE_KINDS:
+        return [str(r["id"]) for r in rows if r.get("kind") == "collective"]
     return []

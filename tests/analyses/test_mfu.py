@@ -79,3 +79,33 @@ def test_dtype_by_argument_bytes():
                          {"kind": "static", "value": "3"}]}]
     assert mfu.compute_dtype(records)[0] == "bfloat16"
     assert mfu.compute_dtype([{"args": [{"kind": "array", "dtype": "int32", "shape": [4]}]}])[0] is None
+
+
+def test_a_chosen_setting_wins_over_the_capture_default(tmp_path):
+    """``configure(analysis=False)`` keeps cost analysis off inside a capture; ``None`` restores the default."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxdiag
+    from jaxdiag.capturing.sidecar import read_sidecars
+    from jaxdiag.recording import compile_log
+
+    def capture(folder, scale):
+        @jax.jit
+        def f(x):
+            return x * scale
+
+        with jaxdiag.profile(folder) as cap:
+            f(jnp.ones(4)).block_until_ready()
+        return [r for r in read_sidecars(cap.run_dir).compile_log if r.get("function") == "f"]
+
+    try:
+        compile_log.configure(analysis=False)
+        assert [r.get("cost") for r in capture(tmp_path / "off", 2.0)] == [None]
+        assert compile_log.LOG.analysis is False  # left as chosen
+        compile_log.configure(analysis=None)
+        (record,) = capture(tmp_path / "default", 3.0)
+        assert record["cost"]["flops"] > 0 and record["memory"]["output_bytes"] == 16
+        assert compile_log.LOG.analysis is None  # the window's setting did not outlive it
+    finally:
+        compile_log.configure(analysis=None)
