@@ -102,3 +102,50 @@ def shared_fixtures() -> Path:
     if not SHARED_FIXTURES.is_dir():
         pytest.skip(f"shared H100 traces not present at {SHARED_FIXTURES}")
     return SHARED_FIXTURES
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulCapture:
+    """A ``jaxdiag.profile`` capture of a matmul step, with what the compiler said about it.
+
+    Attributes:
+      logdir, run_dir: as in ``CpuTrace``.
+      steps: ``StepTraceAnnotation("train", step_num=i)`` steps, one ``step`` call each.
+      flops: ``cost_analysis()["flops"]`` of the compiled ``step``.
+      memory: ``memory_analysis()`` of the compiled ``step`` as a dict of the recorded fields.
+    """
+
+    logdir: Path
+    run_dir: Path
+    steps: int
+    flops: float
+    memory: dict
+
+
+@pytest.fixture(scope="session")
+def matmul_capture(tmp_path_factory: pytest.TempPathFactory) -> MatmulCapture:
+    """A real capture of 4 steps of ``tanh(x @ w)`` (512 x 512, f32) under ``jaxdiag.profile``."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxdiag
+    from jaxdiag.recording import compile_log
+
+    compile_log.configure(analysis=None)  # the default, whatever earlier tests chose
+
+    @jax.jit
+    def step(w, x):
+        return jnp.tanh(x @ w)
+
+    w, x = jnp.ones((512, 512)), jnp.ones((512, 512))
+    logdir = tmp_path_factory.mktemp("matmul")
+    steps = 4
+    with jaxdiag.profile(logdir) as capture:
+        for i in range(steps):
+            with jax.profiler.StepTraceAnnotation("train", step_num=i):
+                step(w, x).block_until_ready()
+    compiled = step.lower(w, x).compile()
+    stats = compiled.memory_analysis()
+    memory = {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
+              "temp_bytes": stats.temp_size_in_bytes, "generated_code_bytes": stats.generated_code_size_in_bytes}
+    return MatmulCapture(logdir, Path(capture.run_dir), steps, float(compiled.cost_analysis()["flops"]), memory)

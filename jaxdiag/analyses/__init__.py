@@ -23,6 +23,8 @@ _MODULES = {
     "throughput": "throughput",
     "device_time": "device_time",
     "sharding": "sharding",
+    "top_ops": "top_ops",
+    "memory": "memory",
 }
 
 

@@ -8,16 +8,16 @@ out every step that compiled (a compile span overlaps it, see
 so a slow step weighs as much as the time it took.
 
 Tokens come from ``AnalysisInputs.tokens_per_step``; tokens/s covers the steps
-whose count is known. MFU is ``flops_per_step / period`` over the summed
-``peak_flops`` of the analysed hosts' devices, and is ``None`` unless both are
-known. A capture without step markers (one window, step -1) has no step rate.
+whose count is known. MFU is a step's FLOPs over its period, over the summed
+peak FLOP/s of the analysed hosts' devices, and is ``None`` unless both are
+known; ``analyses.mfu`` says where each comes from (``mfu_basis`` in the section). A capture without step markers (one window, step -1) has no step rate.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -25,10 +25,8 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import hosts_of, step_windows
+from jaxdiag.analyses.mfu import mfu_basis
 from jaxdiag.trace import frames as F
-
-if TYPE_CHECKING:  # pragma: no cover
-    from jaxdiag.trace.frames import TraceFrames
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,9 +72,11 @@ class ThroughputResult:
     mfu: float | None
     per_step: tuple[StepRate, ...]
     findings: tuple[Finding, ...] = ()
+    mfu_basis: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "mfu_basis": self.mfu_basis or {},
             "steps_per_s": _r(self.steps_per_s),
             "tokens_per_s": _r(self.tokens_per_s),
             "steady_steps_per_s": _r(self.steady_steps_per_s),
@@ -113,20 +113,19 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
                 periods[step] = (float(p) / 1e6, float(w) / 1e6)
             if c:
                 compiled.add(step)
-    peak = _peak_flops(frames, inputs.host)
+    basis = mfu_basis(inputs)
+    peak, flops_of = basis.peak_flops, basis.flops_of
     rows = []
     for step in sorted(periods):
         p, w = periods[step]
         mfu = None
-        if inputs.flops_per_step is not None and peak is not None and p > 0:
-            mfu = inputs.flops_per_step / (p / 1e3) / peak
+        flops = flops_of(step)
+        if flops is not None and peak is not None and p > 0:
+            mfu = flops / (p / 1e3) / peak
         rows.append(StepRate(step, w, p, step in compiled, inputs.tokens_for(step), mfu))
     steady = [r for r in rows if not r.compiled]
     steady_rate = _rate(steady)
-    mfu = None
-    if inputs.flops_per_step is not None and peak is not None:
-        rate = steady_rate if steady_rate is not None else _rate(rows)
-        mfu = None if rate is None else inputs.flops_per_step * rate / peak
+    mfu = _mfu_over(steady or rows, flops_of, peak)
     return ThroughputResult(
         steps_per_s=_rate(rows),
         tokens_per_s=_token_rate(rows),
@@ -134,6 +133,7 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         steady_tokens_per_s=_token_rate(steady),
         mfu=mfu,
         per_step=tuple(rows),
+        mfu_basis=basis.to_dict(),
     )
 
 
@@ -148,14 +148,12 @@ def _token_rate(rows: list[StepRate]) -> float | None:
     return None if not known or total <= 0 else sum(r.tokens or 0.0 for r in known) * 1000.0 / total
 
 
-def _peak_flops(frames: "TraceFrames", host: str | None) -> float | None:
-    """Summed peak flops/s of the devices, ``None`` when any is unknown or there are none."""
-    dev = frames.devices
-    if host is not None:
-        dev = dev.loc[dev[F.HOST] == host]
-    if dev.empty or "peak_flops" not in dev:
+def _mfu_over(rows: list[StepRate], flops_of: Any, peak: float | None) -> float | None:
+    """MFU over ``rows``: their FLOPs over their summed periods, over the peak; ``None`` when unknown."""
+    if peak is None or not rows:
         return None
-    peaks = dev["peak_flops"].astype(float)
-    if peaks.isna().any() or (peaks <= 0).any():
+    flops = [flops_of(r.step) for r in rows]
+    if any(f is None for f in flops):
         return None
-    return float(peaks.sum())
+    total = sum(r.period_ms for r in rows)
+    return None if total <= 0 else sum(flops) / (total / 1e3) / peak

@@ -85,6 +85,7 @@ class Capture:
                 raise CaptureError(f"cannot start the profiler: {exc}") from None
             self._started_unix = time.time()
             _active = self
+            self._analysis_was = _analysis_on()
             if self.watch:
                 self._watch = _start_watch()
         return self
@@ -100,6 +101,7 @@ class Capture:
             _active = None
             records = _stop_watch(self._watch)
             self._watch = None
+            _restore_analysis(getattr(self, "_analysis_was", None))
             try:
                 jax.profiler.stop_trace()
             finally:
@@ -256,6 +258,27 @@ def _describe_process(mesh: Any | None) -> dict[str, Any]:
         "mesh": described_mesh,
         "env": sidecar.environment(),
     }
+
+
+def _analysis_on() -> Any:
+    """Record cost and memory of the window's compiles (for MFU and memory), unless chosen otherwise."""
+    try:
+        from jaxdiag.recording import compile_log
+
+        return compile_log.analysis_on_unless_chosen()
+    except Exception:  # noqa: BLE001 - instrumentation never stops the capture
+        return None
+
+
+def _restore_analysis(token: Any) -> None:
+    if token is None:
+        return
+    try:
+        from jaxdiag.recording import compile_log
+
+        compile_log.restore_analysis(token)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _start_watch() -> Any:

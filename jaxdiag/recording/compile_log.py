@@ -156,12 +156,13 @@ _ids: dict[int, tuple[weakref.ref[Any], int]] = {}
 _next_id = itertools.count(1)
 _env_lock = threading.Lock()
 _env_read = False
+_analysis_chosen = False  # ``configure(analysis=...)`` was called: a capture window leaves it alone
 
 
 def configure(
     *,
     log_dir: str | os.PathLike[str] | None = _UNSET,
-    analysis: bool = _UNSET,
+    analysis: bool | None = _UNSET,
     max_records: int = _UNSET,
 ) -> pathlib.Path | None:
     """Set where the compile log goes and what it records; unnamed settings keep their value.
@@ -172,7 +173,8 @@ def configure(
       analysis: add cost (flops, bytes accessed) and memory figures to each record. This
         asks the compiler for its analysis after every compile, so it is off by default.
         Overrides ``JAXDIAG_COMPILE_ANALYSIS``; ``jaxdiag.jit(analysis=...)`` overrides it
-        per function.
+        per function. ``None`` returns to the default: off, except inside a capture window
+        (``jaxdiag.profile``), which records it.
       max_records: how many records to keep in memory (oldest dropped first).
 
     Returns:
@@ -187,7 +189,9 @@ def configure(
             raise ConfigError(f"max_records must be a positive integer, got {max_records!r}")
         LOG.resize(max_records)
     if analysis is not _UNSET:
-        LOG.analysis = bool(analysis)
+        global _analysis_chosen
+        LOG.analysis = None if analysis is None else bool(analysis)
+        _analysis_chosen = analysis is not None
     if log_dir is not _UNSET:
         sink = None if log_dir is None else JsonlSink(log_dir)
         with LOG._lock:
@@ -216,6 +220,29 @@ def apply_env() -> None:
         if LOG.analysis is None:
             LOG.analysis = config.analysis_from_env()
         _env_read = True
+
+
+def analysis_on_unless_chosen() -> tuple[bool, bool | None]:
+    """Turn cost and memory analysis on, unless ``configure`` or ``JAXDIAG_COMPILE_ANALYSIS`` chose.
+
+    A capture window calls this at start: its compiles then carry FLOPs for MFU and
+    memory figures, which cost little next to the compile itself. Returns the token
+    to hand to ``restore_analysis`` when the window closes.
+    """
+    import os
+
+    chosen = _analysis_chosen or bool(os.environ.get(config.ENV_ANALYSIS, "").strip())
+    previous = LOG.analysis
+    if not chosen:
+        LOG.analysis = True
+    return (not chosen, previous)
+
+
+def restore_analysis(token: tuple[bool, bool | None]) -> None:
+    """Undo ``analysis_on_unless_chosen`` (unless ``configure`` chose a setting meanwhile)."""
+    changed, previous = token
+    if changed and not _analysis_chosen:
+        LOG.analysis = previous
 
 
 def analysis_enabled() -> bool:

@@ -49,6 +49,13 @@ def sharding_collectives(report: "Report") -> "go.Figure":
     return sharding_collectives(report)
 
 
+def roofline(report: "Report") -> "go.Figure":
+    """Top ops on the device's roofline (see ``render.ops_memory``)."""
+    from jaxdiag.render.ops_memory import roofline as draw
+
+    return draw(report)
+
+
 def default_step(report: "Report") -> int | None:
     """A typical step to draw: the median-wall step among those that did not compile."""
     from jaxdiag.reporting.timeline_events import default_step as typical

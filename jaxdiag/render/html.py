@@ -78,11 +78,13 @@ def _summary(report: "Report") -> str:
     ]
     findings = [f for f in report.findings if f.kind != "loader" or f.time_lost_ms > 0]
     if findings:
+        from jaxdiag.render.ops_memory import place_html
+
         parts.append(_table(
-            ("severity", "lost ms", "what happened", "what to change"),
-            ([f"<span class='{f.severity.value}'>{f.severity.value}</span>", _num(f.time_lost_ms),
-              _e(f.message), _e(f.suggestion)] for f in findings),
-            numeric=(1,), escape=False,
+            ("#", "severity", "lost ms", "what happened", "what to change", "where"),
+            ([str(i), f"<span class='{f.severity.value}'>{f.severity.value}</span>", _num(f.time_lost_ms),
+              _e(f.message), _e(f.suggestion), place_html(report, f, i)] for i, f in enumerate(findings, 1)),
+            numeric=(0, 2), escape=False,
         ))
     else:
         parts.append("<p>No findings: nothing measurable was lost.</p>")

@@ -32,6 +32,7 @@ def report(
     flops_per_step: float | None = None,
     compile_log: str | Path | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    deep: bool = False,
 ) -> Report:
     """Load the capture at ``path`` and diagnose it.
 
@@ -47,13 +48,17 @@ def report(
       compile_log: a ``jaxdiag.jit`` compile log (file or folder); by default the
         capture sidecar's, else a ``compiles*.jsonl`` in the run folder or the logdir.
       thresholds: analysis tunables.
+      deep: also run XProf's converters (``hlo_stats``, ``roofline_model``,
+        ``memory_profile``, ``kernel_stats``) and join their FLOPs, bytes and
+        memory peaks to the top-ops and memory sections (costs about as much
+        as the report itself; see the README).
 
     Raises:
       TraceFormatError: the path holds no readable trace.
       CompileLogError: an explicitly given compile log cannot be read.
     """
     with _collector_paused():
-        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, thresholds)
+        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, thresholds, deep)
 
 
 @contextlib.contextmanager
@@ -77,7 +82,7 @@ def _collector_paused() -> Iterator[None]:
 def _report(
     path: str | Path, run: str | None, host: str | None, steps: Sequence[int] | None,
     tokens_per_step: Mapping[int, float] | float | None, flops_per_step: float | None,
-    compile_log: str | Path | None, thresholds: Thresholds,
+    compile_log: str | Path | None, thresholds: Thresholds, deep: bool = False,
 ) -> Report:
     from jaxdiag.trace.load import start_load
 
@@ -106,10 +111,10 @@ def _report(
         host=host,
         steps=list(steps) if steps is not None else None,
     )
-    return build_report(inputs, extra_notes=log_notes)
+    return build_report(inputs, extra_notes=log_notes, deep=deep)
 
 
-def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Report:
+def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: bool = False) -> Report:
     """Fill every section of ``reporting.sections.SECTIONS`` from ``inputs`` and collect a ``Report``.
 
     Analyses run first, in registry order, sharing their intermediate results (see
@@ -123,19 +128,36 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Rep
 
     frames = inputs.frames
     sections: dict[str, Any] = {}
-    findings: list[Finding] = []
+    results: dict[str, Any] = {}
+    deep_notes: list[str] = []
     with scope(frames):
-        for section in sorted(registry.SECTIONS, key=lambda s: s.view is not None):  # analyses, then views
-            value, result = section.run(inputs, sections)
-            sections[section.name] = clean(value)
-            if result is not None:
-                findings += result.findings
-    notes = tuple(frames.notes) + tuple(extra_notes)
+        for section in registry.SECTIONS:
+            if section.view is None:
+                value, result = section.run(inputs, sections)
+                sections[section.name] = clean(value)
+                if result is not None:
+                    results[section.name] = result
+        if deep:
+            from jaxdiag.xprof_tools.deep import deepen
+
+            deepened, deep_notes = deepen(results, frames, inputs.host)
+            for name, result in deepened.items():
+                if result is not results[name]:
+                    results[name] = result
+                    sections[name] = clean(result.to_dict())
+        for section in registry.SECTIONS:  # views read the analyses' sections
+            if section.view is not None:
+                sections[section.name] = clean(section.run(inputs, sections)[0])
+    findings: list[Finding] = [f for r in results.values() for f in r.findings]
+    notes = tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes)
     findings += [
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="")
         for n in notes
     ]
     findings.sort(key=lambda f: (-f.time_lost_ms, _SEVERITY_ORDER[f.severity], f.kind))
+    from jaxdiag.analyses.finding_places import place_findings
+
+    findings = list(place_findings(findings, frames, sections.get("top_ops"), inputs.host))
     fields = {name: sections.pop(name) for name in list(sections) if name in REPORT_FIELDS}
     return Report(
         source=clean(_source(frames)),

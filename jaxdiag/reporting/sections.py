@@ -77,7 +77,7 @@ class Section:
         return self.empty(), None
 
 
-_T, _H = "jaxdiag.render.terminal", "jaxdiag.render.html"
+_T, _H, _O = "jaxdiag.render.terminal", "jaxdiag.render.html", "jaxdiag.render.ops_memory"
 
 #: Every section, in the order the JSON report, the terminal and the HTML report show them.
 SECTIONS: tuple[Section, ...] = (
@@ -98,6 +98,9 @@ SECTIONS: tuple[Section, ...] = (
     Section("device_time", "1.1", dict, analysis="device_time"),
     Section("sharding", "1.2", dict, analysis="sharding", terminal=f"{_T}:_sharding",
             figures=("sharding_collectives",)),
+    Section("top_ops", "1.3", dict, analysis="top_ops", terminal=f"{_O}:terminal_top_ops",
+            html=f"{_O}:html_top_ops", figures=("roofline",)),
+    Section("memory", "1.3", dict, analysis="memory", terminal=f"{_O}:terminal_memory", html=f"{_O}:html_memory"),
 )
 
 

@@ -74,7 +74,9 @@ def test_slowest_host_and_filter():
 
 def test_without_steps_there_is_no_rate():
     r = throughput.analyze(AnalysisInputs(frames([device_event(0, 10)])))
-    assert r.to_dict() == {"steps_per_s": None, "tokens_per_s": None, "steady_steps_per_s": None,
+    d = r.to_dict()
+    assert d.pop("mfu_basis")["flops_per_step"] is None
+    assert d == {"steps_per_s": None, "tokens_per_s": None, "steady_steps_per_s": None,
                            "steady_tokens_per_s": None, "mfu": None, "per_step": []}
 
 
@@ -99,7 +101,11 @@ def test_h100_transformer(h100_transformer):
         sum(t["tokens"] for t in truth if t["step"] not in (0, 5, 8)) / steady_wall_s, rel=0.03
     )
     assert r.steps_per_s == pytest.approx(12 / sum(t["wall_s"] for t in truth), rel=0.01)
-    assert r.mfu == pytest.approx(1e9 * r.steady_steps_per_s / 989e12)  # the loader's H100 peak
+    # The peak from the trace's device stats: 132 SMs x 1.98 GHz x 4096 bf16 FLOPs per SM per clock.
+    peak = 132 * 1.98e9 * 4096
+    assert r.mfu == pytest.approx(1e9 * r.steady_steps_per_s / peak, rel=1e-6)
+    assert r.mfu_basis["peak_flops"] == pytest.approx(peak, rel=1e-5)
+    assert "trace device stats" in r.mfu_basis["peak_source"]
 
 
 def test_cpu_capture(cpu_frames):

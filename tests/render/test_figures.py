@@ -32,10 +32,10 @@ def trace(fig, name):
     return next(t for t in fig.data if t.name == name)
 
 
-def test_all_figures_are_the_eight_and_serialize(cpu_report):
+def test_all_figures_are_the_nine_and_serialize(cpu_report):
     figs = figures.all_figures(cpu_report)
     assert list(figs) == ["step_breakdown", "step_timeline", "recompile_timeline", "host_wait_waterfall",
-                          "throughput", "small_op_histogram", "collective_overlap", "sharding_collectives"]
+                          "throughput", "small_op_histogram", "collective_overlap", "sharding_collectives", "roofline"]
     for name, fig in figs.items():
         assert fig.layout.title.text, name
         fig.to_json()

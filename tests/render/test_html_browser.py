@@ -18,8 +18,8 @@ import pytest
 import jaxdiag
 from jaxdiag.render import html
 
-FIGURES = ("step_breakdown", "step_timeline", "host_wait_waterfall", "recompile_timeline", "throughput",
-           "small_op_histogram", "collective_overlap", "sharding_collectives")
+FIGURES = ("step_breakdown", "step_timeline", "recompile_timeline", "host_wait_waterfall", "throughput",
+           "small_op_histogram", "collective_overlap", "sharding_collectives", "roofline")
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
           "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -1,0 +1,135 @@
+"""Where each finding happened (run, host, device, step, time range), and the top-op rows it concerns.
+
+``jaxdiag open TRACE --finding K`` and the HTML report read ``evidence["where"]``
+to open XProf's timeline on that host and time range. The place comes from the
+finding's own evidence (``host``, ``step``, ``worst_step``, ``sync_steps``,
+``module``); a finding with none of these is placed on the run's first host
+with no step and no time range (the whole capture), and says so
+(``"step": None``). Times are milliseconds on the host's profiler clock, the
+clock XProf's trace viewer shows.
+
+Small-op findings link to the top-op rows of their module, exposed-collective
+findings to the collective rows, a finding about one collective op (evidence
+``op``, e.g. ``implicit_resharding``) to that op's row (``evidence["top_op_rows"]``, ids like ``"op3"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxdiag.analyses.base import Finding
+from jaxdiag.trace import frames as F
+
+_COLLECTIVE_KINDS = ("exposed_collective", "collective")
+
+
+def place_findings(findings: Sequence[Finding], frames: Any, top_ops: Mapping[str, Any] | None = None,
+                   host: str | None = None) -> tuple[Finding, ...]:
+    """``findings`` with ``evidence["where"]`` (and ``top_op_rows`` where rows match) added."""
+    rows = list((top_ops or {}).get("rows") or ())
+    run = Path(str(frames.run_dir)).name
+    hosts = [host] if host is not None else list(frames.hosts)
+    out = []
+    for f in findings:
+        if f.kind == "loader":
+            out.append(f)
+            continue
+        evidence = dict(f.evidence)
+        evidence["where"] = _where(evidence, frames, run, hosts)
+        linked = _linked_rows(f.kind, evidence, rows)
+        if linked:
+            evidence["top_op_rows"] = linked
+        out.append(Finding(f.kind, f.severity, f.time_lost_ms, f.message, f.suggestion, evidence))
+    return tuple(out)
+
+
+def _where(evidence: Mapping[str, Any], frames: Any, run: str, hosts: list[str]) -> dict[str, Any]:
+    host = evidence.get("host") if isinstance(evidence.get("host"), str) else (hosts[0] if hosts else None)
+    step = _step(evidence)
+    device = None
+    module = evidence.get("module")
+    if isinstance(module, str) and module:
+        first = _first_op_of(frames, module, host, step)
+        if first is not None:
+            host, device, op_step = first
+            step = step if step is not None else op_step
+    start_ms = end_ms = None
+    if step is not None and host is not None:
+        window = _step_window(frames, host, step)
+        if window is not None:
+            start_ms, end_ms = window[0] / 1e6, window[1] / 1e6
+    return {"run": run, "host": host, "device": device, "step": step, "start_ms": _r(start_ms), "end_ms": _r(end_ms)}
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def _step(evidence: Mapping[str, Any]) -> int | None:
+    for key in ("step", "worst_step"):
+        value = evidence.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    for key in ("sync_steps", "steps"):
+        value = evidence.get(key)
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], int):
+            return int(value[0])
+    return None
+
+
+def _first_op_of(frames: Any, module: str, host: str | None, step: int | None) -> tuple[str, int, int | None] | None:
+    """Host, device and step of the first device op of ``module`` (in ``step`` when given)."""
+    ev = frames.events
+    try:
+        rows = ev.loc[(ev[F.HLO_MODULE] == module) & (ev[F.CATEGORY] == "device")]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if host is not None:
+        rows = rows.loc[rows[F.HOST] == host]
+    if rows.empty:
+        return None
+    starts = rows[F.START_NS].to_numpy()
+    order = starts.argsort(kind="stable")
+    for i in order:
+        h = str(rows[F.HOST].iloc[i])
+        s = _step_at(frames, h, int(starts[i]))
+        if step is None or s == step:
+            return h, int(rows[F.DEVICE].iloc[i]), s
+    return None
+
+
+def _step_at(frames: Any, host: str, t_ns: int) -> int | None:
+    st = frames.steps
+    if st is None or not len(st):
+        return None
+    mine = st.loc[(st[F.HOST] == host) & (st[F.START_NS] <= t_ns) & (st["end_ns"] > t_ns)]
+    return None if mine.empty else int(mine[F.STEP].iloc[0])
+
+
+def _step_window(frames: Any, host: str, step: int) -> tuple[int, int] | None:
+    st = frames.steps
+    if st is None or not len(st):
+        return None
+    mine = st.loc[(st[F.HOST] == host) & (st[F.STEP] == step)]
+    if mine.empty:
+        return None
+    return int(mine[F.START_NS].min()), int(mine["end_ns"].max())
+
+
+def _linked_rows(kind: str, evidence: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    rows = list(rows)
+    if kind == "small_ops":
+        module = evidence.get("module")
+        names = set(evidence.get("top_ops") or ())
+        mine = [r for r in rows if r.get("module") == module]
+        named = [r for r in mine if r.get("name") in names]
+        return [str(r["id"]) for r in (named or mine)]
+    op = evidence.get("op")
+    named = [r for r in rows if op and r.get("name") == op and r.get("kind") == "collective"]
+    if named:  # a finding about one collective (e.g. implicit_resharding): its row
+        return [str(r["id"]) for r in named]
+    if kind in _COLLECTIVE_KINDS:
+        return [str(r["id"]) for r in rows if r.get("kind") == "collective"]
+    return []

@@ -1,0 +1,240 @@
+"""What MFU is computed from: FLOPs per step and the devices' peak, each with its source.
+
+FLOPs per step, in order of preference:
+
+1. given: ``--flops-per-step`` or the capture's ``record_step(flops=...)``;
+2. compile records: ``cost_analysis()["flops"]`` of each jitted function (recorded
+   by default inside a capture window), times the number of times the function's
+   module ran in the step. ``cost_analysis`` counts one device's program, so
+   executions are counted on every device (the fewest times any op of the module
+   ran in the step, on all devices together: an op inside a loop runs more
+   often, never less). A function compiled more than once counts its latest
+   compile (the one steady state runs).
+
+The peak is summed over the analysed devices, for the dtype the program mostly
+computes in (the floating dtype holding the most bytes among the arguments of
+the functions that carry FLOPs):
+
+- GPU: streaming multiprocessors x clock (the trace's ``core_count`` and
+  ``clock_rate`` device stats) x dense tensor-core FLOPs per SM per clock of the
+  architecture; else the datasheet bf16 peak the trace reader gives by device
+  name. bf16/f16 use it as is; f32 uses half (TF32 tensor cores, which XLA uses
+  for f32 matmuls at JAX's default precision); 8-bit floats twice; f64 is unknown.
+- TPU: the ``peak_teraflops_per_second`` stat (bf16, which TPUs also use for f32
+  matmuls at default precision).
+- anything else (XLA:CPU): unknown, and MFU with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from jaxdiag.analyses import device_work as W
+from jaxdiag.analyses.base import AnalysisInputs
+from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.trace import frames as F
+
+#: Dense bf16 tensor-core FLOPs per SM per clock, by device-name fragment (first match wins).
+#: Checked against datasheet peaks: H100 SXM 132 SMs x 1.83 GHz x 4096 = 989 TFLOP/s;
+#: A100 108 x 1.41 GHz x 2048 = 312; V100 80 x 1.53 GHz x 1024 = 125; L4 58 x 2.04 GHz x 1024 = 121.
+_PER_SM_CLOCK = (
+    ("B200", 8192), ("B100", 8192), ("GB200", 8192), ("H100", 4096), ("H200", 4096), ("H800", 4096),
+    ("GH200", 4096), ("A100", 2048), ("A800", 2048), ("A30", 2048), ("L40", 1024), ("L4", 1024),
+    ("A10", 1024), ("A40", 1024), ("RTX", 1024), ("V100", 1024),
+)
+_DTYPE_SCALE = {"bfloat16": 1.0, "float16": 1.0, "float32": 0.5, "tensorfloat32": 0.5}
+_ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class MfuBasis:
+    """FLOPs per step and peak FLOP/s, with where each came from (``None`` where unknown)."""
+
+    flops_per_step: float | None
+    flops_source: str
+    peak_flops: float | None
+    peak_source: str
+    dtype: str | None
+    dtype_source: str
+    per_step_flops: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    by_function: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def flops_of(self, step: int) -> float | None:
+        """FLOPs of ``step``: the given figure, else the counted one, else ``None``."""
+        if self.per_step_flops:
+            return self.per_step_flops.get(step)
+        return self.flops_per_step
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "flops_per_step": _r(self.flops_per_step), "flops_source": self.flops_source,
+            "peak_flops": _r(self.peak_flops), "peak_source": self.peak_source,
+            "dtype": self.dtype, "dtype_source": self.dtype_source,
+            "flops_by_function": {k: _r(v) for k, v in self.by_function.items()},
+        }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(f"{x:.6g}")
+
+
+def mfu_basis(inputs: AnalysisInputs) -> MfuBasis:
+    """FLOPs per step and the summed device peak for ``inputs``, with sources."""
+    records = _latest_with_flops(inputs.compile_log)
+    dtype, dtype_source = compute_dtype(records.values())
+    peak, peak_source = peak_flops(inputs.frames, inputs.host, dtype)
+    if inputs.flops_per_step is not None:
+        return MfuBasis(float(inputs.flops_per_step), "given (--flops-per-step or the capture's record_step)",
+                        peak, peak_source, dtype, dtype_source)
+    if not records:
+        return MfuBasis(None, "unknown: no compile record carries cost analysis (capture with jaxdiag.profile, "
+                        "or pass --flops-per-step)", peak, peak_source, dtype, dtype_source)
+    per_step, used = _counted_flops(inputs, {f: float(r["cost"]["flops"]) for f, r in records.items()})
+    if not per_step:
+        return MfuBasis(None, "unknown: no module of a function with cost analysis ran in an analysed step",
+                        peak, peak_source, dtype, dtype_source)
+    values = sorted(per_step.values())
+    source = ("compile records: cost_analysis() FLOPs of "
+              + ", ".join(f"{f} x its executions" for f in sorted(used)) + " per step, on every device")
+    return MfuBasis(values[len(values) // 2], source, peak, peak_source, dtype, dtype_source,
+                    per_step_flops=per_step, by_function={f: float(records[f]["cost"]["flops"]) for f in used})
+
+
+def _latest_with_flops(records: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Function -> its latest compile record that has ``cost.flops``."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for r in records:
+        cost = r.get("cost")
+        if not isinstance(cost, Mapping) or not isinstance(cost.get("flops"), (int, float)):
+            continue
+        name = r.get("function")
+        if not isinstance(name, str):
+            continue
+        if name not in out or (r.get("time_unix") or 0) >= (out[name].get("time_unix") or 0):
+            out[name] = r
+    return out
+
+
+def _counted_flops(inputs: AnalysisInputs, flops: Mapping[str, float]) -> tuple[dict[int, float], set[str]]:
+    """Per step: the functions' FLOPs times their executions on every device."""
+    from jaxdiag.analyses.top_ops import function_of
+
+    frames = inputs.frames
+    ops = W.device_ops(frames, inputs.host, compile_windows(compile_spans(frames, inputs.host)))
+    if ops.empty:
+        return {}, set()
+    module = ops[F.HLO_MODULE].astype(str)
+    function = W.classify_names(module, function_of)
+    keep = np.isin(function, list(flops))
+    ops = ops.loc[keep]
+    function = function[keep]
+    if ops.empty:
+        return {}, set()
+    windows = W.step_windows(frames, inputs.host, inputs.steps)
+    step = np.full(len(ops), -1, dtype=np.int64)
+    hosts = ops[F.HOST].to_numpy()
+    starts = ops[F.START_NS].to_numpy(dtype=np.int64)
+    for host in np.unique(hosts):
+        rows = hosts == host
+        step[rows] = W.step_of(starts[rows], windows.loc[windows[F.HOST] == host])
+    hlo = ops[F.HLO_OP].astype(str).to_numpy()
+    name = np.where(hlo != "", hlo, ops[F.NAME].astype(str).to_numpy())
+    import pandas as pd
+
+    table = pd.DataFrame({"step": step, "function": function, "op": name})
+    table = table.loc[table["step"] >= 0]
+    counts = table.groupby(["step", "function", "op"], sort=False).size()
+    runs = counts.groupby(level=["step", "function"]).min()
+    per_step: dict[int, float] = {}
+    used: set[str] = set()
+    for (s, f), n in runs.items():
+        per_step[int(s)] = per_step.get(int(s), 0.0) + flops[str(f)] * float(n)
+        used.add(str(f))
+    return per_step, used
+
+
+def compute_dtype(records: Iterable[Mapping[str, Any]]) -> tuple[str | None, str]:
+    """The floating dtype holding the most argument bytes of these records, and how it was chosen."""
+    weight: dict[str, float] = {}
+    for r in records:
+        for a in r.get("args") or ():
+            if not isinstance(a, Mapping) or a.get("kind", "array") != "array":
+                continue
+            dtype = str(a.get("dtype") or "")
+            if dtype not in _ITEMSIZE and not dtype.startswith("float8"):
+                continue
+            shape = a.get("shape") or ()
+            try:
+                n = float(np.prod([int(d) for d in shape])) if shape else 1.0
+            except (TypeError, ValueError):
+                continue
+            weight[dtype] = weight.get(dtype, 0.0) + n * _ITEMSIZE.get(dtype, 1)
+    if not weight:
+        return None, "unknown: no compile record lists floating-point arguments"
+    dtype = max(weight, key=lambda d: weight[d])
+    share = weight[dtype] / sum(weight.values())
+    return dtype, f"compile records: {share * 100:.0f}% of floating-point argument bytes are {dtype}"
+
+
+def peak_flops(frames: Any, host: str | None, dtype: str | None) -> tuple[float | None, str]:
+    """Summed peak FLOP/s of the analysed devices for ``dtype`` (bf16 when unknown), and its source."""
+    dev = frames.devices
+    if host is not None and len(dev):
+        dev = dev.loc[dev[F.HOST] == host]
+    if dev.empty:
+        return None, "unknown: the trace has no device planes"
+    total, sources = 0.0, set()
+    for row in dev.to_dict("records"):
+        peak, source = _device_peak(row, dtype)
+        if peak is None:
+            return None, source
+        total += peak
+        sources.add(source)
+    return total, f"{len(dev)} device(s) x " + "; ".join(sorted(sources))
+
+
+def _device_peak(row: Mapping[str, Any], dtype: str | None) -> tuple[float | None, str]:
+    platform = str(row.get("platform") or "")
+    name = str(row.get("device_name") or "")
+    wanted = dtype or "bfloat16"
+    if platform == "gpu":
+        if wanted.startswith("float8"):
+            scale = 2.0
+        elif wanted in _DTYPE_SCALE:
+            scale = _DTYPE_SCALE[wanted]
+        else:
+            return None, f"unknown: no {wanted} peak for {name or 'this GPU'}"
+        per_sm = next((v for key, v in _PER_SM_CLOCK if key in name.upper()), None)
+        cores, clock = _positive(row.get("core_count")), _positive(row.get("clock_hz"))
+        how = {1.0: "bf16", 0.5: "TF32 (half of bf16) for f32", 2.0: "8-bit float (twice bf16)"}[scale]
+        if per_sm and cores and clock:
+            source = (f"{name}: {cores:.0f} SMs x {clock / 1e9:.2f} GHz x {per_sm} dense FLOPs/SM/clock "
+                      f"(trace device stats), {how}")
+            return cores * clock * per_sm * scale, source
+        datasheet = _positive(row.get("peak_flops"))
+        if datasheet:
+            return datasheet * scale, f"{name}: datasheet bf16 peak {datasheet / 1e12:.0f} TFLOP/s, {how}"
+        return None, f"unknown: the trace gives no peak for {name or 'this GPU'}"
+    if platform == "tpu":
+        peak = _positive(row.get("peak_flops"))
+        if peak:
+            return peak, f"{name or 'TPU'}: peak_teraflops_per_second device stat (bf16)"
+        return None, f"unknown: the trace gives no peak for {name or 'this TPU'}"
+    peak = _positive(row.get("peak_flops"))
+    if peak:
+        return peak, f"{name or platform}: peak FLOP/s of the trace's device row"
+    return None, f"unknown: no peak FLOP/s for {platform or 'this'} devices"
+
+
+def _positive(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+

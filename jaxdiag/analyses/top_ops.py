@@ -1,0 +1,377 @@
+"""Top ops: the ops and fusions that take the most device time per step, and what bounds them.
+
+From the trace alone each row has its device time (summed over the op's
+executions, divided by the number of devices that ran ops on that host, as in
+``device_time``), its share of all device op time, its time per step, its kind
+(compute, memcpy, collective) and the jitted function its module belongs to
+(``jit_train_step`` -> ``train_step``), with that function's source line when
+a compile record names it.
+
+FLOPs, bytes, arithmetic intensity and the source line of the op itself are not
+in the trace's events: XProf computes them from the HLO the trace carries.
+``join_xprof`` adds them from XProf's ``hlo_stats`` (``jaxdiag report --deep``).
+An op is *compute-bound* when its intensity (FLOPs per byte) reaches the
+device's ridge point (peak FLOP/s over memory bandwidth), else *memory-bound*;
+``"unknown"`` when either is unknown. XProf's own verdict (``bound_by``) is kept
+beside ours, since it also weighs on-chip memories we cannot see.
+
+Rows are numbered ``op1``, ``op2`` ... by time; findings about small ops and
+collectives name the rows they concern (see ``finding_places``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from jaxdiag.analyses import device_work as W
+from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.trace import frames as F
+
+#: Rows kept in the section.
+TOP = 25
+_MODULE_FUNCTION = re.compile(r"^(?:jit|pjit|pmap|xmap|shard_map)[_(](.*?)\)?$")
+_SOURCE_TITLE = re.compile(r"title='([^'\n]*)")
+_SOURCE_TEXT = re.compile(r">([^<]*)<")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpRow:
+    """One op (or fusion) of one module, over the analysed steps.
+
+    ``flops`` and ``bytes_accessed`` are totals over every execution; ``None``
+    where unknown. ``bound`` is ``"compute"``, ``"memory"`` or ``"unknown"``.
+    """
+
+    id: str
+    name: str
+    module: str
+    function: str
+    kind: str
+    count: int
+    total_ms: float
+    per_step_ms: float | None
+    share: float
+    source: str = ""
+    programs: tuple[int, ...] = ()
+    category: str = ""
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    intensity: float | None = None
+    bound: str = "unknown"
+    xprof_bound_by: str = ""
+    facts_from: str = "trace"
+    kernel: dict[str, Any] | None = None
+    achieved_flops_per_s: float | None = None
+    dtype: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "name": self.name, "module": self.module, "function": self.function,
+            "kind": self.kind, "count": self.count, "total_ms": round(self.total_ms, 4),
+            "per_step_ms": _round(self.per_step_ms, 4), "share": round(self.share, 5),
+            "source": self.source, "programs": list(self.programs), "category": self.category,
+            "flops": _round(self.flops, 1), "bytes_accessed": _round(self.bytes_accessed, 1),
+            "intensity": _round(self.intensity, 3), "bound": self.bound,
+            "xprof_bound_by": self.xprof_bound_by, "facts_from": self.facts_from, "kernel": self.kernel,
+            "achieved_flops_per_s": _round(self.achieved_flops_per_s, 1), "dtype": self.dtype,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopOps:
+    """The costliest ops, the device roofline they are judged against, and where the facts came from.
+
+    Attributes:
+      rows: ``OpRow``s by time, largest first.
+      total_ms: all device op time of the analysed steps (per device), the share's denominator.
+      steps: how many steps the per-step figures divide by (0: no step markers).
+      peak_flops: one device's peak FLOP/s, ``None`` when unknown.
+      memory_bandwidth_bps: one device's memory bandwidth (bytes/s), ``None`` when unknown.
+      roofline_source: where the peak and bandwidth came from.
+      deep: whether XProf's ``hlo_stats`` was joined.
+    """
+
+    rows: tuple[OpRow, ...]
+    total_ms: float
+    steps: int
+    peak_flops: float | None
+    memory_bandwidth_bps: float | None
+    roofline_source: str
+    deep: bool = False
+    peak_by_dtype: dict[str, float] = dataclasses.field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def ridge_point(self) -> float | None:
+        """FLOPs per byte above which an op is compute-bound on this device."""
+        if not self.peak_flops or not self.memory_bandwidth_bps:
+            return None
+        return self.peak_flops / self.memory_bandwidth_bps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [r.to_dict() for r in self.rows],
+            "total_ms": round(self.total_ms, 4),
+            "steps": self.steps,
+            "peak_flops": _round(self.peak_flops, 1),
+            "memory_bandwidth_bps": _round(self.memory_bandwidth_bps, 1),
+            "ridge_point": _round(self.ridge_point, 3),
+            "roofline_source": self.roofline_source,
+            "peak_flops_by_dtype": {k: _round(v, 1) for k, v in self.peak_by_dtype.items()},
+            "deep": self.deep,
+        }
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), digits)
+
+
+def function_of(module: str) -> str:
+    """The jitted function a module name belongs to: ``jit_train_step`` -> ``train_step``."""
+    m = _MODULE_FUNCTION.match(module)
+    return m[1] if m else module
+
+
+def analyze(inputs: AnalysisInputs) -> TopOps:
+    """The ops with the most device time, from the trace (and compile records for source lines)."""
+    frames = inputs.frames
+    peak, bandwidth, roofline_source = device_roofline(frames, inputs.host)
+    ops = W.device_ops(frames, inputs.host, compile_windows(compile_spans(frames, inputs.host)))
+    if ops.empty:
+        return TopOps((), 0.0, 0, peak, bandwidth, roofline_source, peak_by_dtype=peaks_by_dtype(frames, inputs.host))
+    windows = W.step_windows(frames, inputs.host, inputs.steps)
+    step = np.full(len(ops), -1, dtype=np.int64)
+    hosts = ops[F.HOST].to_numpy()
+    starts = ops[F.START_NS].to_numpy(dtype=np.int64)
+    for host in np.unique(hosts):
+        rows = hosts == host
+        step[rows] = W.step_of(starts[rows], windows.loc[windows[F.HOST] == host])
+    devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
+    scale = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
+    ms = ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale
+    keep = step >= 0 if inputs.steps is not None else np.ones(len(ops), dtype=bool)
+    counted = windows.loc[windows[F.STEP] >= 0, F.STEP].nunique() if len(windows) else 0
+    group, names, modules, kinds = _groups(ops)
+    group, ms = group[keep], ms[keep]
+    total = float(ms.sum())
+    sums = np.bincount(group, weights=ms, minlength=len(names))
+    counts = np.bincount(group, minlength=len(names))
+    top = [int(g) for g in np.argsort(-sums, kind="stable")[:TOP] if counts[g] > 0]
+    programs = _programs(group, ops[F.PROGRAM_ID].fillna(-1).to_numpy(np.int64)[keep], top)
+    sources = _function_sources(inputs.compile_log)
+    rows = []
+    for i, g in enumerate(top, start=1):
+        module = modules[g]
+        function = function_of(module) if module else ""
+        rows.append(OpRow(
+            id=f"op{i}", name=names[g], module=module, function=function, kind=kinds[g],
+            count=int(counts[g]), total_ms=float(sums[g]), per_step_ms=float(sums[g]) / counted if counted else None,
+            share=float(sums[g]) / total if total > 0 else 0.0, source=sources.get(function, ""),
+            programs=programs.get(g, ()),
+        ))
+    return TopOps(tuple(rows), total, int(counted), peak, bandwidth, roofline_source,
+                  peak_by_dtype=peaks_by_dtype(frames, inputs.host))
+
+
+def _groups(ops: Any) -> tuple[np.ndarray, list[str], list[str], list[str]]:
+    """Each row's ``(op, module, kind)`` group number, and each group's op, module and kind.
+
+    The op is the HLO op where the trace names one, else the event (kernel) name.
+    Distinct names are few, rows many: the work is on integer codes.
+    """
+    import pandas as pd
+
+    op_codes, op_names = pd.factorize(ops[F.HLO_OP], sort=False)
+    name_codes, kernel_names = pd.factorize(ops[F.NAME], sort=False)
+    op_names = [str(x) for x in op_names]
+    kernel_names = [str(x) for x in kernel_names]
+    use_kernel = (op_codes < 0) | np.isin(op_codes, [i for i, n in enumerate(op_names) if not n])
+    op_key = np.where(use_kernel, len(op_names) + name_codes, op_codes)
+    label = op_names + kernel_names
+    mod_codes, mod_names = pd.factorize(ops[F.HLO_MODULE], sort=False)
+    kind_codes, kind_names = pd.factorize(ops[W.OP_KIND], sort=False)
+    n_mod, n_kind = len(mod_names) + 1, len(kind_names) + 1
+    combined = (op_key.astype(np.int64) * n_mod + (mod_codes + 1)) * n_kind + (kind_codes + 1)
+    group, keys = pd.factorize(combined, sort=False)
+    keys = np.asarray(keys, dtype=np.int64)
+    kind_of = keys % n_kind - 1
+    mod_of = (keys // n_kind) % n_mod - 1
+    op_of = keys // n_kind // n_mod
+    names = [label[int(o)] for o in op_of]
+    modules = ["" if m < 0 else str(mod_names[int(m)]) for m in mod_of]
+    kinds = ["" if k < 0 else str(kind_names[int(k)]) for k in kind_of]
+    return group.astype(np.int64), names, modules, kinds
+
+
+def _programs(group: np.ndarray, pid: np.ndarray, wanted: list[int]) -> dict[int, tuple[int, ...]]:
+    """The program ids (XLA module ids) each wanted group ran under."""
+    rows = np.isin(group, wanted) & (pid >= 0)
+    pairs = np.unique(np.stack([group[rows], pid[rows]], axis=1), axis=0) if rows.any() else np.zeros((0, 2), int)
+    out: dict[int, list[int]] = {}
+    for g, p in pairs.tolist():
+        out.setdefault(int(g), []).append(int(p))
+    return {g: tuple(sorted(p)) for g, p in out.items()}
+
+
+def device_roofline(frames: Any, host: str | None = None) -> tuple[float | None, float | None, str]:
+    """One device's bf16 peak FLOP/s and memory bandwidth from the trace's device stats, and their source.
+
+    Devices of one capture are alike; the first device plane with either known is used.
+    """
+    peaks = peaks_by_dtype(frames, host)
+    dev = frames.devices
+    if host is not None and len(dev):
+        dev = dev.loc[dev[F.HOST] == host]
+    for row in dev.to_dict("records"):
+        bw = _positive(row.get("memory_bandwidth_bps"))
+        peak = peaks.get("bfloat16")
+        if peak is not None or bw is not None:
+            name = row.get("device_name") or row.get("plane") or "device"
+            return peak, bw, f"trace device stats of {name} ({row.get('plane', '')})"
+    return None, None, "unknown: the trace's device planes carry no peak FLOP/s or bandwidth"
+
+
+def peaks_by_dtype(frames: Any, host: str | None = None) -> dict[str, float]:
+    """One device's peak FLOP/s for each dtype it has one for (see ``analyses.mfu``)."""
+    from jaxdiag.analyses.mfu import _device_peak
+
+    dev = frames.devices
+    if host is not None and len(dev):
+        dev = dev.loc[dev[F.HOST] == host]
+    rows = dev.to_dict("records")
+    if not rows:
+        return {}
+    out = {}
+    for dtype in ("bfloat16", "float16", "float32", "float8"):
+        peak, _ = _device_peak(rows[0], dtype)
+        if peak is not None:
+            out[dtype] = peak
+    return out
+
+
+def _positive(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def _function_sources(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Function name -> its source line (``file:line``), from compile records."""
+    out: dict[str, str] = {}
+    for r in records:
+        name, source = r.get("function"), r.get("source")
+        if isinstance(name, str) and isinstance(source, str) and source:
+            out.setdefault(name, source)
+    return out
+
+
+# --- XProf's hlo_stats -------------------------------------------------------------
+
+
+def join_xprof(result: TopOps, hlo_rows: Iterable[Mapping[str, Any]],
+               roofline: Mapping[str, Any] | None = None) -> TopOps:
+    """``result`` with FLOPs, bytes, intensity, bound and source line from XProf's ``hlo_stats`` rows.
+
+    Rows are matched by HLO op name and the module's program (XProf names programs
+    by id; the op name within the trace's module is what both share). An op XProf
+    does not list keeps ``None``. ``roofline``: XProf's ``roofline_model``
+    properties (``peak_flop_rate`` in GFLOP/s, ``peak_hbm_bw`` in GiB/s), used
+    when the trace's device stats gave none.
+    """
+    by_name: dict[str, list[Mapping[str, Any]]] = {}
+    for h in hlo_rows:
+        name = h.get("hlo_op_name")
+        if isinstance(name, str) and name:
+            by_name.setdefault(name, []).append(h)
+    peak, bw, source = result.peak_flops, result.memory_bandwidth_bps, result.roofline_source
+    if roofline:
+        xpeak = _positive(roofline.get("peak_flop_rate"))
+        xbw = _positive(roofline.get("peak_hbm_bw"))
+        if peak is None and xpeak is not None:
+            peak, source = xpeak * 1e9, f"XProf roofline_model ({roofline.get('device_type', 'device')})"
+        if bw is None and xbw is not None:
+            bw, source = xbw * 2**30, f"XProf roofline_model ({roofline.get('device_type', 'device')})"
+    ridge = peak / bw if peak and bw else None
+    rows = []
+    for row in result.rows:
+        matches = _matching(by_name.get(row.name, []), row.programs)
+        if not matches:
+            rows.append(dataclasses.replace(row, bound=_bound(row.intensity, ridge)))
+            continue
+        flops = sum(_flops(h) for h in matches)
+        nbytes = sum(_bytes(h) for h in matches)
+        intensity = flops / nbytes if nbytes > 0 else None
+        busy_s = sum(_positive(h.get("total_self_time")) or 0.0 for h in matches) * 1e-6
+        first = max(matches, key=lambda h: _positive(h.get("total_self_time")) or 0.0)
+        dtype = output_dtype(first.get("hlo_op_expression"))
+        op_peak = result.peak_by_dtype.get(dtype, peak) if dtype else peak
+        op_ridge = op_peak / bw if op_peak and bw else ridge
+        rows.append(dataclasses.replace(
+            row, flops=flops, bytes_accessed=nbytes if nbytes > 0 else None, intensity=intensity,
+            bound=_bound(intensity, op_ridge), dtype=dtype, xprof_bound_by=str(first.get("bound_by") or ""),
+            source=source_line(first.get("source_info")) or row.source,
+            category=str(first.get("category") or ""), facts_from="trace + XProf hlo_stats",
+            achieved_flops_per_s=flops / busy_s if busy_s > 0 and flops > 0 else None,
+        ))
+    return dataclasses.replace(result, rows=tuple(rows), peak_flops=peak, memory_bandwidth_bps=bw,
+                               roofline_source=source, deep=True)
+
+
+def _matching(candidates: list[Mapping[str, Any]], programs: tuple[int, ...]) -> list[Mapping[str, Any]]:
+    """The ``hlo_stats`` rows of this op's programs; by name alone only when the name is unambiguous."""
+    if programs:
+        ids = {str(p) for p in programs}
+        return [h for h in candidates if str(h.get("program_id", "")) in ids]
+    return candidates if len({str(h.get("program_id", "")) for h in candidates}) == 1 else []
+
+
+def _flops(h: Mapping[str, Any]) -> float:
+    """Total FLOPs of an ``hlo_stats`` row: its model FLOP rate (GFLOP/s) over its self time (us)."""
+    rate, t = _positive(h.get("model_flop_rate")), _positive(h.get("total_self_time"))
+    return rate * 1e9 * t * 1e-6 if rate and t else 0.0
+
+
+def _bytes(h: Mapping[str, Any]) -> float:
+    """Total bytes of an ``hlo_stats`` row: its measured memory bandwidth (GiB/s) over its self time."""
+    bw, t = _positive(h.get("measured_memory_bw")), _positive(h.get("total_self_time"))
+    return bw * 2**30 * t * 1e-6 if bw and t else 0.0
+
+
+def _bound(intensity: float | None, ridge: float | None) -> str:
+    if intensity is None or ridge is None:
+        return "unknown"
+    return "compute" if intensity >= ridge else "memory"
+
+
+_HLO_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64"}
+_OUTPUT_TYPE = re.compile(r"=\s*\(?\s*([a-z]+[0-9a-z]*)\[")
+
+
+def output_dtype(expression: Any) -> str:
+    """The dtype an HLO instruction's text says it produces (``float32`` for ``%x = f32[8]{0} ...``), or ``""``."""
+    m = _OUTPUT_TYPE.search(expression) if isinstance(expression, str) else None
+    if not m:
+        return ""
+    t = m[1]
+    return "float8" if t.startswith("f8") else _HLO_DTYPES.get(t, "")
+
+
+def source_line(info: Any) -> str:
+    """``file.py:14`` from XProf's ``source_info`` cell (an HTML snippet), or ``""``."""
+    if not isinstance(info, str) or not info:
+        return ""
+    m = _SOURCE_TEXT.search(info)
+    text = (m[1] if m else info).strip()
+    if not text:
+        t = _SOURCE_TITLE.search(info)
+        text = t[1].strip() if t else ""
+    return text
