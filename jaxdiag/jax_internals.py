@@ -254,8 +254,8 @@ def equinox_jit_frame() -> types.CodeType | None:
 
 
 @functools.cache
-def flax_nnx_jit_frame() -> types.CodeType | None:
-    """The code of nnx.jit's ``__call__`` (flax 0.12 on, modules being pytrees)."""
+def flax_nnx_jit_frame() -> frozenset[types.CodeType] | None:
+    """The codes of nnx.jit's ``__call__`` methods (flax 0.12 on, modules being pytrees)."""
     try:
         from flax import nnx
         from flax.nnx.transforms import compilation
@@ -263,12 +263,13 @@ def flax_nnx_jit_frame() -> types.CodeType | None:
         return None
     if not hasattr(nnx, "Pytree"):
         return None
+    found = set()
     for value in vars(compilation).values():
         code = getattr(getattr(value, "__call__", None), "__code__", None)
-        if isinstance(value, type) and code is not None and code.co_filename == compilation.__file__ \
-                and "args" in code.co_varnames and "jitted_fn" in code.co_names:
-            return code
-    return None
+        if (isinstance(value, type) and code is not None and code.co_filename == compilation.__file__
+                and "args" in code.co_varnames and "jitted_fn" in code.co_names):
+            found.add(code)
+    return frozenset(found) or None
 
 
 @functools.cache
