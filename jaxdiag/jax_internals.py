@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 import types
 import warnings
@@ -225,9 +226,9 @@ def output_shardings() -> Callable[[Any], Any] | None:
 def xspace_reader() -> Callable[[bytes], Any] | None:
     """``ProfileData.from_serialized_xspace`` (jaxlib 0.7 on); imports in milliseconds, without jax."""
     try:
-        from jaxlib import _profile_data
+        profile_data = importlib.import_module("jaxlib._profile_data")
 
-        return _profile_data.ProfileData.from_serialized_xspace
+        return profile_data.ProfileData.from_serialized_xspace
     except Exception:
         return None
 
@@ -265,7 +266,7 @@ def flax_nnx_jit_frame() -> frozenset[types.CodeType] | None:
         return None
     found = set()
     for value in vars(compilation).values():
-        code = getattr(getattr(value, "__call__", None), "__code__", None)
+        code = getattr(vars(value).get("__call__") if isinstance(value, type) else None, "__code__", None)
         if (isinstance(value, type) and code is not None and code.co_filename == compilation.__file__
                 and "args" in code.co_varnames and "jitted_fn" in code.co_names):
             found.add(code)
@@ -400,7 +401,7 @@ def equinox_call(local: Mapping[str, Any]) -> tuple[Any, tuple[Any, ...], dict[s
 
 def flax_nnx_call(local: Mapping[str, Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
     """``(fun, args, kwargs)`` from the locals of nnx.jit's ``__call__`` (``None``: not readable)."""
-    wrapped = local.get("self")
+    wrapped: Any = local.get("self")
     if getattr(wrapped, "jitted_fn", None) is None or "args" not in local:
         return None
     if flax_nnx_jit_frame() is None:  # modules are pytrees from flax 0.12
