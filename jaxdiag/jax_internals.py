@@ -185,18 +185,24 @@ def traceback_exclusion() -> tuple[Callable[[str], None], Callable[[str], None]]
         return None
 
 
+#: Modules whose ``pmap`` jits a ``shard_map`` of the user's function (JAX 0.8: shard_map; 0.9 on: pmap).
+_PMAP_MODULES = ("jax._src.pmap", "jax._src.shard_map")
+
+
 @functools.cache
-def pmap_call_frame() -> types.CodeType | None:
-    """The code of ``jax.pmap``'s ``wrapped``: its frame holds the user's function and arguments."""
-    try:
-        from jax._src import pmap
-    except Exception:
-        return None
-    fn = inspect.unwrap(getattr(pmap, "pmap", None) or (lambda: None))
-    for code in _nested_codes(getattr(fn, "__code__", None)):
-        if code.co_name == "wrapped" and "infer_params" in code.co_freevars:
-            return code
-    return None
+def pmap_call_frame() -> frozenset[types.CodeType] | None:
+    """The codes of ``jax.pmap``'s ``wrapped``: its frame holds the user's function and arguments."""
+    found = set()
+    for name in _PMAP_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except Exception:
+            continue
+        fn = inspect.unwrap(getattr(module, "pmap", None) or (lambda: None))
+        for code in _nested_codes(getattr(fn, "__code__", None)):
+            if code.co_name == "wrapped" and "infer_params" in code.co_freevars:
+                found.add(code)
+    return frozenset(found) or None
 
 
 @functools.cache
@@ -346,13 +352,13 @@ def pmap_call(frame: types.FrameType) -> tuple[Any, tuple[Any, ...], dict[str, A
     pmap jits a ``shard_map`` of its own wrapper of the user's function, so the
     ``cache_miss`` frame shows JAX's function and flat arguments; the user's are here.
     """
-    if frame.f_code.co_name != "wrapped" or frame.f_globals.get("__name__") != "jax._src.pmap":
+    if frame.f_code.co_name != "wrapped" or frame.f_globals.get("__name__") not in _PMAP_MODULES:
         return None
     try:
         local = frame.f_locals
         infer = local["infer_params"]
         cells = dict(zip(infer.__code__.co_freevars, (c.cell_contents for c in infer.__closure__)))
-        fun = cells["wrapped_fun"].f
+        fun = cells["wrapped_fun"].f if "wrapped_fun" in cells else cells["f"]
         return fun, tuple(local["args"]), dict(local["kwargs"]), tuple(cells["static_broadcasted_tuple"])
     except Exception:  # another JAX: the record keeps JAX's own view of the call
         return None
