@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import inspect
 import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -138,6 +137,8 @@ def jit_call_frame() -> types.CodeType | None:
 @functools.cache
 def aot_entry_points() -> frozenset[types.CodeType] | None:
     """Codes of the AOT entry points (``.trace``, ``.lower``, ``.compile``...): their compiles are no calls'."""
+    import inspect
+
     try:
         from jax._src import pjit, stages
     except Exception:
@@ -192,6 +193,8 @@ _PMAP_MODULES = ("jax._src.pmap", "jax._src.shard_map")
 @functools.cache
 def pmap_call_frame() -> frozenset[types.CodeType] | None:
     """The codes of ``jax.pmap``'s ``wrapped``: its frame holds the user's function and arguments."""
+    import inspect
+
     found = set()
     for name in _PMAP_MODULES:
         try:
