@@ -44,38 +44,79 @@ class Capability:
     lost: str
 
 
-CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
-    Capability("stage_start_events", "jax.monitoring.register_scalar_listener (stage start times)",
-               "compile start times are estimated from their durations"),
-    Capability("jit_call_frame", "jax._src.pjit._cpp_pjit's cache_miss frame (fun, jit_info, args, kwargs)",
-               "compile causes unavailable on this JAX; compiles are matched by function name, "
-               "jaxdiag.watch() records only names, counts and durations, and compiles without a "
-               "trace (a sharding-only change) go unrecorded"),
-    Capability("aot_entry_points", "jax._src.pjit.jit_trace/jit_lower/jit_eval_shape, stages.Traced.lower, "
-               "stages.Lowered.compile", "a .lower()/.compile() may be taken for a call"),
-    Capability("compiled_executable", "jax._src.interpreters.pxla._cached_compilation's xla_executable",
-               "cost, memory and sharding facts unavailable on this JAX"),
-    Capability("stage_exceptions", "jax._src.dispatch.LogElapsedTimeContextManager.__exit__'s exc_type",
-               "a compile stage that raised is taken for a finished one"),
-    Capability("traceback_exclusion", "jax._src.traceback_util/source_info_util.register_exclusion",
-               "jaxdiag.jit's wrapper frame shows in filtered tracebacks and source locations"),
-    Capability("pmap_call_frame", "jax._src.pmap's wrapped frame (infer_params closure, args, kwargs)",
-               "pmap compiles are named after JAX's own wrapper and show its flat arguments"),
-    Capability("jit_info_fields", "PjitInfo.static_argnums/static_argnames/in_shardings_leaves/"
-               "out_shardings_leaves", "whether jit was given shardings is unknown"),
-    Capability("output_shardings", "jaxlib.xla_client.HloSharding.from_proto",
-               "compiled output shardings unknown"),
-    Capability("xspace_reader", "jaxlib._profile_data.ProfileData.from_serialized_xspace",
-               "cannot read .xplane.pb traces on this jaxlib (a .trace.json.gz still reads)"),
-    Capability("profile_options", "jax.profiler.ProfileOptions",
-               "the Python tracer and profiler options cannot be set; captures use the profiler's defaults"),
-    Capability("equinox_jit_frame", "equinox._jit._call's locals (jit_wrapper, args, kwargs)",
-               "eqx.filter_jit compiles are named after equinox's wrapper"),
-    Capability("flax_nnx_jit_frame", "flax.nnx.transforms.compilation's __call__ locals (self.fun, args, kwargs)",
-               "nnx.jit compiles are named after flax's wrapper"),
-    Capability("flax_nnx_static_fields", "a flax nnx module's _pytree__nodes",
-               "static attributes of nnx modules are not named in recompile causes"),
-)}
+CAPABILITIES: dict[str, Capability] = {
+    c.name: c
+    for c in (
+        Capability(
+            "stage_start_events",
+            "jax.monitoring.register_scalar_listener (stage start times)",
+            "compile start times are estimated from their durations",
+        ),
+        Capability(
+            "jit_call_frame",
+            "jax._src.pjit._cpp_pjit's cache_miss frame (fun, jit_info, args, kwargs)",
+            "compile causes unavailable on this JAX; compiles are matched by function name, "
+            "jaxdiag.watch() records only names, counts and durations, and compiles without a "
+            "trace (a sharding-only change) go unrecorded",
+        ),
+        Capability(
+            "aot_entry_points",
+            "jax._src.pjit.jit_trace/jit_lower/jit_eval_shape, stages.Traced.lower, stages.Lowered.compile",
+            "a .lower()/.compile() may be taken for a call",
+        ),
+        Capability(
+            "compiled_executable",
+            "jax._src.interpreters.pxla._cached_compilation's xla_executable",
+            "cost, memory and sharding facts unavailable on this JAX",
+        ),
+        Capability(
+            "stage_exceptions",
+            "jax._src.dispatch.LogElapsedTimeContextManager.__exit__'s exc_type",
+            "a compile stage that raised is taken for a finished one",
+        ),
+        Capability(
+            "traceback_exclusion",
+            "jax._src.traceback_util/source_info_util.register_exclusion",
+            "jaxdiag.jit's wrapper frame shows in filtered tracebacks and source locations",
+        ),
+        Capability(
+            "pmap_call_frame",
+            "jax._src.pmap's wrapped frame (infer_params closure, args, kwargs)",
+            "pmap compiles are named after JAX's own wrapper and show its flat arguments",
+        ),
+        Capability(
+            "jit_info_fields",
+            "PjitInfo.static_argnums/static_argnames/in_shardings_leaves/out_shardings_leaves",
+            "whether jit was given shardings is unknown",
+        ),
+        Capability("output_shardings", "jaxlib.xla_client.HloSharding.from_proto", "compiled output shardings unknown"),
+        Capability(
+            "xspace_reader",
+            "jaxlib._profile_data.ProfileData.from_serialized_xspace",
+            "cannot read .xplane.pb traces on this jaxlib (a .trace.json.gz still reads)",
+        ),
+        Capability(
+            "profile_options",
+            "jax.profiler.ProfileOptions",
+            "the Python tracer and profiler options cannot be set; captures use the profiler's defaults",
+        ),
+        Capability(
+            "equinox_jit_frame",
+            "equinox._jit._call's locals (jit_wrapper, args, kwargs)",
+            "eqx.filter_jit compiles are named after equinox's wrapper",
+        ),
+        Capability(
+            "flax_nnx_jit_frame",
+            "flax.nnx.transforms.compilation's __call__ locals (self.fun, args, kwargs)",
+            "nnx.jit compiles are named after flax's wrapper",
+        ),
+        Capability(
+            "flax_nnx_static_fields",
+            "a flax nnx module's _pytree__nodes",
+            "static attributes of nnx modules are not named in recompile causes",
+        ),
+    )
+}
 
 _warned: set[str] = set()
 
@@ -102,13 +143,13 @@ def warn_lost(name: str) -> None:
 
     cap = CAPABILITIES[name]
     try:
-        warnings.warn(f"jaxdiag: {cap.lost} (JAX {jax.__version__} lacks {cap.reads})",
-                      JaxdiagWarning, stacklevel=3)
+        warnings.warn(f"jaxdiag: {cap.lost} (JAX {jax.__version__} lacks {cap.reads})", JaxdiagWarning, stacklevel=3)
     except Exception:
         pass
 
 
 # --- probes: each returns what it found, or None -------------------------------------
+
 
 @functools.cache
 def stage_start_events() -> Callable[..., Any] | None:
@@ -125,9 +166,12 @@ def jit_call_frame() -> types.CodeType | None:
         from jax._src import pjit
 
         for const in pjit._cpp_pjit.__code__.co_consts:
-            if (isinstance(const, types.CodeType) and const.co_name == "cache_miss"
-                    and {"fun", "jit_info"} <= set(const.co_freevars)
-                    and {"args", "kwargs"} <= set(const.co_varnames)):
+            if (
+                isinstance(const, types.CodeType)
+                and const.co_name == "cache_miss"
+                and {"fun", "jit_info"} <= set(const.co_freevars)
+                and {"args", "kwargs"} <= set(const.co_varnames)
+            ):
                 return const
     except Exception:
         pass
@@ -144,8 +188,13 @@ def aot_entry_points() -> frozenset[types.CodeType] | None:
     except Exception:
         return None
     found: set[types.CodeType] = set()
-    for owner, name in ((pjit, "jit_trace"), (pjit, "jit_lower"), (pjit, "jit_eval_shape"),
-                        (stages.Lowered, "compile"), (stages.Traced, "lower")):
+    for owner, name in (
+        (pjit, "jit_trace"),
+        (pjit, "jit_lower"),
+        (pjit, "jit_eval_shape"),
+        (stages.Lowered, "compile"),
+        (stages.Traced, "lower"),
+    ):
         fn = inspect.unwrap(getattr(owner, name, None) or (lambda: None))
         if getattr(fn, "__code__", None) is not None:
             found.add(fn.__code__)
@@ -276,8 +325,13 @@ def flax_nnx_jit_frame() -> frozenset[types.CodeType] | None:
     found = set()
     for value in vars(compilation).values():
         code = getattr(vars(value).get("__call__") if isinstance(value, type) else None, "__code__", None)
-        if (isinstance(value, type) and code is not None and code.co_filename == compilation.__file__
-                and "args" in code.co_varnames and "jitted_fn" in code.co_names):
+        if (
+            isinstance(value, type)
+            and code is not None
+            and code.co_filename == compilation.__file__
+            and "args" in code.co_varnames
+            and "jitted_fn" in code.co_names
+        ):
             found.add(code)
     return frozenset(found) or None
 
@@ -303,6 +357,7 @@ _PROBES: dict[str, Callable[[], Any]] = {name: globals()[name] for name in CAPAB
 
 # --- reads -----------------------------------------------------------------------------
 
+
 def jit_call(frame: types.FrameType) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
     """``(fun, args, kwargs, jit_info)`` of a ``jit_call_frame`` frame."""
     local = frame.f_locals
@@ -316,14 +371,15 @@ def jit_info_of(frame: types.FrameType | None) -> Any:
 
 def jit_static(jit_info: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """``(static_argnums, static_argnames)`` of a ``PjitInfo``."""
-    return (tuple(getattr(jit_info, "static_argnums", ()) or ()),
-            tuple(getattr(jit_info, "static_argnames", ()) or ()))
+    return (tuple(getattr(jit_info, "static_argnums", ()) or ()), tuple(getattr(jit_info, "static_argnames", ()) or ()))
 
 
 def jit_shardings(jit_info: Any) -> tuple[list[Any], list[Any]]:
     """The ``in_shardings`` and ``out_shardings`` leaves given to jit (``UnspecifiedValue`` where not)."""
-    return (list(getattr(jit_info, "in_shardings_leaves", ()) or ()),
-            list(getattr(jit_info, "out_shardings_leaves", ()) or ()))
+    return (
+        list(getattr(jit_info, "in_shardings_leaves", ()) or ()),
+        list(getattr(jit_info, "out_shardings_leaves", ()) or ()),
+    )
 
 
 def executable_in(frames: Iterable[types.FrameType]) -> Any:
@@ -332,8 +388,14 @@ def executable_in(frames: Iterable[types.FrameType]) -> Any:
     if where is None:
         return None
     name, filename = where
-    return next((f.f_locals.get("xla_executable") for f in frames
-                 if f.f_code.co_name == name and f.f_code.co_filename == filename), None)
+    return next(
+        (
+            f.f_locals.get("xla_executable")
+            for f in frames
+            if f.f_code.co_name == name and f.f_code.co_filename == filename
+        ),
+        None,
+    )
 
 
 def stage_raised(frames: Iterable[types.FrameType]) -> bool:
@@ -394,8 +456,10 @@ def parse_xspace(data: bytes, source: str) -> list[Any]:
     """
     reader = xspace_reader()
     if reader is None:
-        raise TraceFormatError(f"{source}: {CAPABILITIES['xspace_reader'].lost}: it lacks "
-                               f"{CAPABILITIES['xspace_reader'].reads}; install jaxlib>=0.7")
+        raise TraceFormatError(
+            f"{source}: {CAPABILITIES['xspace_reader'].lost}: it lacks "
+            f"{CAPABILITIES['xspace_reader'].reads}; install jaxlib>=0.7"
+        )
     try:
         return list(reader(data).planes)
     except RuntimeError as exc:

@@ -18,7 +18,7 @@ import pytest
 from jax import monitoring
 
 from jaxdiag import jax_internals as J
-from jaxdiag.errors import JaxdiagWarning, TraceFormatError
+from jaxdiag.errors import JaxdiagWarning
 
 
 _on_duration: list = []  # the callbacks of the test running now
@@ -65,8 +65,11 @@ def _frames_during_compile(call, code):
 
     def listener(event, duration, **kwargs):
         if event == "/jax/core/compile/backend_compile_duration":
-            seen.extend(f for f in _stack(sys._getframe(1))
-                        if f.f_code is code or isinstance(code, frozenset) and f.f_code in code)
+            seen.extend(
+                f
+                for f in _stack(sys._getframe(1))
+                if f.f_code is code or isinstance(code, frozenset) and f.f_code in code
+            )
 
     with _listening(listener):
         call()
@@ -183,8 +186,10 @@ def test_pmap_call_frame():
         return x * k
 
     x = jnp.ones((1, 3))
-    calls = [J.pmap_call(frame) for frame in _frames_during_compile(
-        lambda: jax.pmap(f, static_broadcasted_argnums=1)(x, 4), code)]
+    calls = [
+        J.pmap_call(frame)
+        for frame in _frames_during_compile(lambda: jax.pmap(f, static_broadcasted_argnums=1)(x, 4), code)
+    ]
     assert calls and calls[0] is not None
     fun, args, kwargs, static = calls[0]
     assert fun is f and args[1] == 4 and static == (1,)
@@ -195,8 +200,7 @@ def test_jit_info_fields():
     mesh = jax.make_mesh((len(jax.devices()),), ("x",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
     x = jnp.ones(len(jax.devices()) * 2)
-    frames = _frames_during_compile(lambda: jax.jit(lambda x: x * 7, out_shardings=sharding)(x),
-                                    J.jit_call_frame())
+    frames = _frames_during_compile(lambda: jax.jit(lambda x: x * 7, out_shardings=sharding)(x), J.jit_call_frame())
     info = J.jit_info_of(frames[0])
     ins, outs = J.jit_shardings(info)
     assert [type(s).__name__ for s in outs] == ["NamedSharding"]
@@ -225,9 +229,11 @@ def test_xspace_reader(tmp_path):
     planes = J.parse_xspace(path.read_bytes(), str(path))
     assert any(p.name == "/host:CPU" for p in planes)
     # Corrupt data is an exception, not a process aborted by the C++ parser: ask a child.
-    code = ("from jaxdiag import jax_internals as J; from jaxdiag.errors import TraceFormatError\n"
-            "try: J.parse_xspace(b'\\x0a\\x05\\x12\\x03abc\\xff\\xff', 'bad.xplane.pb')\n"
-            "except TraceFormatError as e: print(e)")
+    code = (
+        "from jaxdiag import jax_internals as J; from jaxdiag.errors import TraceFormatError\n"
+        "try: J.parse_xspace(b'\\x0a\\x05\\x12\\x03abc\\xff\\xff', 'bad.xplane.pb')\n"
+        "except TraceFormatError as e: print(e)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("bad.xplane.pb: corrupt XSpace")
