@@ -96,6 +96,11 @@ CAPABILITIES: dict[str, Capability] = {
             "cannot read .xplane.pb traces on this jaxlib (a .trace.json.gz still reads)",
         ),
         Capability(
+            "xspace_reader_raises",
+            "a corrupt XSpace given to ProfileData.from_serialized_xspace raises (older jaxlib aborts)",
+            "each .xplane.pb is first parsed in a forked child, so that a corrupt one cannot abort the process",
+        ),
+        Capability(
             "profile_options",
             "jax.profiler.ProfileOptions",
             "the Python tracer and profiler options cannot be set; captures use the profiler's defaults",
@@ -292,6 +297,22 @@ def xspace_reader() -> Callable[[bytes], Any] | None:
 
 
 @functools.cache
+def xspace_reader_raises() -> bool | None:
+    """Whether the XSpace reader raises on corrupt data instead of aborting the process.
+
+    Asked once per process, of a child process: older jaxlib aborts (a failed ``CHECK``).
+    """
+    reader = xspace_reader()
+    if reader is None:
+        return None
+    return True if _parses_in_child(reader, b"", corrupt=True) else None
+
+
+#: A plane record, then bytes that are no field: every protobuf parser rejects it.
+_CORRUPT_XSPACE = b"\x0a\x05\x12\x03abc\xff\xff"
+
+
+@functools.cache
 def profile_options() -> type | None:
     """``jax.profiler.ProfileOptions`` (Python tracer level, session id...)."""
     import jax
@@ -460,13 +481,63 @@ def parse_xspace(data: bytes, source: str) -> list[Any]:
             f"{source}: {CAPABILITIES['xspace_reader'].lost}: it lacks "
             f"{CAPABILITIES['xspace_reader'].reads}; install jaxlib>=0.7"
         )
+    if xspace_reader_raises() is None and not _parses_in_child(reader, data):
+        raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it")
     try:
         return list(reader(data).planes)
     except RuntimeError as exc:
         raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it ({exc})") from None
 
 
-#: Frames of library jit wrappers whose locals hold the user's call: (module, function) -> reader.
+def _parses_in_child(reader: Callable[[bytes], Any], data: bytes, *, corrupt: bool = False) -> bool:
+    """Whether ``reader(data)`` returns in a child process (an aborting reader kills only the child).
+
+    A forked child where jax is not imported (reading a trace); with jax running (it is
+    multithreaded, so a fork may deadlock), or where no fork can be had, a fresh
+    interpreter given the data on stdin. ``corrupt`` asks instead whether ``reader``
+    raises on ``_CORRUPT_XSPACE``.
+    """
+    import os
+    import sys
+
+    if "jax" in sys.modules or not hasattr(os, "fork"):
+        return _parses_in_interpreter(data, corrupt=corrupt)
+    try:
+        pid = os.fork()
+    except OSError:
+        return _parses_in_interpreter(data, corrupt=corrupt)
+    if pid == 0:  # the child
+        status = 1
+        try:
+            try:
+                reader(_CORRUPT_XSPACE if corrupt else data)
+            except RuntimeError:
+                if not corrupt:
+                    raise
+            status = 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _parses_in_interpreter(data: bytes, *, corrupt: bool) -> bool:
+    import subprocess
+    import sys
+
+    parse = "p.ProfileData.from_serialized_xspace(sys.stdin.buffer.read())"
+    script = "import sys\nfrom jaxlib import _profile_data as p\n" + (
+        f"try: {parse}\nexcept RuntimeError: pass" if corrupt else parse
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], input=_CORRUPT_XSPACE if corrupt else data, capture_output=True
+        )
+    except OSError:  # no process at all: trust the reader
+        return True
+    return done.returncode == 0
+
+
 def equinox_call(local: Mapping[str, Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """``(fun, args, kwargs)`` from the locals of ``equinox._jit._call``."""
     return local["jit_wrapper"].__wrapped__, tuple(local["args"]), dict(local["kwargs"])
