@@ -130,7 +130,8 @@ def install() -> None:
         for lost, capability in ((found.cache_miss is None, "jit_call_frame"),
                                  (not _has_start_events, "stage_start_events"),
                                  (found.cached_compilation is None, "compiled_executable"),
-                                 (found.timed_exit is None, "stage_exceptions")):
+                                 (found.timed_exit is None, "stage_exceptions"),
+                                 (jax_internals.pmap_call_frame() is None, "pmap_call_frame")):
             if lost:
                 jax_internals.warn_lost(capability)
 

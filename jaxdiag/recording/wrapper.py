@@ -71,7 +71,6 @@ def jit(fun: Any = _NOT_GIVEN, /, *, max_compiles: int | None = None, on_exceed:
     if analysis is not None and not isinstance(analysis, bool):
         raise ConfigError(f"analysis must be True, False or None, got {analysis!r}")
     if fun is _NOT_GIVEN:
-        jax.jit(**jax_jit_kwargs)  # raises JAX's TypeError where its jit has no decorator-factory form
         return functools.partial(jit, max_compiles=max_compiles, on_exceed=on_exceed,
                                  analysis=analysis, **jax_jit_kwargs)
     if (isinstance(fun, staticmethod) or not callable(fun)
