@@ -479,7 +479,7 @@ def parse_xspace(data: bytes, source: str) -> list[Any]:
     if reader is None:
         raise TraceFormatError(
             f"{source}: {CAPABILITIES['xspace_reader'].lost}: it lacks "
-            f"{CAPABILITIES['xspace_reader'].reads}; install jaxlib>=0.7"
+            f"{CAPABILITIES['xspace_reader'].reads}; install jaxlib>=0.8"
         )
     if xspace_reader_raises() is None and not _parses_in_child(reader, data):
         raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it")
