@@ -15,7 +15,10 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-SHARED_FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+#: The real H100 traces (``README.md`` says which tests need them): ``$JAXDIAG_FIXTURES``,
+#: else ``shared/fixtures`` beside the checkout.
+SHARED_FIXTURES = Path(os.environ.get("JAXDIAG_FIXTURES")
+                       or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,9 +101,9 @@ def cpu_trace_dir(tmp_path_factory: pytest.TempPathFactory) -> CpuTrace:
 
 @pytest.fixture(scope="session")
 def shared_fixtures() -> Path:
-    """The folder of real H100 traces (``/work/shared/fixtures``); skips when absent."""
+    """The folder of real H100 traces (``$JAXDIAG_FIXTURES``); skips when absent."""
     if not SHARED_FIXTURES.is_dir():
-        pytest.skip(f"shared H100 traces not present at {SHARED_FIXTURES}")
+        pytest.skip(f"shared H100 traces not present at {SHARED_FIXTURES} (set JAXDIAG_FIXTURES)")
     return SHARED_FIXTURES
 
 

@@ -55,6 +55,7 @@ class Capture:
         self._started_unix: float | None = None
         self._process_index = 0
         self._process_count = 1
+        self._before: set[Path] = set()
 
     # --- recording -----------------------------------------------------------
     def record_step(self, step: int, *, tokens: float | None = None, samples: float | None = None,
@@ -79,8 +80,11 @@ class Capture:
             self._process_index = jax.process_index()
             self._process_count = jax.process_count()
             self.run = self.run or _shared_run_name(self._process_count)
+            self._before = _run_folders(self.logdir)
             try:
-                jax.profiler.start_trace(str(self.logdir), profiler_options=self._profile_options())
+                opts = self._profile_options()
+                kwargs = {} if opts is None else {"profiler_options": opts}
+                jax.profiler.start_trace(str(self._trace_dir()), **kwargs)
             except RuntimeError as exc:
                 raise CaptureError(f"cannot start the profiler: {exc}") from None
             self._started_unix = time.time()
@@ -111,15 +115,23 @@ class Capture:
         return self.run_dir
 
     # --- helpers ---------------------------------------------------------------
-    def _session_id(self) -> str:
-        # Processes on one machine would all write "<hostname>.xplane.pb" into the
-        # same folder; each stages its own session, moved into the run at stop.
-        return self.run if self._process_count == 1 else f"{self.run}.staging-p{self._process_index}"
+    def _trace_dir(self) -> Path:
+        # The logdir given to jax.profiler. Processes on one machine would all write
+        # "<hostname>.xplane.pb" into one run folder, and some JAX releases ignore
+        # ProfileOptions.session_id and name that folder by the second: each process
+        # stages its trace in a logdir of its own, moved into the run at stop.
+        if self._process_count == 1:
+            return self.logdir
+        return self.logdir / f".jaxdiag-staging-{self.run}-p{self._process_index}"
 
     def _profile_options(self) -> Any:
-        import jax
+        from jaxdiag import jax_internals
 
-        opts = jax.profiler.ProfileOptions()
+        options = jax_internals.profile_options()
+        if options is None:  # this JAX takes no options: its defaults
+            jax_internals.warn_lost("profile_options")
+            return None
+        opts = options()
         opts.python_tracer_level = 1 if self.python_tracer else 0
         given = self.options
         if given is not None and not isinstance(given, Mapping):
@@ -130,17 +142,20 @@ class Capture:
                     raise CaptureError(f"unknown profiler option {key!r}; ProfileOptions has "
                                        f"{sorted(a for a in dir(opts) if not a.startswith('_'))}")
                 setattr(opts, key, value)
-        opts.session_id = self._session_id()
+        opts.session_id = str(self.run)
         return opts
 
     def _place_host_file(self) -> Path:
         profile_dir = self.logdir / "plugins" / "profile"
         run_dir = profile_dir / str(self.run)
         if self._process_count == 1:
+            new = sorted(_run_folders(self.logdir) - self._before - {run_dir})
+            if not run_dir.exists() and len(new) == 1:  # session_id ignored: the folder is JAX's timestamp
+                new[0].rename(run_dir)
             return run_dir
-        staging = profile_dir / self._session_id()
+        staging = self._trace_dir()
         run_dir.mkdir(parents=True, exist_ok=True)
-        for f in staging.glob("*"):
+        for f in staging.glob("plugins/profile/*/*"):
             host, _, rest = f.name.partition(".")
             os.replace(f, run_dir / f"{host}-p{self._process_index}.{rest}")
         shutil.rmtree(staging, ignore_errors=True)
@@ -207,6 +222,14 @@ def profile(
 def active() -> Capture | None:
     """The capture running now, if any."""
     return _active
+
+
+def _run_folders(logdir: Path) -> set[Path]:
+    """The run folders under ``logdir/plugins/profile`` now."""
+    try:
+        return {p for p in (logdir / "plugins" / "profile").iterdir() if p.is_dir()}
+    except OSError:
+        return set()
 
 
 def _check_writable(logdir: Path) -> None:

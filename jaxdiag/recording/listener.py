@@ -10,10 +10,10 @@ call's concrete ``args``/``kwargs``, the ``fun`` handed to ``jax.jit`` and its
 ``jit_info``. A sharding-only change, which lowers and compiles again without
 tracing, is caught the same way.
 
-This is the one module that reads private JAX internals. Without them (another
-JAX version), it falls back to matching events by function name, recording
-only compiles that trace, and says so once; ``jaxdiag.watch()`` then records
-names, counts and durations only. Both paths live here, beside the internals
+The private JAX internals it reads are found by ``jaxdiag.jax_internals``. Without
+them (another JAX version), it falls back to matching events by function name,
+recording only compiles that trace, and says so once; ``jaxdiag.watch()`` then
+records names, counts and durations only. Both paths live here, beside the internals
 they use, which is why this module runs past 400 lines. Cache hits never reach
 it: JAX's C++ fast path dispatches without emitting events.
 """
@@ -21,7 +21,6 @@ it: JAX's C++ fast path dispatches without emitting events.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 import threading
 import time
@@ -30,9 +29,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-import jax
 from jax import monitoring
 
+from jaxdiag import jax_internals
 from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, JaxdiagWarning
 from jaxdiag.sharding.collect import collect as collect_sharding
 
@@ -43,9 +42,6 @@ CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 CACHE_REQUEST_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 _MAX_NAMED_PENDING = 32
 _STAGE_FIELD = {TRACE_EVENT: "trace_s", LOWER_EVENT: "lower_s", COMPILE_EVENT: "backend_compile_s"}
-
-#: JAX versions whose internals this module was checked against.
-TESTED_JAX = ((0, 6), (0, 10))
 
 
 class CompileHooks(Protocol):
@@ -131,13 +127,13 @@ def install() -> None:
         _has_start_events = register_start is not None
         _hide_wrapper_frames()
         _internals = found
-        if found.cache_miss is None:
-            warn_once("internals", (
-                f"jaxdiag: JAX {jax.__version__} lacks the pjit internals jaxdiag reads "
-                f"(checked with JAX {'.'.join(map(str, TESTED_JAX[0]))} to "
-                f"{'.'.join(map(str, TESTED_JAX[1]))}); compiles are matched by function name, "
-                "jaxdiag.watch() records only names, counts and durations, and compiles "
-                "without a trace (a sharding-only change) go unrecorded"))
+        for lost, capability in ((found.cache_miss is None, "jit_call_frame"),
+                                 (not _has_start_events, "stage_start_events"),
+                                 (found.cached_compilation is None, "compiled_executable"),
+                                 (found.timed_exit is None, "stage_exceptions"),
+                                 (jax_internals.pmap_call_frame() is None, "pmap_call_frame")):
+            if lost:
+                jax_internals.warn_lost(capability)
 
 
 def mode() -> str:
@@ -300,8 +296,8 @@ def _finish(p: Pending) -> None:
         pending.remove(p)
     if _internals is not None and _internals.cached_compilation is not None:
         if p.hooks.wants_executable():
-            p.executable = _executable(*_internals.cached_compilation)
-        p.sharding = collect_sharding(p, lambda: _executable(*_internals.cached_compilation))
+            p.executable = _executable()
+        p.sharding = collect_sharding(p, _executable)
     try:
         _call(p.hooks.end, p)
     finally:
@@ -317,17 +313,14 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
             return p
     if not create:
         return None
-    local = frame.f_locals
-    hooks = _hooks_of(local.get("fun"))
+    hooks = _hooks_of(jax_internals.jit_call(frame)[0])
     if hooks is None:
         return None
     live = {id(f) for f in _stack()}
     pending[:] = [q for q in pending if q.frame is None or id(q.frame) in live]
-    info = local.get("jit_info")
-    static = (tuple(getattr(info, "static_argnums", ()) or ()),
-              tuple(getattr(info, "static_argnames", ()) or ()))
-    p = Pending(hooks, tuple(local.get("args", ())), dict(local.get("kwargs", {})), static,
-                start_unix, threading.current_thread().name, frame=frame, fun=local.get("fun"))
+    fun, args, kwargs, info = jax_internals.jit_call(frame)
+    p = Pending(hooks, args, kwargs, jax_internals.jit_static(info),
+                start_unix, threading.current_thread().name, frame=frame, fun=fun)
     pending.append(p)
     _call(hooks.begin, p, on_error=lambda: pending.remove(p))
     return p
@@ -361,22 +354,7 @@ def _call_frame() -> types.FrameType | None:
     return None
 
 
-def pmap_call(frame: types.FrameType) -> tuple[Any, tuple[Any, ...], dict[str, Any], tuple[int, ...]] | None:
-    """``(fun, args, kwargs, static_broadcasted_argnums)`` if ``frame`` is ``jax.pmap``'s dispatch.
-
-    pmap jits a ``shard_map`` of its own wrapper of the user's function, so the
-    ``cache_miss`` frame shows JAX's function and flat arguments; the user's are here.
-    """
-    if frame.f_code.co_name != "wrapped" or frame.f_globals.get("__name__") != "jax._src.pmap":
-        return None
-    try:
-        local = frame.f_locals
-        infer = local["infer_params"]
-        cells = dict(zip(infer.__code__.co_freevars, (c.cell_contents for c in infer.__closure__)))
-        fun = cells["wrapped_fun"].f
-        return fun, tuple(local["args"]), dict(local["kwargs"]), tuple(cells["static_broadcasted_tuple"])
-    except Exception:  # another JAX: the record keeps JAX's own view of the call
-        return None
+pmap_call = jax_internals.pmap_call  # read by watch
 
 
 def _stage_raised() -> bool:
@@ -386,16 +364,12 @@ def _stage_raised() -> bool:
     it, whether or not the stage raised; that frame's ``exc_type`` says which.
     """
     assert _internals is not None
-    for frame in _stack() if _internals.timed_exit is not None else ():
-        if frame.f_code is _internals.timed_exit:
-            return frame.f_locals.get("exc_type") is not None
-    return False
+    return _internals.timed_exit is not None and jax_internals.stage_raised(_stack())
 
 
-def _executable(name: str, filename: str) -> Any:
+def _executable() -> Any:
     """The executable just compiled, from the frame that assigned it (the event fires on exit)."""
-    return next((f.f_locals.get("xla_executable") for f in _stack()
-                 if f.f_code.co_name == name and f.f_code.co_filename == filename), None)
+    return jax_internals.executable_in(_stack())
 
 
 def _awaiting(name: str) -> Pending | None:
@@ -454,33 +428,9 @@ def warn_once(key: str, message: str) -> None:
 # --- internals -----------------------------------------------------------------------
 
 def _find_internals() -> _Internals:
-    cache_miss = cached = timed_exit = None
-    stoppers: set[types.CodeType] = set()
-    try:
-        from jax._src import dispatch
-
-        timed_exit = dispatch.LogElapsedTimeContextManager.__exit__.__code__
-    except Exception:  # another JAX: a failed stage is taken for a finished one
-        pass
-    try:
-        from jax._src import pjit, stages
-        from jax._src.interpreters import pxla
-
-        for const in pjit._cpp_pjit.__code__.co_consts:
-            if (isinstance(const, types.CodeType) and const.co_name == "cache_miss"
-                    and {"fun", "jit_info"} <= set(const.co_freevars)
-                    and {"args", "kwargs"} <= set(const.co_varnames)):
-                cache_miss = const
-        for owner, name in ((pjit, "jit_trace"), (pjit, "jit_lower"), (pjit, "jit_eval_shape"),
-                            (stages.Lowered, "compile"), (stages.Traced, "lower")):
-            fn = inspect.unwrap(getattr(owner, name, None) or (lambda: None))
-            if getattr(fn, "__code__", None) is not None:
-                stoppers.add(fn.__code__)
-        if hasattr(pxla, "_cached_compilation"):  # behind a C++ cache: no code object to hold
-            cached = ("_cached_compilation", pxla.__file__.removesuffix("c"))
-    except Exception:  # another JAX: fall back to names
-        pass
-    return _Internals(cache_miss, frozenset(stoppers), cached, timed_exit)
+    stoppers = jax_internals.aot_entry_points() or frozenset()
+    return _Internals(jax_internals.jit_call_frame(), stoppers, jax_internals.compiled_executable(),
+                      jax_internals.stage_exceptions())
 
 
 def _hide_wrapper_frames() -> None:
@@ -489,13 +439,11 @@ def _hide_wrapper_frames() -> None:
     Otherwise its frame would show in the user's tracebacks and in the debug
     locations of the lowered module, where ``jax.jit`` has none.
     """
+    from jaxdiag.recording import wrapper
+
     try:
-        from jax._src import source_info_util, traceback_util
-
-        from jaxdiag.recording import wrapper
-
-        traceback_util.register_exclusion(wrapper.__file__)
-        source_info_util.register_exclusion(wrapper.__file__)
+        if not jax_internals.hide_frames(wrapper.__file__):
+            jax_internals.warn_lost("traceback_exclusion")
     except Exception:
         pass
 

@@ -195,7 +195,9 @@ def describe_sharding(sharding: Any) -> str | None:
             types = [str(t).rsplit(".", 1)[-1] for t in getattr(mesh, "axis_types", ())]
             if any(t != "Auto" for t in types):
                 axes += "; " + ", ".join(types)
-            return f"{sharding.spec!r} on mesh({axes})"
+            spec = repr(sharding.spec)  # JAX before 0.9 writes PartitionSpec(...) for P(...)
+            spec = "P" + spec[len("PartitionSpec"):] if spec.startswith("PartitionSpec(") else spec
+            return f"{spec} on mesh({axes})"
         if kind == "SingleDeviceSharding":
             (device,) = sharding.device_set
             return f"SingleDeviceSharding({device.platform}:{device.id})"

@@ -34,12 +34,12 @@ import hashlib
 import os
 import sys
 import types
-from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
+from jaxdiag import jax_internals
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import compile_log, listener, signature, wrapper
@@ -260,19 +260,17 @@ def _resolve(p: listener.Pending) -> _Call:
 def _equinox(local: dict[str, Any], base: _Call) -> _Call:
     # JAX sees one shared function per name and the user's function as data; equinox
     # makes every non-array leaf static.
-    fun = local["jit_wrapper"].__wrapped__
+    fun, args, kwargs = jax_internals.equinox_call(local)
     identity = fun if isinstance(fun, types.FunctionType) else None
-    return _Call(fun, identity, tuple(local["args"]), dict(local["kwargs"]), static_leaves=True)
+    return _Call(fun, identity, args, kwargs, static_leaves=True)
 
 
 def _flax_nnx(local: dict[str, Any], base: _Call) -> _Call | None:
-    wrapped = local.get("self")
-    if getattr(wrapped, "jitted_fn", None) is None or "args" not in local:
+    call = jax_internals.flax_nnx_call(local)
+    if call is None:
         return None
-    if not hasattr(sys.modules.get("flax.nnx"), "Pytree"):  # modules are pytrees from flax 0.12
-        return None
-    return dataclasses.replace(base, fun=wrapped.fun, args=tuple(local["args"]),
-                               kwargs=dict(local["kwargs"]))
+    fun, args, kwargs = call
+    return dataclasses.replace(base, fun=fun, args=args, kwargs=kwargs)
 
 
 _ADAPTERS = {
@@ -405,8 +403,8 @@ def _static_fields(node: Any) -> list[tuple[str, Any]]:
     if isinstance(node, type):
         return []
     state = getattr(node, "__dict__", None)
-    flags = state.get("_pytree__nodes") if isinstance(state, dict) else None
-    if isinstance(flags, Mapping):  # flax nnx: attribute -> whether it is a pytree node
+    flags = jax_internals.nnx_node_flags(state) if isinstance(state, dict) else None
+    if flags is not None:  # flax nnx: attribute -> whether it is a pytree node
         return [(k, state.get(k)) for k, is_node in flags.items()
                 if not is_node and not k.startswith("_pytree__")]
     names = _dataclass_static_names(type(node)) if dataclasses.is_dataclass(node) else ()

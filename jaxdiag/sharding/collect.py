@@ -14,6 +14,7 @@ import dataclasses
 import warnings
 from typing import Any, Callable, Sequence
 
+from jaxdiag import jax_internals
 from jaxdiag.errors import JaxdiagWarning
 from jaxdiag.sharding import hlo, specs
 from jaxdiag.sharding.facts import DTYPE_NAMES, LeafSharding, MeshFacts, ShardingFacts, global_shape
@@ -46,12 +47,10 @@ def _collect(pending: Any, executable: Callable[[], Any]) -> dict[str, Any] | No
         return None
     leaves = specs.dynamic_leaves(pending.args, pending.kwargs, pending.static)
     shardings = [specs.sharding_of(leaf) for _, _, leaf in leaves]
-    frame = getattr(pending, "frame", None)
-    jit_info = frame.f_locals.get("jit_info") if frame is not None else None
+    jit_info = jax_internals.jit_info_of(getattr(pending, "frame", None))
     user_in, user_out = specs.user_specified(jit_info)
-    jit_shardings = list(getattr(jit_info, "in_shardings_leaves", ()) or ()) + list(
-        getattr(jit_info, "out_shardings_leaves", ()) or ())
-    mesh = specs.named_mesh(shardings + jit_shardings)
+    jit_in, jit_out = jax_internals.jit_shardings(jit_info)
+    mesh = specs.named_mesh(shardings + jit_in + jit_out)
     text = ex.hlo_modules()[0].to_string() if ex is not None else None
     facts = build_facts(text, leaves, mesh=mesh, devices=devices, out_shardings=_output_shardings(ex),
                         user_in=user_in, user_out=user_out)
@@ -171,12 +170,8 @@ def _outputs(module: hlo.HloModule, geo: MeshGeometry, shardings: Sequence[HloSh
 def _output_shardings(ex: Any) -> list[HloSharding] | None:
     if ex is None:
         return None
-    protos = ex.get_output_shardings()
-    if not protos:
-        return None
-    from jaxlib import xla_client
-
-    return [parse_sharding(str(xla_client.HloSharding.from_proto(p))) for p in protos]
+    texts = jax_internals.read_output_shardings(ex)
+    return None if texts is None else [parse_sharding(t) for t in texts]
 
 
 def _warn_once(message: str) -> None:

@@ -159,4 +159,7 @@ def user_specified(jit_info: Any) -> tuple[bool, bool]:
 
     if jit_info is None:
         return False, False
-    return given(getattr(jit_info, "in_shardings_leaves", ())), given(getattr(jit_info, "out_shardings_leaves", ()))
+    from jaxdiag.jax_internals import jit_shardings
+
+    in_leaves, out_leaves = jit_shardings(jit_info)
+    return given(in_leaves), given(out_leaves)

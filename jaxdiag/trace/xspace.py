@@ -1,7 +1,8 @@
 """Read one host's ``.xplane.pb`` into event columns, device facts and metadata.
 
 Parsing uses ``jaxlib._profile_data`` (the XSpace reader behind
-``jax.profiler.ProfileData``), which imports in milliseconds without jax.
+``jax.profiler.ProfileData``, reached through ``jaxdiag.jax_internals``), which
+imports in milliseconds without jax.
 ``collect_host`` works on any objects shaped like its planes, lines and events,
 so the Chrome-JSON fallback reader shares every rule here. Device planes are
 read here; ``host_plane`` says how host events are categorised. ``read_planes``
@@ -146,12 +147,9 @@ _EVENT_ERRORS = (UnicodeDecodeError, ValueError, OverflowError, TypeError)
 
 def _parse(data: bytes, source: str) -> list[Any]:
     # Imported here: a report forks its worker before this import, and each process pays half.
-    from jaxlib import _profile_data
+    from jaxdiag.jax_internals import parse_xspace
 
-    try:
-        return list(_profile_data.ProfileData.from_serialized_xspace(data).planes)
-    except RuntimeError as exc:
-        raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it ({exc})") from None
+    return parse_xspace(data, source)
 
 
 def _unreadable(source: str, exc: Exception) -> TraceFormatError:

@@ -9,6 +9,7 @@ import pytest
 
 import jaxdiag
 from jaxdiag.capturing.sidecar import read_sidecars
+from jaxdiag.recording import compile_log
 
 
 def make_step(logdir, **kw):
@@ -21,6 +22,7 @@ def make_step(logdir, **kw):
 
 
 def test_decorator_numbers_annotates_and_counts_tokens(tmp_path):
+    compile_log.clear()  # other tests here compile the same make_step.<locals>.train_step
     train_step = make_step(tmp_path)
     w = jnp.ones((16, 16))
     for i in range(6):

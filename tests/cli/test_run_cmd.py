@@ -77,6 +77,9 @@ def python(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_summary_on_stderr_and_the_scripts_args_untouched(scripts, capsys):
+    import jax
+
+    jax.clear_caches()  # JAX's eager helpers compile again, whichever tests ran before
     argv, path = sys.argv[:], sys.path[:]
     status = main(["run", "--width", "160", str(scripts / "train.py"), "--lr", "3", "--log-dir", "x"])
     out, err = capsys.readouterr()

@@ -112,7 +112,7 @@ def test_signature_from_tracers_inside_a_trace():
 def test_tracer_on_explicit_mesh_carries_its_sharding():
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices")
-    mesh = jax.make_mesh((8,), ("x",))
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))  # newer JAX's default
     seen = {}
 
     def f(x):

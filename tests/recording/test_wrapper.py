@@ -113,6 +113,7 @@ def test_wrappers_do_not_keep_functions_alive():
     import gc
     import weakref
 
+    gc.collect()  # functions of earlier tests that are already unreachable leave the cache now
     before = len(wrapper._cache)
     refs = []
     for i in range(3):
@@ -160,7 +161,9 @@ def test_grad_of_jitted_function_records_its_forward_compile():
     f = jaxdiag.jit(lambda x: jnp.sum(jnp.sin(x)))
     jax.grad(f)(jnp.ones(3))
     (r,) = records()
-    assert (r.traced, r.lowered, r.compiled) == (False, True, True)  # traced inside grad's trace
+    assert (r.lowered, r.compiled) == (True, True)
+    # Traced inside grad's trace (JAX 0.9 on), or traced again for the compile (JAX 0.8).
+    assert r.traced == (r.trace_s is not None)
     assert r.args[0].shape == (3,) and r.args[0].dtype == "float32"
 
 

@@ -69,6 +69,7 @@ def test_compare_pairs_outcomes_and_counts_missing(tmp_path):
 
 
 SWAPPED = textwrap.dedent('''\
+    import functools
     import jax
     from jax import jit
     from jax._src import api
@@ -84,7 +85,12 @@ SWAPPED = textwrap.dedent('''\
         assert api.jit(by_api)(2) == 4
 
     def test_jax_jit_factory():
-        @jax.jit(static_argnums=1)
+        import inspect
+        if inspect.signature(jax.jit).parameters["fun"].default is inspect.Parameter.empty:
+            factory = functools.partial(jax.jit, static_argnums=1)  # JAX 0.8: no jit(static_argnums=...)
+        else:
+            factory = jax.jit(static_argnums=1)
+        @factory
         def by_attr(x, n):
             return x - n
         assert by_attr(2, 1) == 1
