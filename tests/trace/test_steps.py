@@ -49,7 +49,8 @@ def test_tpu_steps_line_when_no_annotation() -> None:
     device_steps = [("t", *s) for s in cols.device_steps]
     found = find_steps(events_frame([cols]), (), device_steps)
     assert found.source == "device_steps"
-    assert steps_of(found.table) == [(0, "Steps", 0, 110), (1, "Steps", 100, 200)]
+    # Step 1 begins where step 0 ended (on device 1): every moment belongs to one step.
+    assert steps_of(found.table) == [(0, "Steps", 0, 110), (1, "Steps", 110, 200)]
 
 
 def module_events(*kernels: Kernel) -> pd.DataFrame:
@@ -68,7 +69,8 @@ def test_module_fallback_splits_executions_at_other_modules_and_gaps() -> None:
     found = find_steps(events)
     assert found.source == "module" and "3 executions of jit_train_step" in found.notes[0]
     last = 620 + EXECUTION_GAP_NS + 1
-    assert steps_of(found.table) == [(0, big, 0, 400), (1, big, 400, last), (2, big, last, last + 100)]
+    # Each execution's step holds the gap before it, where its inputs and its compile were made.
+    assert steps_of(found.table) == [(0, big, 0, 220), (1, big, 220, 620), (2, big, 620, last + 100)]
 
 
 def test_dominant_module_is_the_one_with_most_device_time() -> None:
