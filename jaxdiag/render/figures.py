@@ -266,7 +266,9 @@ def recompile_timeline(report: "Report", *, max_rows: int = 40) -> "go.Figure":
         for c in compiles
     ])
     ms = [_ms(c.get("compile_ms")) for c in compiles]
-    causes = [str(c.get("cause") or "cause unknown (no compile log)") for c in compiles]
+    has_log = any(c.get("logged") for c in report.recompiles or [])
+    unknown = "cause unknown (not in the compile log)" if has_log else "cause unknown (no compile log)"
+    causes = [str(c.get("cause") or unknown) for c in compiles]
     fig = go.Figure(go.Bar(
         x=ms, y=labels, orientation="h", marker_color=[COLORS["compile"] if c.get("cause") else "#BAB0AC"
                                                         for c in compiles],
