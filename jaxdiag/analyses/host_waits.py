@@ -34,6 +34,7 @@ from jaxdiag.analyses.device_work import (
     strings_at,
 )
 from jaxdiag.analyses.shared import once
+from jaxdiag.analyses.step_pattern import describe_amounts
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,7 +173,8 @@ def analyze(inputs: AnalysisInputs) -> HostWaitsResult:
         sorted((CauseTotal(c, k, ms[(c, k)], len(steps[(c, k)])) for c, k in ms), key=lambda c: -c.ms)
     )
     result = HostWaitsResult(tuple(waits), by_cause, wall_ns / 1e6, steady_ns / 1e6, tuple(sorted(sync_steps)))
-    return dataclasses.replace(result, findings=_findings(result, inputs, windows[F.STEP].nunique()))
+    all_steps = sorted(int(x) for x in windows[F.STEP].unique())
+    return dataclasses.replace(result, findings=_findings(result, inputs, all_steps))
 
 
 def _sync_steps(frames: "TraceFrames", host: str, win: "pd.DataFrame") -> set[int]:
@@ -258,9 +260,14 @@ def _pieces(host: str, win: "pd.DataFrame", part: np.ndarray, cause: str, kind: 
     return [Wait(host, int(st), int(s), int(e), cause, kind, detail) for (s, e), st in zip(part, steps)]
 
 
-def _findings(r: HostWaitsResult, inputs: AnalysisInputs, n_steps: int) -> tuple[Finding, ...]:
+def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -> tuple[Finding, ...]:
     out = []
+    n_steps = len(all_steps)
     graded_against = r.steady_wall_ms if r.steady_wall_ms > 0 else r.wall_ms
+    per_step: dict[tuple[str, str], dict[int, float]] = {}
+    for w in r.waits:
+        d = per_step.setdefault((w.cause, w.kind), {})
+        d[w.step] = d.get(w.step, 0.0) + (w.end_ns - w.start_ns) / 1e6
     for c in r.by_cause:
         if c.kind == COMPILE or c.ms < inputs.thresholds.min_finding_ms:
             continue
@@ -270,7 +277,9 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, n_steps: int) -> tuple
             DISPATCH: "while the host was launching jitted work",
             UNATTRIBUTED: "while the host ran Python outside any annotation",
         }[c.kind]
-        evidence: dict[str, Any] = {"cause": c.cause, "kind": c.kind, "steps": c.steps, "ms": round(c.ms, 3)}
+        amounts = per_step.get((c.cause, c.kind), {})
+        evidence: dict[str, Any] = {"cause": c.cause, "kind": c.kind, "steps": c.steps, "ms": round(c.ms, 3),
+                                    "per_step": {int(k): round(v, 3) for k, v in sorted(amounts.items())}}
         extra = ""
         if c.kind == SYNC:
             drained = [o for o in r.by_cause if o.kind in ("annotation", DISPATCH, UNATTRIBUTED) and o.ms >= 0.1 * c.ms]
@@ -292,9 +301,8 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, n_steps: int) -> tuple
                 severity=severity_for(c.ms, graded_against),
                 time_lost_ms=c.ms,
                 message=(
-                    f"Devices sat idle {c.ms:.1f} ms {what}, in {c.steps} of {n_steps} steps "
-                    f"({c.ms / max(c.steps, 1):.2f} ms per affected step; "
-                    f"{c.ms / graded_against * 100 if graded_against > 0 else 0:.0f}% of step time outside compiles)."
+                    f"Devices sat idle {c.ms:.1f} ms {what}: {describe_amounts(amounts, all_steps)} "
+                    f"({c.ms / graded_against * 100 if graded_against > 0 else 0:.0f}% of step time outside compiles)."
                     + extra
                 ),
                 suggestion=_SUGGESTIONS[c.kind].format(name=c.cause),

@@ -1,0 +1,47 @@
+"""Findings name the steps a problem hit the way a person would."""
+
+from __future__ import annotations
+
+import pytest
+
+from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps, ordinal
+
+
+@pytest.mark.parametrize(("n", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
+                                         (13, "13th"), (21, "21st"), (102, "102nd")])
+def test_ordinal(n: int, text: str) -> None:
+    assert ordinal(n) == text
+
+
+@pytest.mark.parametrize(
+    ("steps", "text"),
+    [
+        ([6], "at step 6"),
+        ([6, 9], "at steps 6 and 9"),
+        ([4, 9, 14, 19], "at steps 4, 9, 14 and 19 (every 5th step)"),
+        ([3, 4, 5, 6], "at steps 3-6"),
+        ([2, 3, 7, 11], "at steps 2, 3, 7 and 11"),
+        (list(range(2, 100, 3)), "at steps 2, 5, 8, 11, 14, ..., 98 (every 3rd step)"),
+        ([1, 2, 4, 8, 16, 32, 64], "at 7 steps: 1, 2, 4, 8, 16, ..., 64"),
+        ([-1], "outside the captured steps"),
+        ([-1, 5], "at step 5 and outside the captured steps"),
+    ],
+)
+def test_describe_steps(steps: list[int], text: str) -> None:
+    assert describe_steps(steps) == text
+
+
+def test_every_analysed_step_is_said_so() -> None:
+    assert describe_steps(range(1, 14), all_steps=range(1, 14)) == "in every step (1-13)"
+
+
+def test_a_periodic_stall_is_named_with_its_amount_and_the_rest_summed_up() -> None:
+    per_step = {s: 30.0 if s % 5 == 4 else 0.2 for s in range(20)}
+    assert describe_amounts(per_step, list(range(20))) == (
+        "30.0 ms each at steps 4, 9, 14 and 19 (every 5th step); 0.20 ms at most in the 16 others")
+
+
+def test_an_even_spread_gives_the_mean_and_where() -> None:
+    assert describe_amounts({1: 2.0, 2: 2.2, 5: 1.8}, list(range(8))) == (
+        "2.0 ms per step on average, at steps 1, 2 and 5 (3 of 8 steps)")
+    assert describe_amounts({}, [1, 2]) == "in no step"
