@@ -292,7 +292,8 @@ def throughput(report: "Report", *, max_points: int = 2000) -> "go.Figure":
     tp = report.throughput or {}
     rows = [r for r in tp.get("per_step") or [] if r.get("step") is not None]
     has_tokens = any(r.get("tokens_per_s") is not None for r in rows)
-    key, unit = ("tokens_per_s", "tokens/s") if has_tokens else ("steps_per_s", "steps/s")
+    counted = tp.get("count_unit") if tp.get("count_unit") in ("tokens", "samples") else "tokens"
+    key, unit = ("tokens_per_s", f"{counted}/s") if has_tokens else ("steps_per_s", "steps/s")
     rows = [r for r in rows if r.get(key) is not None]
     title = f"Throughput over steps ({unit})"
     if not rows:

@@ -75,7 +75,7 @@ def test_slowest_host_and_filter():
 def test_without_steps_there_is_no_rate():
     r = throughput.analyze(AnalysisInputs(frames([device_event(0, 10)])))
     assert r.to_dict() == {"steps_per_s": None, "tokens_per_s": None, "steady_steps_per_s": None,
-                           "steady_tokens_per_s": None, "mfu": None, "per_step": []}
+                           "steady_tokens_per_s": None, "mfu": None, "count_unit": "tokens", "per_step": []}
 
 
 def test_per_step_dict():
