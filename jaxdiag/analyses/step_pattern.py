@@ -62,27 +62,32 @@ def _listed(steps: Sequence[int]) -> str:
 
 
 def describe_amounts(per_step: Mapping[int, float], all_steps: Sequence[int], unit: str = "ms") -> str:
-    """How much, and where: ``"15.6 ms each at steps 3, 6, 9 and 12 (every 3rd step); 0.4 ms at most in the 9 others"``.
+    """How much, and where: ``"15.6 ms each at steps 3, 6, 9 and 12 (every 3rd step); 0.43 ms at most in the 9 others"``.
 
-    Steps whose amount is at least half the largest are the *hit* steps; when
-    they hold most of the total and are not most of the steps, they are named
-    with their typical amount (the median) and the rest summed up. Otherwise the
-    mean over the affected steps is given, with where they are.
+    The *hit* steps are those above the widest split (at least ``SPLIT_RATIO``
+    times) in the sorted amounts; when there is such a split and the hit steps
+    are at most half the steps, they are named with their amount and the rest
+    summed up. Otherwise the mean over the affected steps is given, with where
+    they are.
     """
     values = {int(s): float(v) for s, v in per_step.items() if v > 0}
     if not values:
         return "in no step"
     n_all = len(set(all_steps) | set(values))
     total = sum(values.values())
-    top = max(values.values())
-    hit = sorted(s for s, v in values.items() if v >= 0.5 * top)
-    rest = [v for s, v in values.items() if s not in hit]
-    hit_total = sum(values[s] for s in hit)
-    if len(hit) < len(values) and hit_total >= 0.6 * total and len(hit) <= max(1, n_all // 2):
-        typical = _median([values[s] for s in hit])
-        each = "" if len(hit) == 1 else " each"
+    hit = _hit_steps(values, n_all)
+    if hit:
+        amounts = [values[s] for s in hit]
+        lo, hi = min(amounts), max(amounts)
+        if len(hit) == 1:
+            amount = f"{fmt_ms(hi)} {unit}"
+        elif hi <= 1.5 * lo:
+            amount = f"{fmt_ms(_median(amounts))} {unit} each"
+        else:
+            amount = f"{fmt_ms(lo)}-{fmt_ms(hi)} {unit}"
         others = n_all - len(hit)
-        text = f"{fmt_ms(typical)} {unit}{each} {describe_steps(hit, all_steps)}"
+        rest = [v for s, v in values.items() if s not in hit]
+        text = f"{amount} {describe_steps(hit, all_steps)}"
         if rest:
             text += f"; {fmt_ms(max(rest))} {unit} at most in the {others} other{'s' if others != 1 else ''}"
         return text
@@ -91,6 +96,25 @@ def describe_amounts(per_step: Mapping[int, float], all_steps: Sequence[int], un
         return f"{fmt_ms(total)} {unit} {where}"
     count = "" if where.startswith("in every step") else f" ({len(values)} of {n_all} steps)"
     return f"{fmt_ms(total / len(values))} {unit} per step on average, {where}{count}"
+
+
+#: Amounts this many times apart split the steps a problem hit from the rest.
+SPLIT_RATIO = 3.0
+
+
+def _hit_steps(values: Mapping[int, float], n_all: int) -> list[int]:
+    """The steps above the widest split of the amounts (steps without any count as zero), or ``[]``."""
+    ordered = sorted(values.items(), key=lambda kv: -kv[1])
+    amounts = [v for _, v in ordered] + ([0.0] if len(values) < n_all else [])
+    best, best_ratio = 0, SPLIT_RATIO
+    for i in range(1, min(len(amounts), n_all // 2 + 1)):
+        below = amounts[i]
+        ratio = float("inf") if below <= 0 else amounts[i - 1] / below
+        if ratio >= best_ratio and (ratio > best_ratio or best == 0):
+            best, best_ratio = i, ratio
+    if best == 0:
+        return []
+    return sorted(s for s, _ in ordered[:best])
 
 
 def _median(xs: Sequence[float]) -> float:
