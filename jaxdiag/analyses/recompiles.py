@@ -290,7 +290,7 @@ def _group_finding(kind: str, name: str, group: list[Compile], total: float, wal
     else:
         helpers = sorted({c.function for c in group})
         again = sum(1 for c in group if c.recompile)
-        head = (f"Eager code at {name} compiled JAX's {join([f'`{h}`' for h in helpers])} {times}, {where}: "
+        head = (f"Eager code at {_short_site(name)} compiled JAX's {join([f'`{h}`' for h in helpers])} {times}, {where}: "
                 f"{fmt_ms(total)} ms" + (f" ({again} of them recompiles)" if 1 < again < len(group) else
                                       " (1 a recompile)" if again == 1 < len(group) else ""))
         # The log's changes compare unrelated calls of a shared helper: they say nothing about this line.
@@ -315,6 +315,12 @@ def _group_finding(kind: str, name: str, group: list[Compile], total: float, wal
             "changes": [dict(ch) for ch in changes],
         },
     )
+
+
+def _short_site(site: str) -> str:
+    """``/home/me/proj/examples/train.py:63`` -> ``.../examples/train.py:63``: the file's folder and name (evidence keeps the path)."""
+    parts = site.replace("\\", "/").split("/")
+    return site if len(parts) <= 3 else ".../" + "/".join(parts[-2:])
 
 
 def _causes(group: list[Compile]) -> str:

@@ -43,6 +43,10 @@ def describe_steps(steps: Iterable[int], all_steps: Iterable[int] = ()) -> str:
         return f"at step {inside[0]}{tail}"
     if every and inside == every and len(every) > 2:
         return f"in every step ({inside[0]}-{inside[-1]}){tail}"
+    missing = sorted(set(every) - set(inside))
+    if every and set(inside) <= set(every) and len(inside) > 3 and 0 < len(missing) <= min(3, len(inside) // 3):
+        but = join([str(m) for m in missing])
+        return f"in every step ({every[0]}-{every[-1]}) but {'step' if len(missing) == 1 else 'steps'} {but}{tail}"
     strides = {b - a for a, b in zip(inside, inside[1:])}
     if len(strides) == 1:
         stride = strides.pop()
@@ -125,4 +129,4 @@ def _median(xs: Sequence[float]) -> float:
 
 def fmt_ms(ms: float) -> str:
     """A duration with as many digits as it deserves: ``173``, ``15.6``, ``0.42``."""
-    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 1 else f"{ms:.2f}"
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 1 else f"{ms:.2f}"

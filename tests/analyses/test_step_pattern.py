@@ -33,6 +33,8 @@ def test_describe_steps(steps: list[int], text: str) -> None:
 
 def test_every_analysed_step_is_said_so() -> None:
     assert describe_steps(range(1, 14), all_steps=range(1, 14)) == "in every step (1-13)"
+    assert describe_steps([s for s in range(1, 14) if s != 8], all_steps=range(1, 14)) == (
+        "in every step (1-13) but step 8")
 
 
 def test_a_periodic_stall_is_named_with_its_amount_and_the_rest_summed_up() -> None:
