@@ -178,7 +178,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         by_module=tuple(
             sorted(
                 (ModuleSmallOps(m, int(v[0]), len(v[4]), v[1] / 1e6, v[2] / 1e6, v[3] / 1e6,  # type: ignore[arg-type]
-                                tuple(sorted(v[4])))
+                                tuple(sorted(v[4])))  # type: ignore[call-overload]
                  for m, v in modules.items() if v[0]),
                 key=lambda m: -(m.time_ms + m.launch_gap_ms),
             )

@@ -109,9 +109,10 @@ def tile(rows: Sequence[Row], events: "pd.DataFrame", *, read_back: bool = False
     by_host: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
         by_host[row[0]].append(row)
+    columns = events[[HOST, CATEGORY, NAME, START_NS, DUR_NS]] if len(events) else events
     for host, mine in by_host.items():
         mine.sort(key=lambda r: (r[3], r[4]))
-        on_host = events[events[HOST] == host] if len(events) else events
+        on_host = columns[columns[HOST] == host] if len(columns) else columns
         host_ev = on_host[on_host[CATEGORY] != "device"] if len(on_host) else on_host
         dev_ev = on_host[on_host[CATEGORY] == "device"] if len(on_host) else on_host
         reads = np.zeros((0, 2), dtype=np.int64)
