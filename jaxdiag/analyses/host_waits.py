@@ -34,7 +34,7 @@ from jaxdiag.analyses.device_work import (
     strings_at,
 )
 from jaxdiag.analyses.shared import once
-from jaxdiag.analyses.step_pattern import describe_amounts
+from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -262,7 +262,6 @@ def _pieces(host: str, win: "pd.DataFrame", part: np.ndarray, cause: str, kind: 
 
 def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -> tuple[Finding, ...]:
     out = []
-    n_steps = len(all_steps)
     graded_against = r.steady_wall_ms if r.steady_wall_ms > 0 else r.wall_ms
     per_step: dict[tuple[str, str], dict[int, float]] = {}
     for w in r.waits:
@@ -283,7 +282,7 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) 
         extra = ""
         if c.kind == SYNC:
             drained = [o for o in r.by_cause if o.kind in ("annotation", DISPATCH, UNATTRIBUTED) and o.ms >= 0.1 * c.ms]
-            extra = f" Reads happened in {len(r.sync_steps)} of {n_steps} steps"
+            extra = f" Reads happened {describe_steps(r.sync_steps, all_steps)}"
             if drained:
                 listed = ", ".join(f"{o.cause} {o.ms:.1f} ms" for o in drained[:3])
                 extra += f"; each drains the device queue, so the host work after it ({listed}) cannot overlap device work"
