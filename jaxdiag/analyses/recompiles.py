@@ -267,9 +267,15 @@ def _findings(r: RecompilesResult, inputs: AnalysisInputs) -> tuple[Finding, ...
         elif c.recompile:
             groups.setdefault(("function", c.function), []).append(c)
     all_steps = sorted({int(s) for s in inputs.frames.steps[F.STEP]}) if len(inputs.frames.steps) else []
+    if inputs.steps is not None:
+        all_steps = [s for s in all_steps if s in set(inputs.steps)]
     out = []
     for (kind, name), group in groups.items():
-        total = sum(c.compile_ms for c in group)
+        # Hosts compile at the same time: the run lost the slowest host's share, not their sum.
+        per_host: dict[str, float] = {}
+        for c in group:
+            per_host[c.host] = per_host.get(c.host, 0.0) + c.compile_ms
+        total = max(per_host.values())
         if total < inputs.thresholds.min_finding_ms:
             continue
         out.append(_group_finding(kind, name, group, total, r.wall_ms, all_steps))
@@ -282,7 +288,7 @@ def _group_finding(kind: str, name: str, group: list[Compile], total: float, wal
     hosts = sorted({c.host for c in group})
     count = max(sum(1 for c in group if c.host == h) for h in hosts)
     times = "once" if count == 1 else f"{count} times"
-    where = describe_steps(steps, all_steps) + (f" (on each of {len(hosts)} hosts)" if len(hosts) > 1 else "")
+    where = describe_steps(steps, all_steps) + (f" (on {len(hosts)} hosts; the slowest's time)" if len(hosts) > 1 else "")
     changes = [ch for c in group for ch in c.changes]
     if kind == "function":
         head = f"`{name}` recompiled {times}, {where}: {fmt_ms(total)} ms"

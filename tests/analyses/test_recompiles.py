@@ -147,6 +147,17 @@ def test_one_finding_per_recompiling_function_naming_its_steps():
     assert by_fn["eval_step"].message.startswith("`eval_step` recompiled once, at step 7: 2.0 ms")
 
 
+def test_hosts_that_recompile_together_give_one_finding_costed_at_the_slowest():
+    events = []
+    for host, dur in (("h0", 4000), ("h1", 6000)):
+        events += compile_events(1000, 1000, "step", host=host) + compile_events(12_000, dur, "step", host=host)
+    f = frames(events, steps=[(0, 10_000), (10_000, 30_000)])
+    r = recompiles.analyze(AnalysisInputs(f))
+    (finding,) = r.findings
+    assert finding.time_lost_ms == pytest.approx(6.0)
+    assert finding.message.startswith("`step` recompiled once, at step 1 (on 2 hosts; the slowest's time): 6.0 ms")
+
+
 def test_jax_internal_compiles_fold_under_the_user_line_that_called_them():
     events = compile_events(2_000, 5000, "step") + compile_events(10_000, 1000, "convert_element_type")
     events += compile_events(14_000, 1500, "broadcast_in_dim") + compile_events(24_000, 1000, "convert_element_type")
