@@ -63,7 +63,7 @@ class ModuleSmallOps:
     time_ms: float
     launch_gap_ms: float
     compute_ms: float
-    step_numbers: tuple[int, ...] = ()  # the steps with small ops of this module
+    step_numbers: tuple[int, ...] = ()  # the steps that ran its small ops in earnest (``_main_steps``)
 
     @property
     def share(self) -> float:
@@ -178,7 +178,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         by_module=tuple(
             sorted(
                 (ModuleSmallOps(m, int(v[0]), len(v[4]), v[1] / 1e6, v[2] / 1e6, v[3] / 1e6,  # type: ignore[arg-type]
-                                tuple(sorted(v[4])))  # type: ignore[call-overload]
+                                _main_steps(v[4]))  # type: ignore[arg-type]
                  for m, v in modules.items() if v[0]),
                 key=lambda m: -(m.time_ms + m.launch_gap_ms),
             )
@@ -187,18 +187,30 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
     return dataclasses.replace(result, findings=_findings(result, inputs, steady_ns / 1e6))
 
 
+#: A step counts among a module's small-op steps with at least this share of its busiest step's
+#: small ops: a few ops that ran on just after their step ended do not make another step.
+MAIN_STEP_SHARE = 0.25
+
+
+def _main_steps(per_step: dict[int, int]) -> tuple[int, ...]:
+    """The steps that ran a module's small ops in earnest (see ``MAIN_STEP_SHARE``)."""
+    most = max(per_step.values(), default=0)
+    return tuple(sorted(s for s, n in per_step.items() if n >= MAIN_STEP_SHARE * most))
+
+
 def _add_modules(
     acc: dict[str, list], ops: "pd.DataFrame", small: "pd.DataFrame", gaps: np.ndarray, gap_module: np.ndarray
 ) -> None:
     """Accumulate per module: [count, small ns, gap ns, compute ns, steps]."""
     for module, rows in ops.groupby(F.HLO_MODULE, sort=False, observed=True):
-        a = acc.setdefault(str(module), [0, 0, 0, 0, set()])
+        a = acc.setdefault(str(module), [0, 0, 0, 0, {}])
         a[3] += iv.total(intervals_of(rows))
     for module, rows in small.groupby(F.HLO_MODULE, sort=False, observed=True):
         a = acc[str(module)]
         a[0] += len(rows)
         a[1] += iv.total(intervals_of(rows))
-        a[4].update(int(x) for x in rows[F.STEP].unique())
+        for step, n in rows[F.STEP].value_counts().items():
+            a[4][int(step)] = a[4].get(int(step), 0) + int(n)
     for module in np.unique(gap_module):
         sel = gaps[gap_module == module]
         acc[str(module)][2] += iv.length(sel)
@@ -262,9 +274,9 @@ def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tu
         where = describe_steps(m.step_numbers, all_steps)
         listed = f"at {len(m.step_numbers)} steps: "
         if where.startswith(listed):
-            where = f"in {m.steps} of {len(r.per_step)} steps ({where[len(listed):]})"
+            where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps ({where[len(listed):]})"
         elif not where.startswith("in every step") and len(m.step_numbers) > 1:
-            where = f"in {m.steps} of {len(r.per_step)} steps, {where}"
+            where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps, {where}"
         out.append(
             Finding(
                 kind="small_ops",

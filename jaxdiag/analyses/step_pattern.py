@@ -104,20 +104,30 @@ def describe_amounts(per_step: Mapping[int, float], all_steps: Sequence[int], un
 
 #: Amounts this many times apart split the steps a problem hit from the rest.
 SPLIT_RATIO = 3.0
+#: A narrower split still counts when the hit steps average this many times the rest
+#: and the split is ``WIDER`` times as wide (in log terms) as any other between neighbours.
+MEAN_RATIO = 2.0
+WIDER = 1.5
 
 
 def _hit_steps(values: Mapping[int, float], n_all: int) -> list[int]:
     """The steps above the widest split of the amounts (steps without any count as zero), or ``[]``."""
+    import math
+
     ordered = sorted(values.items(), key=lambda kv: -kv[1])
-    amounts = [v for _, v in ordered] + ([0.0] if len(values) < n_all else [])
-    best, best_ratio = 0, SPLIT_RATIO
-    for i in range(1, min(len(amounts), n_all // 2 + 1)):
-        below = amounts[i]
-        ratio = float("inf") if below <= 0 else amounts[i - 1] / below
-        if ratio >= best_ratio and (ratio > best_ratio or best == 0):
-            best, best_ratio = i, ratio
-    if best == 0:
+    amounts = [v for _, v in ordered] + [0.0] * (n_all - len(values))
+    gaps = [math.inf if b <= 0 else a / b for a, b in zip(amounts, amounts[1:])]
+    candidates = range(1, min(len(amounts), n_all // 2 + 1))
+    if not candidates:
         return []
+    best = max(candidates, key=lambda i: (gaps[i - 1], -i))
+    ratio = gaps[best - 1]
+    if ratio < SPLIT_RATIO:
+        top, rest = amounts[:best], amounts[best:]
+        others = [math.log(g) for j, g in enumerate(gaps) if j != best - 1 and math.isfinite(g)]
+        wide = math.log(ratio) >= WIDER * max(others, default=0.0) if ratio > 1 else False
+        if not (wide and sum(top) / len(top) >= MEAN_RATIO * (sum(rest) / len(rest))):
+            return []
     return sorted(s for s, _ in ordered[:best])
 
 

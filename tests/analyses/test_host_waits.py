@@ -200,3 +200,10 @@ def test_sync_steps_from_device_copies():
     r = run([device_event(1500, 2, "MemcpyD2H", line="Stream #16(MemcpyD2H)", line_kind="memcpy", module="")],
             steps=steps)
     assert r.sync_steps == (1,)
+
+
+def test_h100_mlp_input_stall_every_third_step_is_named(h100_mlp):
+    # The program sleeps 4 ms in its input pipeline every third step (0.5 ms otherwise).
+    r = host_waits.analyze(AnalysisInputs(h100_mlp.frames))
+    (stall,) = [f for f in r.findings if f.evidence["cause"] == "input_pipeline"]
+    assert "at steps 0, 3, 6 and 9 (every 3rd step)" in stall.message
