@@ -10,7 +10,10 @@ time between two marked spans (the loop's data loading, eager conversions, the
 compile the next call triggers) belongs to the step it feeds, the next one. A
 step ends where its marked span ends, or, when the host then reads the step's
 results back (``float(loss)``) before starting other annotated work, where that
-read ends: the read waits for the step's device work. The first step begins at
+read ends: the read waits for the step's device work. When the device is still
+busy there (with work queued behind the value read), the step runs on until the
+device goes idle or the host launches more jitted work, whichever comes first,
+never past the next mark. The first step begins at
 its own mark (for module runs: at the host's first event, so the first compile
 is booked to the first run). The last step ends where the device work that
 started in it ends, so it is not cut short when the device runs behind the host.
@@ -109,7 +112,7 @@ def tile(rows: Sequence[Row], events: "pd.DataFrame", *, read_back: bool = False
     by_host: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
         by_host[row[0]].append(row)
-    columns = events[[HOST, CATEGORY, NAME, START_NS, DUR_NS]] if len(events) else events
+    columns = events[[HOST, CATEGORY, LINE_KIND, NAME, START_NS, DUR_NS]] if len(events) else events
     for host, mine in by_host.items():
         mine.sort(key=lambda r: (r[3], r[4]))
         on_host = columns[columns[HOST] == host] if len(columns) else columns
@@ -117,6 +120,7 @@ def tile(rows: Sequence[Row], events: "pd.DataFrame", *, read_back: bool = False
         dev_ev = on_host[on_host[CATEGORY] == "device"] if len(on_host) else on_host
         reads = np.zeros((0, 2), dtype=np.int64)
         marks = np.zeros(0, dtype=np.int64)
+        launches = np.zeros(0, dtype=np.int64)
         if read_back and len(host_ev):
             names = host_ev[NAME]
             is_read = _flag(names, lambda n: bool(READ_BACK.search(n)))
@@ -126,6 +130,8 @@ def tile(rows: Sequence[Row], events: "pd.DataFrame", *, read_back: bool = False
             reads = np.stack([starts[is_read], starts[is_read] + host_ev[DUR_NS].to_numpy(np.int64)[is_read]], axis=1)
             reads = reads[np.argsort(reads[:, 0], kind="stable")]
             marks = np.sort(starts[is_mark])
+            launches = np.sort(starts[_flag(names, lambda n: bool(_LAUNCH.match(n)))])
+        runs = _busy_runs(dev_ev) if read_back and len(dev_ev) else np.zeros((0, 2), dtype=np.int64)
         ends = [r[4] for r in mine]
         for i, row in enumerate(mine):
             nxt = mine[i + 1][3] if i + 1 < len(mine) else None
@@ -137,6 +143,17 @@ def tile(rows: Sequence[Row], events: "pd.DataFrame", *, read_back: bool = False
                     limit = min(limit, int(marks[k]))
                 if j < len(reads) and reads[j, 0] < limit:
                     ends[i] = max(ends[i], min(int(reads[j, 1]), limit))
+            if len(runs) and nxt is not None:
+                # The device may still run what the step launched after the host moved on
+                # (work queued behind the value it read back): the step lasts until the device
+                # goes idle, or until the host launches more work, whichever comes first.
+                r = int(np.searchsorted(runs[:, 0], ends[i], side="right")) - 1
+                if r >= 0 and runs[r, 1] > ends[i]:
+                    cap = nxt
+                    k = int(np.searchsorted(launches, ends[i], side="left"))
+                    if k < len(launches):
+                        cap = min(cap, int(launches[k]))
+                    ends[i] = max(ends[i], min(int(runs[r, 1]), cap))
         if len(dev_ev):
             last_start = mine[-1][3]
             dstart = dev_ev[START_NS].to_numpy(np.int64)
@@ -171,6 +188,28 @@ def assign_steps(events: "pd.DataFrame", steps: "pd.DataFrame") -> "np.ndarray":
         inside[inside] &= starts[mask][inside] < ends[at[inside]]
         out[np.flatnonzero(mask)[inside]] = numbers[at[inside]]
     return out
+
+
+#: Device work with gaps shorter than this is one run of work (launch jitter, not idleness).
+BUSY_GAP_NS = 50_000
+
+
+def _busy_runs(device_events: "pd.DataFrame") -> "np.ndarray":
+    """``(start, end)`` rows of the union of device work (TPU step spans left out), gaps under ``BUSY_GAP_NS`` closed."""
+    import numpy as np
+
+    work = device_events[device_events[LINE_KIND] != "steps"]
+    if work.empty:
+        return np.zeros((0, 2), dtype=np.int64)
+    starts = work[START_NS].to_numpy(np.int64)
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    ends = np.maximum.accumulate((starts + work[DUR_NS].to_numpy(np.int64)[order]))
+    new_run = np.ones(len(starts), dtype=bool)
+    new_run[1:] = starts[1:] > ends[:-1] + BUSY_GAP_NS
+    firsts = np.flatnonzero(new_run)
+    lasts = np.append(firsts[1:] - 1, len(starts) - 1)
+    return np.stack([starts[firsts], ends[lasts]], axis=1)
 
 
 def _flag(names: "pd.Series", test: "Callable[[str], bool]") -> "np.ndarray":
