@@ -36,6 +36,7 @@ from jaxdiag.analyses.device_work import (
 from jaxdiag.analyses.shared import once
 from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps
 from jaxdiag.trace import frames as F
+from jaxdiag.trace.steps import READ_BACK
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -43,10 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 COMPILE, SYNC, DISPATCH, UNATTRIBUTED = "compile", "device_to_host_sync", "dispatch", "unattributed"
-_SYNC = re.compile(
-    r"np\.asarray\(|ToLiteral|BlockUntilReady|block_until_ready|TransferLiteralFromDevice|"
-    r"CopyRawDeviceToHost|TransferFromDevice|^D2H|device_get|CommonPjRtBuffer::Await|AwaitBuffersReady"
-)
+_SYNC = READ_BACK  # the same reads that end a step (``trace.steps``)
 _DISPATCH = re.compile(r"^PjitFunction\(|Execute\b|^ExecuteReplicated|^DevicePut$|BufferFromHostBuffer")
 _PJIT_CALL = re.compile(r"^PjitFunction\((.+)\)$")
 
