@@ -36,13 +36,25 @@ def test_example_report_names_the_planted_problems(demo_logdir, capsys):
     # the input stall every third step, attributed to its annotation
     causes = {c["cause"]: c["ms"] for c in report["host_waits"]["by_cause"]}
     assert causes["load_batch"] > 3 * 15 * 0.8
+    # ... booked to the iterations that slept (3, 6, 9, 12), not to the steps before them
+    loading = {s["step"]: next((c["ms"] for c in s["by_cause"] if c["cause"] == "load_batch"), 0.0)
+               for s in report["host_waits"]["by_step"]}
+    assert sorted(sorted(loading, key=lambda s: -loading[s])[:4]) == [3, 6, 9, 12]
+    # ... and the eager conversions of step 6's bigger batch compile in step 6
+    assert {r["step"] for r in report["recompiles"] if r.get("origin") == "jax-internal"} <= {6}
     # samples per step from the sidecar: 32 rows, then 48
     assert steps[1]["tokens"] == 32 and steps[7]["tokens"] == 48
     assert report["throughput"]["steady_tokens_per_s"] > 0
     # the small-op soup
     assert any(t["module"] == "jit_tiny_ops" for t in report["small_ops"]["top"])
     kinds = [f["kind"] for f in report["findings"][:3]]
-    assert kinds.count("recompile") == 2 and "host_wait" in kinds
+    assert kinds[0] == "recompile" and "host_wait" in kinds
+    # one finding for train_step's two recompiles, naming both steps
+    (train_finding,) = [f for f in report["findings"] if f["evidence"].get("function") == "train_step"]
+    assert train_finding["message"].startswith("`train_step` recompiled 2 times, at steps 6 and 9:")
+    (stall,) = [f for f in report["findings"] if f["evidence"].get("cause") == "load_batch"]
+    assert "at steps 3, 6, 9 and 12 (every 3rd step)" in stall["message"]
+    assert report["throughput"]["count_unit"] == "samples"
 
 
 def test_compile_log_of_the_example(demo_logdir, capsys):

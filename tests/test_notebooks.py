@@ -34,7 +34,7 @@ def test_quickstart_runs_and_shows_the_dashboard(tmp_path, monkeypatch):
     assert not [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     report_cell = next(c for c in code if c.source.strip().endswith("report"))
     summary = outputs(report_cell)[0]["data"]["text/html"]
-    assert "Findings, by time lost" in summary and "recompiled at step 5" in summary
+    assert "Findings, by time lost" in summary and "recompiled once, at step 5" in summary
     dash = next(c for c in code if "dashboard(report)" in c.source)
     if any(WIDGET in o.get("data", {}) for o in outputs(dash)):  # ipywidgets installed: the pickers view
         return

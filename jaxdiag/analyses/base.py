@@ -91,6 +91,8 @@ class AnalysisInputs:
         the trace or given by the user; empty when there are none.
       tokens_per_step: tokens (or samples) per step, by step number; a single
         number applies to every step; ``None`` when unknown.
+      count_unit: what ``tokens_per_step`` counts, ``"tokens"`` or ``"samples"``,
+        so that rates are labelled as the program counted.
       flops_per_step: model flops per step when known (for MFU).
       host: restrict to this host (``None`` = every host).
       steps: restrict to these step numbers (``None`` = every step).
@@ -103,6 +105,7 @@ class AnalysisInputs:
     flops_per_step: float | None = None
     host: str | None = None
     steps: Sequence[int] | None = None
+    count_unit: str = "tokens"
 
     def tokens_for(self, step: int) -> float | None:
         """Tokens processed by ``step``, or ``None`` when unknown."""

@@ -34,7 +34,9 @@ from jaxdiag.analyses.device_work import (
     strings_at,
 )
 from jaxdiag.analyses.shared import once
+from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps
 from jaxdiag.trace import frames as F
+from jaxdiag.trace.steps import READ_BACK
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -42,10 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 COMPILE, SYNC, DISPATCH, UNATTRIBUTED = "compile", "device_to_host_sync", "dispatch", "unattributed"
-_SYNC = re.compile(
-    r"np\.asarray\(|ToLiteral|BlockUntilReady|block_until_ready|TransferLiteralFromDevice|"
-    r"CopyRawDeviceToHost|TransferFromDevice|^D2H|device_get|CommonPjRtBuffer::Await|AwaitBuffersReady"
-)
+_SYNC = READ_BACK  # the same reads that end a step (``trace.steps``)
 _DISPATCH = re.compile(r"^PjitFunction\(|Execute\b|^ExecuteReplicated|^DevicePut$|BufferFromHostBuffer")
 _PJIT_CALL = re.compile(r"^PjitFunction\((.+)\)$")
 
@@ -172,7 +171,8 @@ def analyze(inputs: AnalysisInputs) -> HostWaitsResult:
         sorted((CauseTotal(c, k, ms[(c, k)], len(steps[(c, k)])) for c, k in ms), key=lambda c: -c.ms)
     )
     result = HostWaitsResult(tuple(waits), by_cause, wall_ns / 1e6, steady_ns / 1e6, tuple(sorted(sync_steps)))
-    return dataclasses.replace(result, findings=_findings(result, inputs, windows[F.STEP].nunique()))
+    all_steps = sorted(int(x) for x in windows[F.STEP].unique())
+    return dataclasses.replace(result, findings=_findings(result, inputs, all_steps))
 
 
 def _sync_steps(frames: "TraceFrames", host: str, win: "pd.DataFrame") -> set[int]:
@@ -258,9 +258,13 @@ def _pieces(host: str, win: "pd.DataFrame", part: np.ndarray, cause: str, kind: 
     return [Wait(host, int(st), int(s), int(e), cause, kind, detail) for (s, e), st in zip(part, steps)]
 
 
-def _findings(r: HostWaitsResult, inputs: AnalysisInputs, n_steps: int) -> tuple[Finding, ...]:
+def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -> tuple[Finding, ...]:
     out = []
     graded_against = r.steady_wall_ms if r.steady_wall_ms > 0 else r.wall_ms
+    per_step: dict[tuple[str, str], dict[int, float]] = {}
+    for w in r.waits:
+        d = per_step.setdefault((w.cause, w.kind), {})
+        d[w.step] = d.get(w.step, 0.0) + (w.end_ns - w.start_ns) / 1e6
     for c in r.by_cause:
         if c.kind == COMPILE or c.ms < inputs.thresholds.min_finding_ms:
             continue
@@ -270,11 +274,13 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, n_steps: int) -> tuple
             DISPATCH: "while the host was launching jitted work",
             UNATTRIBUTED: "while the host ran Python outside any annotation",
         }[c.kind]
-        evidence: dict[str, Any] = {"cause": c.cause, "kind": c.kind, "steps": c.steps, "ms": round(c.ms, 3)}
+        amounts = per_step.get((c.cause, c.kind), {})
+        evidence: dict[str, Any] = {"cause": c.cause, "kind": c.kind, "steps": c.steps, "ms": round(c.ms, 3),
+                                    "per_step": {int(k): round(v, 3) for k, v in sorted(amounts.items())}}
         extra = ""
         if c.kind == SYNC:
             drained = [o for o in r.by_cause if o.kind in ("annotation", DISPATCH, UNATTRIBUTED) and o.ms >= 0.1 * c.ms]
-            extra = f" Reads happened in {len(r.sync_steps)} of {n_steps} steps"
+            extra = f" Reads happened {describe_steps(r.sync_steps, all_steps)}"
             if drained:
                 listed = ", ".join(f"{o.cause} {o.ms:.1f} ms" for o in drained[:3])
                 extra += f"; each drains the device queue, so the host work after it ({listed}) cannot overlap device work"
@@ -292,9 +298,8 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, n_steps: int) -> tuple
                 severity=severity_for(c.ms, graded_against),
                 time_lost_ms=c.ms,
                 message=(
-                    f"Devices sat idle {c.ms:.1f} ms {what}, in {c.steps} of {n_steps} steps "
-                    f"({c.ms / max(c.steps, 1):.2f} ms per affected step; "
-                    f"{c.ms / graded_against * 100 if graded_against > 0 else 0:.0f}% of step time outside compiles)."
+                    f"Devices sat idle {c.ms:.1f} ms {what}: {describe_amounts(amounts, all_steps)} "
+                    f"({c.ms / graded_against * 100 if graded_against > 0 else 0:.0f}% of step time outside compiles)."
                     + extra
                 ),
                 suggestion=_SUGGESTIONS[c.kind].format(name=c.cause),

@@ -12,8 +12,13 @@ log's ``time_unix`` and the trace run on different clocks; ``profile_start_time`
 relates them), else by order: the last records of a function pair with its
 compiles in the capture, as compiles before the capture (warm-up) come first.
 
-``time_lost_ms`` of a recompile finding is its wall span: tracing, lowering and
-backend compile, which the calling step waited for.
+Findings group the recompiles by what the user would change: one per function
+(``train_step recompiled 2 times, at steps 6 and 9: 1,642 ms; causes ...``), and,
+for JAX's own helpers that eager code compiles (records with
+``origin="jax-internal"``), one per line of the user's code that called them,
+since that line is what to change. ``time_lost_ms`` of a finding is the summed
+wall span of its recompiles: tracing, lowering and backend compile, which the
+calling steps waited for.
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ import numpy as np
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.compile_spans import CompileSpan, compile_spans, function_name
 from jaxdiag.analyses.device_work import hosts_of, step_windows
+from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
 from jaxdiag.trace import frames as F
+
+#: ``origin`` of compile records of JAX's own jitted helpers (``recording.records.JAX_INTERNAL_ORIGIN``).
+JAX_INTERNAL = "jax-internal"
+#: ``cause`` of a compile the log records as the function's first.
+FIRST_COMPILE = "first compile"
 
 #: A log record and a timeline compile this far apart (after clock alignment) do not match.
 MATCH_TOLERANCE_S = 5.0
@@ -50,6 +61,11 @@ _ADVICE = {
     "function": "A new function object (a closure or lambda made per call) is a new cache entry; create the jitted function once, outside the loop.",
     "context": "A jax config option or mesh context changed between calls; set it once, before the first call.",
 }
+_EAGER = (
+    "Eager jnp code outside jit compiles one of JAX's helpers for each new shape and dtype it sees: "
+    "make the inputs with NumPy and convert them once (`jnp.asarray` of a fixed shape), move the "
+    "code inside the jitted step, or keep its shapes and dtypes fixed."
+)
 _GENERIC = (
     "Find what changed between calls: wrap the function with `jaxdiag.jit` (or set "
     "`jax_explain_cache_misses`) to log the reason. Common causes: varying shapes (pad to buckets), "
@@ -68,8 +84,12 @@ class Compile:
       compile_ms: wall span, tracing through backend compile.
       start_ns: start on the host clock.
       recompile: whether an earlier version of the function existed.
-      cause: the log's explanation summary, or ``None`` when unknown.
+      cause: the log's explanation summary, ``FIRST_COMPILE`` for a logged first
+        compile, or ``None`` when unknown.
       changes: the log's machine-readable changes (dicts), empty when unknown.
+      logged: whether a compile-log record was joined to it.
+      origin: the record's ``origin`` (``"jit"``, ``"watch"``, ``"jax-internal"``), ``None`` unlogged.
+      call_site: the record's ``file:line`` of the user's call, ``None`` when unknown.
     """
 
     function: str
@@ -80,6 +100,9 @@ class Compile:
     recompile: bool
     cause: str | None = None
     changes: tuple[Mapping[str, Any], ...] = ()
+    logged: bool = False
+    origin: str | None = None
+    call_site: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +111,7 @@ class Compile:
             "compile_ms": round(self.compile_ms, 3),
             "recompile": self.recompile,
             "cause": self.cause,
+            **({"logged": True, "origin": self.origin, "call_site": self.call_site} if self.logged else {}),
         }
 
 
@@ -137,11 +161,15 @@ def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], r
     else:
         first_run = ran_before.get(span.module or f"jit_{span.function}")
         recompile = span.function in seen or (first_run is not None and first_run < span.start_ns)
+    cause = explanation.get("summary") or None
+    if cause is None and rec is not None and rec.get("compile_index") is not None and int(rec["compile_index"]) <= 1:
+        cause = FIRST_COMPILE
     return Compile(
         function=span.function, host=span.host, step=span.step, compile_ms=span.dur_ms,
-        start_ns=span.start_ns, recompile=recompile,
-        cause=explanation.get("summary") or None,
+        start_ns=span.start_ns, recompile=recompile, cause=cause,
         changes=tuple(explanation.get("changes") or ()),
+        logged=rec is not None, origin=None if rec is None else (rec.get("origin") or None),
+        call_site=None if rec is None else (rec.get("call_site") or None),
     )
 
 
@@ -231,21 +259,88 @@ def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _findings(r: RecompilesResult, inputs: AnalysisInputs) -> tuple[Finding, ...]:
+    """One finding per recompiling function, and one per user line whose eager code recompiled JAX helpers."""
+    groups: dict[tuple[str, str], list[Compile]] = {}
+    for c in r.compiles:
+        if c.origin == JAX_INTERNAL:  # any compile of a helper mid-run stalls the line that called it
+            groups.setdefault(("line", c.call_site or c.function), []).append(c)
+        elif c.recompile:
+            groups.setdefault(("function", c.function), []).append(c)
+    all_steps = sorted({int(s) for s in inputs.frames.steps[F.STEP]}) if len(inputs.frames.steps) else []
+    if inputs.steps is not None:
+        all_steps = [s for s in all_steps if s in set(inputs.steps)]
     out = []
-    for c in r.recompiles:
-        if c.compile_ms < inputs.thresholds.min_finding_ms:
+    for (kind, name), group in groups.items():
+        # Hosts compile at the same time: the run lost the slowest host's share, not their sum.
+        per_host: dict[str, float] = {}
+        for c in group:
+            per_host[c.host] = per_host.get(c.host, 0.0) + c.compile_ms
+        total = max(per_host.values())
+        if total < inputs.thresholds.min_finding_ms:
             continue
-        where = f"at step {c.step}" if c.step >= 0 else "outside the captured steps"
-        because = f": {c.cause}" if c.cause else " (cause unknown without a compile log)"
-        out.append(
-            Finding(
-                kind="recompile",
-                severity=severity_for(c.compile_ms, r.wall_ms),
-                time_lost_ms=c.compile_ms,
-                message=f"{c.function} recompiled {where}, costing {c.compile_ms:.0f} ms{because}.",
-                suggestion=suggestion_for(c.changes),
-                evidence={"function": c.function, "step": c.step, "host": c.host, "cause": c.cause,
-                          "changes": [dict(ch) for ch in c.changes]},
-            )
-        )
+        out.append(_group_finding(kind, name, group, total, r.wall_ms, all_steps))
     return tuple(out)
+
+
+def _group_finding(kind: str, name: str, group: list[Compile], total: float, wall_ms: float,
+                   all_steps: list[int]) -> Finding:
+    steps = [c.step for c in group]
+    hosts = sorted({c.host for c in group})
+    count = max(sum(1 for c in group if c.host == h) for h in hosts)
+    times = "once" if count == 1 else f"{count} times"
+    where = describe_steps(steps, all_steps) + (f" (on {len(hosts)} hosts; the slowest's time)" if len(hosts) > 1 else "")
+    changes = [ch for c in group for ch in c.changes]
+    if kind == "function":
+        head = f"`{name}` recompiled {times}, {where}: {fmt_ms(total)} ms"
+        suggestion = suggestion_for(changes)
+    else:
+        helpers = sorted({c.function for c in group})
+        again = sum(1 for c in group if c.recompile)
+        head = (f"Eager code at {_short_site(name)} compiled JAX's {join([f'`{h}`' for h in helpers])} {times}, {where}: "
+                f"{fmt_ms(total)} ms" + (f" ({again} of them recompiles)" if 1 < again < len(group) else
+                                      " (1 a recompile)" if again == 1 < len(group) else ""))
+        # The log's changes compare unrelated calls of a shared helper: they say nothing about this line.
+        suggestion = _EAGER
+    return Finding(
+        kind="recompile",
+        severity=severity_for(total, wall_ms),
+        time_lost_ms=total,
+        message=f"{head}{_causes(group)}.",
+        suggestion=suggestion,
+        evidence={
+            "function": group[0].function if kind == "function" else None,
+            "functions": sorted({c.function for c in group}),
+            "call_site": name if kind == "line" else group[0].call_site,
+            "origin": group[0].origin,
+            "count": len(group),
+            "steps": [c.step for c in group],
+            "step": group[0].step,
+            "hosts": sorted({c.host for c in group}),
+            "compile_ms": [round(c.compile_ms, 3) for c in group],
+            "causes": [c.cause for c in group],
+            "changes": [dict(ch) for ch in changes],
+        },
+    )
+
+
+def _short_site(site: str) -> str:
+    """``/home/me/proj/examples/train.py:63`` -> ``.../examples/train.py:63``: the file's folder and name (evidence keeps the path)."""
+    parts = site.replace("\\", "/").split("/")
+    return site if len(parts) <= 3 else ".../" + "/".join(parts[-2:])
+
+
+def _causes(group: list[Compile]) -> str:
+    """``; cause: ...`` or ``; causes: ... (at step 6); ... (at step 9)``: each distinct cause once, with its steps."""
+    if not any(c.logged for c in group):
+        return " (cause unknown without a compile log)"
+    by_cause: dict[str, list[int]] = {}
+    for c in group:
+        cause = c.cause or "unknown (not in the compile log)"
+        if cause.startswith(f"{c.function}: "):
+            cause = cause[len(c.function) + 2:]
+        by_cause.setdefault(cause, []).append(c.step)
+    if len(by_cause) == 1:
+        return f"; cause: {next(iter(by_cause))}"
+    same_steps = len({tuple(sorted(set(v))) for v in by_cause.values()}) == 1
+    parts = [cause if same_steps else f"{cause} ({describe_steps(steps)})" for cause, steps in by_cause.items()]
+    return "; causes: " + "; ".join(parts)

@@ -24,6 +24,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import END_NS, OP_KIND, device_ops, hosts_of, intervals_of, step_of, step_windows
+from jaxdiag.analyses.step_pattern import describe_steps
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,6 +63,7 @@ class ModuleSmallOps:
     time_ms: float
     launch_gap_ms: float
     compute_ms: float
+    step_numbers: tuple[int, ...] = ()  # the steps that ran its small ops in earnest (``_main_steps``)
 
     @property
     def share(self) -> float:
@@ -175,7 +177,8 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         top=_top(small_all),
         by_module=tuple(
             sorted(
-                (ModuleSmallOps(m, int(v[0]), len(v[4]), v[1] / 1e6, v[2] / 1e6, v[3] / 1e6)  # type: ignore[arg-type]
+                (ModuleSmallOps(m, int(v[0]), len(v[4]), v[1] / 1e6, v[2] / 1e6, v[3] / 1e6,  # type: ignore[arg-type]
+                                _main_steps(v[4]))  # type: ignore[arg-type]
                  for m, v in modules.items() if v[0]),
                 key=lambda m: -(m.time_ms + m.launch_gap_ms),
             )
@@ -184,18 +187,30 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
     return dataclasses.replace(result, findings=_findings(result, inputs, steady_ns / 1e6))
 
 
+#: A step counts among a module's small-op steps with at least this share of its busiest step's
+#: small ops: a few ops that ran on just after their step ended do not make another step.
+MAIN_STEP_SHARE = 0.25
+
+
+def _main_steps(per_step: dict[int, int]) -> tuple[int, ...]:
+    """The steps that ran a module's small ops in earnest (see ``MAIN_STEP_SHARE``)."""
+    most = max(per_step.values(), default=0)
+    return tuple(sorted(s for s, n in per_step.items() if n >= MAIN_STEP_SHARE * most))
+
+
 def _add_modules(
     acc: dict[str, list], ops: "pd.DataFrame", small: "pd.DataFrame", gaps: np.ndarray, gap_module: np.ndarray
 ) -> None:
     """Accumulate per module: [count, small ns, gap ns, compute ns, steps]."""
     for module, rows in ops.groupby(F.HLO_MODULE, sort=False, observed=True):
-        a = acc.setdefault(str(module), [0, 0, 0, 0, set()])
+        a = acc.setdefault(str(module), [0, 0, 0, 0, {}])
         a[3] += iv.total(intervals_of(rows))
     for module, rows in small.groupby(F.HLO_MODULE, sort=False, observed=True):
         a = acc[str(module)]
         a[0] += len(rows)
         a[1] += iv.total(intervals_of(rows))
-        a[4].update(int(x) for x in rows[F.STEP].unique())
+        for step, n in rows[F.STEP].value_counts().items():
+            a[4][int(step)] = a[4].get(int(step), 0) + int(n)
     for module in np.unique(gap_module):
         sel = gaps[gap_module == module]
         acc[str(module)][2] += iv.length(sel)
@@ -255,6 +270,13 @@ def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tu
         if lost < inputs.thresholds.min_finding_ms:
             continue
         names = [o.name for o in r.top if o.module == m.module][:3]
+        all_steps = [s.step for s in r.per_step]
+        where = describe_steps(m.step_numbers, all_steps)
+        listed = f"at {len(m.step_numbers)} steps: "
+        if where.startswith(listed):
+            where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps ({where[len(listed):]})"
+        elif not where.startswith("in every step") and len(m.step_numbers) > 1:
+            where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps, {where}"
         out.append(
             Finding(
                 kind="small_ops",
@@ -262,15 +284,15 @@ def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tu
                 time_lost_ms=lost,
                 message=(
                     f"{m.module or 'unnamed module'} ran {m.count} device ops under "
-                    f"{r.threshold_us:g} us (in {m.steps} of {len(r.per_step)} steps"
-                    + (f", mostly {', '.join(names)}" if names else "")
-                    + f"): {m.time_ms:.2f} ms, {m.share * 100:.0f}% of its compute time, plus "
+                    f"{r.threshold_us:g} us {where}"
+                    + (f" (mostly {', '.join(names)})" if names else "")
+                    + f": {m.time_ms:.2f} ms, {m.share * 100:.0f}% of its compute time, plus "
                     f"{m.launch_gap_ms:.2f} ms of launch gaps between them. Fusing them would save "
                     f"up to {lost:.2f} ms (an upper bound: a fused kernel still does the work)."
                 ),
                 suggestion=SUGGESTION,
                 evidence={
-                    "module": m.module, "count": m.count, "steps": m.steps,
+                    "module": m.module, "count": m.count, "steps": m.steps, "step_numbers": list(m.step_numbers),
                     "time_ms": round(m.time_ms, 3), "launch_gap_ms": round(m.launch_gap_ms, 3),
                     "share_of_module": round(m.share, 4), "top_ops": names,
                 },

@@ -2,7 +2,8 @@
 
 Definitions, per step window on one host (all in milliseconds):
 
-- ``wall_ms``: the step window (its ``StepTraceAnnotation``, TPU step or module run).
+- ``wall_ms``: the step window (from its ``StepTraceAnnotation``, TPU step or module run,
+  tiled so that the time between two marks belongs to the step after it; see ``trace.steps``).
 - ``device_busy_ms``: the union of device ops (see ``device_work``) across all the
   host's devices: time when at least one device was working. Overlapping kernels
   on two streams or two devices count once. ``device_busy_mean_ms`` (on the row,

@@ -8,9 +8,12 @@ out every step that compiled (a compile span overlaps it, see
 so a slow step weighs as much as the time it took.
 
 Tokens come from ``AnalysisInputs.tokens_per_step``; tokens/s covers the steps
-whose count is known. MFU is a step's FLOPs over its period, over the summed
-peak FLOP/s of the analysed hosts' devices, and is ``None`` unless both are
-known; ``analyses.mfu`` says where each comes from (``mfu_basis`` in the section). A capture without step markers (one window, step -1) has no step rate.
+whose count is known. When the program counted samples rather than tokens
+(``AnalysisInputs.count_unit``), the same figures are samples/s: the keys keep
+their names and ``count_unit`` says which. MFU is a step's FLOPs over its period,
+over the summed peak FLOP/s of the analysed hosts' devices, and is ``None`` unless
+both are known; ``analyses.mfu`` says where each comes from (``mfu_basis`` in the
+section). A capture without step markers (one window, step -1) has no step rate.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class ThroughputResult:
     per_step: tuple[StepRate, ...]
     findings: tuple[Finding, ...] = ()
     mfu_basis: dict[str, Any] | None = None
+    count_unit: str = "tokens"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +86,7 @@ class ThroughputResult:
             "steady_steps_per_s": _r(self.steady_steps_per_s),
             "steady_tokens_per_s": _r(self.steady_tokens_per_s),
             "mfu": _r(self.mfu, 5),
+            "count_unit": self.count_unit,
             "per_step": [s.to_dict() for s in self.per_step],
         }
 
@@ -134,6 +139,7 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         mfu=mfu,
         per_step=tuple(rows),
         mfu_basis=basis.to_dict(),
+        count_unit=inputs.count_unit,
     )
 
 

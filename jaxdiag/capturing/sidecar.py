@@ -63,6 +63,13 @@ class RunFacts:
                 return values
         return None
 
+    def count_unit(self) -> str | None:
+        """What ``tokens_per_step`` counts: ``"tokens"``, ``"samples"``, or ``None`` when neither was recorded."""
+        for field in ("tokens", "samples"):
+            if any(getattr(f, field) is not None for f in self.steps.values()):
+                return field
+        return None
+
     def flops_per_step(self) -> float | None:
         """The median reported flops per step, or ``None``."""
         values = sorted(f.flops for f in self.steps.values() if f.flops is not None)

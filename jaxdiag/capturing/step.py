@@ -4,8 +4,10 @@ It jits the function (through ``jaxdiag.jit``, so every compile is recorded and
 explained), numbers the calls, opens the capture at ``profile_steps[0]`` and
 closes it before ``profile_steps[1]``, annotates each captured step, and records
 tokens, samples and flops per step into the capture's sidecar. A step's
-annotation runs from its call to the next call, so it covers the whole loop
-iteration: data loading, the device work, and any host sync in between.
+annotation covers its call (the last captured one also its device work); the
+report's steps tile the run from these marks (``trace.steps``), so the data
+loading and eager conversions before call N, and the compile call N triggers,
+belong to step N, not to step N-1 that ran before them.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ class StepFunction:
                 flops=_count(self.flops, args, kwargs),
             )
             if window.due_to_close(n + 1):
-                _block(out)
+                _block(out)  # the last step ends where its device work ends
                 self.close()
+                return out
+        self._end_annotation()
         return out
 
     def close(self) -> Any:

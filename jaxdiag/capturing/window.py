@@ -8,6 +8,9 @@
 Steps before ``skip`` and after ``skip + take`` run untraced (an integer
 increment each); the steps in the window are wrapped in
 ``StepTraceAnnotation(name, step_num=n)`` so the report can break them down.
+The report's steps tile the window (``trace.steps``): the time between two
+``cap.step()`` blocks, where a loop loads its next batch, belongs to the step
+after it, so no stall between blocks goes unreported.
 """
 
 from __future__ import annotations

@@ -266,7 +266,9 @@ def recompile_timeline(report: "Report", *, max_rows: int = 40) -> "go.Figure":
         for c in compiles
     ])
     ms = [_ms(c.get("compile_ms")) for c in compiles]
-    causes = [str(c.get("cause") or "cause unknown (no compile log)") for c in compiles]
+    has_log = any(c.get("logged") for c in report.recompiles or [])
+    unknown = "cause unknown (not in the compile log)" if has_log else "cause unknown (no compile log)"
+    causes = [str(c.get("cause") or unknown) for c in compiles]
     fig = go.Figure(go.Bar(
         x=ms, y=labels, orientation="h", marker_color=[COLORS["compile"] if c.get("cause") else "#BAB0AC"
                                                         for c in compiles],
@@ -290,7 +292,8 @@ def throughput(report: "Report", *, max_points: int = 2000) -> "go.Figure":
     tp = report.throughput or {}
     rows = [r for r in tp.get("per_step") or [] if r.get("step") is not None]
     has_tokens = any(r.get("tokens_per_s") is not None for r in rows)
-    key, unit = ("tokens_per_s", "tokens/s") if has_tokens else ("steps_per_s", "steps/s")
+    counted = tp.get("count_unit") if tp.get("count_unit") in ("tokens", "samples") else "tokens"
+    key, unit = ("tokens_per_s", f"{counted}/s") if has_tokens else ("steps_per_s", "steps/s")
     rows = [r for r in rows if r.get(key) is not None]
     title = f"Throughput over steps ({unit})"
     if not rows:

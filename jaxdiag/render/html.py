@@ -100,8 +100,10 @@ _STEP_COLUMNS = ("step", "wall_ms", "device_busy_ms", "host_wait_ms", "compile_m
 def _steps_table(report: "Report") -> str:
     if not report.steps:
         return ""
+    unit = (report.throughput or {}).get("count_unit")
+    header = tuple((unit if unit in ("tokens", "samples") else c) if c == "tokens" else c for c in _STEP_COLUMNS)
     return "<h2>Per step (ms)</h2>" + _table(
-        _STEP_COLUMNS, ([_num(s.get(c)) for c in _STEP_COLUMNS] for s in report.steps),
+        header, ([_num(s.get(c)) for c in _STEP_COLUMNS] for s in report.steps),
         numeric=range(len(_STEP_COLUMNS)))
 
 
@@ -150,9 +152,10 @@ def collectives_table(report: "Report") -> str:
 
 
 def _throughput(tp: dict[str, Any]) -> str:
+    unit = tp.get("count_unit") if tp.get("count_unit") in ("tokens", "samples") else "tokens"
     items = [(label, tp.get(key)) for key, label in (
         ("steps_per_s", "steps/s"), ("steady_steps_per_s", "steady steps/s"),
-        ("tokens_per_s", "tokens/s"), ("steady_tokens_per_s", "steady tokens/s"), ("mfu", "MFU"))]
+        ("tokens_per_s", f"{unit}/s"), ("steady_tokens_per_s", f"steady {unit}/s"), ("mfu", "MFU"))]
     shown = [f"{label}: <b>{_num(v)}</b>" for label, v in items if v is not None]
     return f"<p>{' · '.join(shown)}</p>" if shown else ""
 

@@ -68,6 +68,7 @@ def _header(report: "Report", console: "Console") -> None:
     for skipped in src.get("skipped") or []:
         console.print(f"[yellow]skipped {skipped.get('file')}: {skipped.get('reason')}[/yellow]")
     tp = report.throughput or {}
+    unit = count_unit(report)
     walls = [s.get("wall_ms") or 0.0 for s in report.steps]
     parts = [f"{len(report.steps)} steps"]
     if walls:
@@ -75,8 +76,8 @@ def _header(report: "Report", console: "Console") -> None:
     for key, label, fmt in (
         ("steps_per_s", "steps/s", "{:.2f}"),
         ("steady_steps_per_s", "steady steps/s", "{:.2f}"),
-        ("tokens_per_s", "tokens/s", "{:,.0f}"),
-        ("steady_tokens_per_s", "steady tokens/s", "{:,.0f}"),
+        ("tokens_per_s", f"{unit}/s", "{:,.0f}"),
+        ("steady_tokens_per_s", f"steady {unit}/s", "{:,.0f}"),
         ("mfu", "MFU", "{:.1%}"),
     ):
         value = tp.get(key)
@@ -118,7 +119,7 @@ def _steps(report: "Report", console: "Console") -> None:
     cols = (
         ("step", "step"), ("wall_ms", "wall"), ("device_busy_ms", "device busy"),
         ("host_wait_ms", "host wait"), ("compile_ms", "compile"), ("collective_ms", "collective"),
-        ("exposed_collective_ms", "exposed coll."), ("tokens", "tokens"),
+        ("exposed_collective_ms", "exposed coll."), ("tokens", count_unit(report)),
     )
     t = Table(title="Per step (ms)", title_justify="left", show_edge=False)
     for _, label in cols:
@@ -220,3 +221,8 @@ def _int(value: Any) -> str:
     except (TypeError, ValueError):
         return str(value)
 
+
+def count_unit(report: "Report") -> str:
+    """What the run counted per step, ``"tokens"`` or ``"samples"`` (older reports: tokens)."""
+    unit = (report.throughput or {}).get("count_unit")
+    return unit if unit in ("tokens", "samples") else "tokens"

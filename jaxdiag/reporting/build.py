@@ -99,8 +99,11 @@ def _report(
     frames = pending.result()
     if problem is not None:
         raise problem
+    count_unit = "tokens"
     if facts is not None:
-        tokens_per_step = tokens_per_step if tokens_per_step is not None else facts.tokens_per_step()
+        if tokens_per_step is None:
+            tokens_per_step = facts.tokens_per_step()
+            count_unit = facts.count_unit() or count_unit
         flops_per_step = flops_per_step if flops_per_step is not None else facts.flops_per_step()
     inputs = AnalysisInputs(
         frames=frames,
@@ -110,6 +113,7 @@ def _report(
         flops_per_step=flops_per_step,
         host=host,
         steps=list(steps) if steps is not None else None,
+        count_unit=count_unit,
     )
     return build_report(inputs, extra_notes=log_notes, deep=deep)
 

@@ -2,19 +2,32 @@
 
 In order of preference: ``StepTraceAnnotation`` events on the host (an event
 named by the annotation with a ``step_num`` stat); a TPU "Steps" line; else the
-executions of the dominant jitted module (the one with the most device time),
-each extended over the gap up to the next execution. Steps are per host because
-hosts do not share a clock.
+executions of the dominant jitted module (the one with the most device time).
+Steps are per host because hosts do not share a clock.
+
+Steps tile the run: each step begins where the one before it ended, so the
+time between two marked spans (the loop's data loading, eager conversions, the
+compile the next call triggers) belongs to the step it feeds, the next one. A
+step ends where its marked span ends, or, when the host then reads the step's
+results back (``float(loss)``) before starting other annotated work, where that
+read ends: the read waits for the step's device work. When the device is still
+busy there (with work queued behind the value read), the step runs on until the
+device goes idle or the host launches more jitted work, whichever comes first,
+never past the next mark. The first step begins at
+its own mark (for module runs: at the host's first event, so the first compile
+is booked to the first run). The last step ends where the device work that
+started in it ends, so it is not cut short when the device runs behind the host.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from jaxdiag.trace.frames import (
-    CATEGORY, DEVICE, DUR_NS, HLO_MODULE, HOST, LINE_KIND, START_NS, STEP, STEP_COLUMNS,
+    CATEGORY, DEVICE, DUR_NS, HLO_MODULE, HOST, LINE_KIND, NAME, START_NS, STEP, STEP_COLUMNS,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,6 +37,15 @@ if TYPE_CHECKING:  # pragma: no cover
 #: A device idle for longer than this between two events of the dominant module
 #: starts a new execution, so back-to-back runs with a host sync between them split.
 EXECUTION_GAP_NS = 1_000_000
+
+#: Host events that read device results back (``float(x)``, ``np.asarray``,
+#: ``jax.device_get``, ``block_until_ready``): a wait for the device work before them.
+READ_BACK = re.compile(
+    r"np\.asarray\(|ToLiteral|BlockUntilReady|block_until_ready|TransferLiteralFromDevice|"
+    r"CopyRawDeviceToHost|TransferFromDevice|^D2H|device_get|CommonPjRtBuffer::Await|AwaitBuffersReady"
+)
+#: Host annotations that launch jitted work rather than mark the user's own code.
+_LAUNCH = re.compile(r"^PjitFunction\(")
 
 #: ``(host, name, step_num, start_ns, end_ns)`` of one step-annotation event.
 StepMark = tuple[str, str, int, int, int]
@@ -57,15 +79,94 @@ def find_steps(events: "pd.DataFrame", marks: Sequence[StepMark] = (),
     """
     if marks:
         rows, notes = _from_marks(marks)
-        return FoundSteps(_table(rows), "annotation", notes)
+        names = {r[2] for r in rows}
+        return FoundSteps(_table(tile(rows, events, read_back=True, step_names=names)), "annotation", notes)
     if device_steps:
         merged: dict[tuple[str, int], list[int]] = {}
         for host, _device, step, start, end in device_steps:
             span = merged.setdefault((host, step), [start, end])
             span[0], span[1] = min(span[0], start), max(span[1], end)
         rows = [(h, s, "Steps", a, b) for (h, s), (a, b) in merged.items()]
-        return FoundSteps(_table(rows), "device_steps", ())
+        return FoundSteps(_table(tile(rows, events)), "device_steps", ())
     return _from_module(events)
+
+
+Row = tuple[str, int, str, int, int]
+
+
+def tile(rows: Sequence[Row], events: "pd.DataFrame", *, read_back: bool = False,
+         step_names: set[str] | frozenset[str] = frozenset(), first_from_host_start: bool = False) -> list[Row]:
+    """Make each host's steps tile its run (see the module docstring).
+
+    Args:
+      rows: ``(host, step, name, start_ns, end_ns)`` of the marked spans.
+      events: the events frame, for read-backs and device work.
+      read_back: end a step at the end of the host's first read-back after its
+        span, when that comes before the next span and before other annotated work.
+      step_names: annotation names that mark steps (not the user's own work).
+      first_from_host_start: begin the first step at the host's first event.
+    """
+    import numpy as np
+
+    out: list[Row] = []
+    by_host: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_host[row[0]].append(row)
+    columns = events[[HOST, CATEGORY, LINE_KIND, NAME, START_NS, DUR_NS]] if len(events) else events
+    for host, mine in by_host.items():
+        mine.sort(key=lambda r: (r[3], r[4]))
+        on_host = columns[columns[HOST] == host] if len(columns) else columns
+        host_ev = on_host[on_host[CATEGORY] != "device"] if len(on_host) else on_host
+        dev_ev = on_host[on_host[CATEGORY] == "device"] if len(on_host) else on_host
+        reads = np.zeros((0, 2), dtype=np.int64)
+        marks = np.zeros(0, dtype=np.int64)
+        launches = np.zeros(0, dtype=np.int64)
+        if read_back and len(host_ev):
+            names = host_ev[NAME]
+            is_read = _flag(names, lambda n: bool(READ_BACK.search(n)))
+            is_mark = ((host_ev[CATEGORY] == "annotation").to_numpy() & ~is_read
+                       & ~_flag(names, lambda n: bool(_LAUNCH.match(n)) or n in step_names))
+            starts = host_ev[START_NS].to_numpy(np.int64)
+            reads = np.stack([starts[is_read], starts[is_read] + host_ev[DUR_NS].to_numpy(np.int64)[is_read]], axis=1)
+            reads = reads[np.argsort(reads[:, 0], kind="stable")]
+            marks = np.sort(starts[is_mark])
+            launches = np.sort(starts[_flag(names, lambda n: bool(_LAUNCH.match(n)))])
+        runs = _busy_runs(dev_ev) if read_back and len(dev_ev) else np.zeros((0, 2), dtype=np.int64)
+        ends = [r[4] for r in mine]
+        for i, row in enumerate(mine):
+            nxt = mine[i + 1][3] if i + 1 < len(mine) else None
+            if len(reads):
+                j = int(np.searchsorted(reads[:, 0], ends[i], side="left"))
+                limit = nxt if nxt is not None else np.iinfo(np.int64).max
+                k = int(np.searchsorted(marks, ends[i], side="left"))
+                if k < len(marks):
+                    limit = min(limit, int(marks[k]))
+                if j < len(reads) and reads[j, 0] < limit:
+                    ends[i] = max(ends[i], min(int(reads[j, 1]), limit))
+            if len(runs) and nxt is not None:
+                # The device may still run what the step launched after the host moved on
+                # (work queued behind the value it read back): the step lasts until the device
+                # goes idle, or until the host launches more work, whichever comes first.
+                r = int(np.searchsorted(runs[:, 0], ends[i], side="right")) - 1
+                if r >= 0 and runs[r, 1] > ends[i]:
+                    cap = nxt
+                    k = int(np.searchsorted(launches, ends[i], side="left"))
+                    if k < len(launches):
+                        cap = min(cap, int(launches[k]))
+                    ends[i] = max(ends[i], min(int(runs[r, 1]), cap))
+        if len(dev_ev):
+            last_start = mine[-1][3]
+            dstart = dev_ev[START_NS].to_numpy(np.int64)
+            later = dstart >= last_start
+            if later.any():
+                ends[-1] = max(ends[-1], int((dstart[later] + dev_ev[DUR_NS].to_numpy(np.int64)[later]).max()))
+        begin = mine[0][3]
+        if first_from_host_start and len(host_ev):
+            begin = min(begin, int(host_ev[START_NS].min()))
+        for i, (h, step, name, _start, _end) in enumerate(mine):
+            start = begin if i == 0 else ends[i - 1]
+            out.append((h, step, name, start, max(ends[i], start)))
+    return out
 
 
 def assign_steps(events: "pd.DataFrame", steps: "pd.DataFrame") -> "np.ndarray":
@@ -87,6 +188,41 @@ def assign_steps(events: "pd.DataFrame", steps: "pd.DataFrame") -> "np.ndarray":
         inside[inside] &= starts[mask][inside] < ends[at[inside]]
         out[np.flatnonzero(mask)[inside]] = numbers[at[inside]]
     return out
+
+
+#: Device work with gaps shorter than this is one run of work (launch jitter, not idleness).
+BUSY_GAP_NS = 50_000
+
+
+def _busy_runs(device_events: "pd.DataFrame") -> "np.ndarray":
+    """``(start, end)`` rows of the union of device work (TPU step spans left out), gaps under ``BUSY_GAP_NS`` closed."""
+    import numpy as np
+
+    work = device_events[device_events[LINE_KIND] != "steps"]
+    if work.empty:
+        return np.zeros((0, 2), dtype=np.int64)
+    starts = work[START_NS].to_numpy(np.int64)
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    ends = np.maximum.accumulate((starts + work[DUR_NS].to_numpy(np.int64)[order]))
+    new_run = np.ones(len(starts), dtype=bool)
+    new_run[1:] = starts[1:] > ends[:-1] + BUSY_GAP_NS
+    firsts = np.flatnonzero(new_run)
+    lasts = np.append(firsts[1:] - 1, len(starts) - 1)
+    return np.stack([starts[firsts], ends[lasts]], axis=1)
+
+
+def _flag(names: "pd.Series", test: "Callable[[str], bool]") -> "np.ndarray":
+    """``test`` of each name as a bool array, testing each distinct name once."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        flags = np.fromiter((test(str(c)) for c in names.cat.categories), dtype=bool,
+                            count=len(names.cat.categories))
+        codes = names.cat.codes.to_numpy()
+        return np.where(codes >= 0, flags[np.maximum(codes, 0)] if len(flags) else False, False)
+    return np.fromiter((test(str(n)) for n in names), dtype=bool, count=len(names))
 
 
 def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, int, int]], tuple[str, ...]]:
@@ -129,12 +265,12 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
         else:
             executions = sorted(zip(runs[START_NS].tolist(), (runs[START_NS] + runs[DUR_NS]).tolist()))
         for i, (start, end) in enumerate(executions):
-            stop = executions[i + 1][0] if i + 1 < len(executions) else end
-            rows.append((str(host), i, module, start, stop))
+            rows.append((str(host), i, module, start, end))
     note = (f"no step annotations; each of the {len(rows)} executions of {module} (the module with the most "
-            "device time), with the gap up to the next, is taken as a step. Wrap each training step in "
-            "jax.profiler.StepTraceAnnotation('train', step_num=i) for exact steps")
-    return FoundSteps(_table(rows), "module", (note,))
+            "device time), with the gap before it (where its inputs were made and its compile ran), is taken "
+            "as a step. Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i) "
+            "for exact steps")
+    return FoundSteps(_table(tile(rows, events, first_from_host_start=True)), "module", (note,))
 
 
 def _executions(device_events: "pd.DataFrame", module: str) -> list[tuple[int, int]]:

@@ -80,6 +80,19 @@ def test_compile_comes_first_and_has_no_finding_here():
     assert all(f.evidence["kind"] != "compile" for f in r.findings)
 
 
+def test_a_stall_every_fifth_step_is_named_as_such():
+    steps = tuple((i * 40_000, (i + 1) * 40_000) for i in range(20))
+    events = []
+    for i, (s, _) in enumerate(steps):
+        load_us = 30_000 if i % 5 == 4 else 300
+        events += [host_event(s, load_us, "load_batch"), device_event(s + load_us, 5_000)]
+    r = run(events, steps=steps)
+    (load,) = [f for f in r.findings if f.evidence["kind"] == "annotation"]
+    assert "`load_batch`: 30.0 ms each at steps 4, 9, 14 and 19 (every 5th step); 0.30 ms at most in the 16 others" in (
+        load.message)
+    assert load.evidence["per_step"][9] == pytest.approx(30.0)
+
+
 def test_findings_name_the_cause_and_the_fix():
     steps = tuple((i * 1000, (i + 1) * 1000) for i in range(4))
     events = []
@@ -94,7 +107,7 @@ def test_findings_name_the_cause_and_the_fix():
     load = by_kind["annotation"]
     assert load.kind == "host_wait"
     assert load.time_lost_ms == pytest.approx(1.6)
-    assert "load_batch" in load.message and "4 of 4 steps" in load.message
+    assert "load_batch" in load.message and "0.40 ms per step on average, in every step (0-3)" in load.message
     assert "prefetch" in load.suggestion and "jax.device_put" in load.suggestion
     assert load.severity == Severity.CRITICAL  # 1.6 of 4 ms
     sync = by_kind["device_to_host_sync"]
@@ -187,3 +200,10 @@ def test_sync_steps_from_device_copies():
     r = run([device_event(1500, 2, "MemcpyD2H", line="Stream #16(MemcpyD2H)", line_kind="memcpy", module="")],
             steps=steps)
     assert r.sync_steps == (1,)
+
+
+def test_h100_mlp_input_stall_every_third_step_is_named(h100_mlp):
+    # The program sleeps 4 ms in its input pipeline every third step (0.5 ms otherwise).
+    r = host_waits.analyze(AnalysisInputs(h100_mlp.frames))
+    (stall,) = [f for f in r.findings if f.evidence["cause"] == "input_pipeline"]
+    assert "at steps 0, 3, 6 and 9 (every 3rd step)" in stall.message

@@ -74,9 +74,12 @@ def test_recompiles_without_a_log():
         ("init", 0, False), ("step", 1, True), ("step", 2, True)
     ]
     assert r.to_dict()[1] == {"function": "step", "step": 1, "compile_ms": 5.0, "recompile": True, "cause": None}
-    assert [f.evidence["step"] for f in r.findings] == [1, 2]
-    assert all(f.kind == "recompile" and "compile log" in f.message for f in r.findings)
-    assert r.findings[0].severity == Severity.CRITICAL  # 5 ms of a 30 ms run
+    # One finding for the function, naming both steps.
+    (finding,) = r.findings
+    assert finding.evidence["steps"] == [1, 2] and finding.evidence["count"] == 2
+    assert finding.message.startswith("`step` recompiled 2 times, at steps 1 and 2: 9.0 ms")
+    assert finding.kind == "recompile" and "compile log" in finding.message
+    assert finding.severity == Severity.CRITICAL  # 9 ms of a 30 ms run
 
 
 def _record(function: str, index: int, t_ns: int, changes=()) -> dict:
@@ -105,10 +108,12 @@ def test_join_with_the_log_by_time():
         (0, True, "args[2] shape: int32[8,129] -> int32[8,193]"),
         (1, True, "args[3] weak_type: True -> False"),
     ]
-    shape_fix, weak_fix = (x.suggestion for x in r.findings)
-    assert "buckets" in shape_fix and "axis 1 of args[2]" in shape_fix
-    assert "weakly typed" in weak_fix
-    assert "args[2] shape" in r.findings[0].message
+    (finding,) = r.findings  # both recompiles of `step`, with each cause and its step
+    assert "buckets" in finding.suggestion and "axis 1 of args[2]" in finding.suggestion
+    assert "weakly typed" in finding.suggestion
+    assert finding.message == (
+        "`step` recompiled 2 times, at steps 0 and 1: 9.0 ms; causes: args[2] shape: int32[8,129] -> "
+        "int32[8,193] (at step 0); args[3] weak_type: True -> False (at step 1).")
 
 
 def test_join_by_order_without_a_profile_start():
@@ -127,6 +132,63 @@ def test_log_says_first_compile():
     assert [c.recompile for c in r.compiles] == [False] and r.findings == ()
 
 
+def test_one_finding_per_recompiling_function_naming_its_steps():
+    events = []
+    for t in (42_000, 92_000, 122_000):
+        events += compile_events(t, 5000, "update")
+    events += compile_events(52_000, 2000, "eval_step") + compile_events(72_000, 2000, "eval_step")
+    f = frames(events, steps=[(i * 10_000, (i + 1) * 10_000) for i in range(15)])
+    r = recompiles.analyze(AnalysisInputs(f))
+    assert len(r.recompiles) == 3  # the first compile of update and of eval_step is not one
+    by_fn = {x.evidence["function"]: x for x in r.findings}
+    assert set(by_fn) == {"update", "eval_step"}
+    assert by_fn["update"].message.startswith("`update` recompiled 2 times, at steps 9 and 12: 10.0 ms")
+    assert by_fn["update"].time_lost_ms == pytest.approx(10.0)
+    assert by_fn["eval_step"].message.startswith("`eval_step` recompiled once, at step 7: 2.0 ms")
+
+
+def test_hosts_that_recompile_together_give_one_finding_costed_at_the_slowest():
+    events = []
+    for host, dur in (("h0", 4000), ("h1", 6000)):
+        events += compile_events(1000, 1000, "step", host=host) + compile_events(12_000, dur, "step", host=host)
+    f = frames(events, steps=[(0, 10_000), (10_000, 30_000)])
+    r = recompiles.analyze(AnalysisInputs(f))
+    (finding,) = r.findings
+    assert finding.time_lost_ms == pytest.approx(6.0)
+    assert finding.message.startswith("`step` recompiled once, at step 1 (on 2 hosts; the slowest's time): 6.0 ms")
+
+
+def test_jax_internal_compiles_fold_under_the_user_line_that_called_them():
+    events = compile_events(2_000, 5000, "step") + compile_events(10_000, 1000, "convert_element_type")
+    events += compile_events(14_000, 1500, "broadcast_in_dim") + compile_events(24_000, 1000, "convert_element_type")
+    internal = []
+    for fn, index, t in (("convert_element_type", 2, 10_000_000), ("broadcast_in_dim", 1, 14_000_000),
+                         ("convert_element_type", 3, 24_000_000)):
+        rec = _record(fn, index, t)
+        rec.update(origin="jax-internal", call_site="train.py:63")
+        internal.append(rec)
+    log = [_record("step", 1, 2_000_000)] + internal
+    f = frames(events, steps=[(0, 20_000), (20_000, 30_000)], meta={"profile_start_time": PROFILE_START})
+    r = recompiles.analyze(AnalysisInputs(f, compile_log=log))
+    # The user's own first compile is no finding; the helpers compiled from one line are one finding.
+    (finding,) = r.findings
+    assert finding.evidence["call_site"] == "train.py:63" and finding.evidence["count"] == 3
+    assert finding.message.startswith(
+        "Eager code at train.py:63 compiled JAX's `broadcast_in_dim` and `convert_element_type` 3 times, "
+        "at steps 0 and 1: 3.5 ms (2 of them recompiles)")
+    assert "outside jit" in finding.suggestion
+    assert [c.get("origin") for c in r.to_dict()] == ["jit", "jax-internal", "jax-internal", "jax-internal"]
+
+
+def test_a_first_compile_joined_to_the_log_says_so():
+    events = compile_events(12_000, 5000, "step")
+    f = frames(events, steps=[(0, 20_000)], meta={"profile_start_time": PROFILE_START})
+    (c,) = recompiles.analyze(AnalysisInputs(f, compile_log=[_record("step", 1, 12_000_000)])).compiles
+    assert c.cause == recompiles.FIRST_COMPILE and c.logged
+    (unjoined,) = recompiles.analyze(AnalysisInputs(f)).compiles
+    assert unjoined.cause is None and not unjoined.logged
+
+
 def test_compile_outside_steps_and_step_filter():
     events = compile_events(30_000, 1000, "eval_step")
     r = recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000)])))
@@ -143,7 +205,8 @@ def test_cpu_capture_recompile(cpu_frames):
     step_fn = [c for c in r.compiles if c.function == "train_step"]
     assert [(c.step, c.recompile) for c in step_fn] == [(truth.recompile_step, True)]
     assert step_fn[0].compile_ms > 1.0
-    assert any(f.evidence["function"] == "train_step" and f.evidence["step"] == truth.recompile_step for f in r.findings)
+    assert any(f.evidence["function"] == "train_step" and f.evidence["steps"] == [truth.recompile_step]
+               for f in r.findings)
     assert {c.step for c in r.compiles} == {truth.recompile_step}  # the new batch shape's jnp.ones compiles too
 
 
@@ -156,9 +219,10 @@ def test_h100_transformer_recompiles(h100_transformer):
     for c in step_fn:
         truth_wall_ms = h100_transformer.truth["steps"][c.step]["wall_s"] * 1000
         assert 2000 < c.compile_ms < truth_wall_ms
-    findings = {(f.evidence["function"], f.evidence["step"]): f for f in r.findings}
-    assert findings[("step", 5)].severity == Severity.CRITICAL
-    assert findings[("step", 5)].time_lost_ms > 0.9 * 10_000
+    findings = {f.evidence["function"]: f for f in r.findings}
+    assert findings["step"].severity == Severity.CRITICAL and findings["step"].evidence["steps"] == [5, 8]
+    assert findings["step"].evidence["compile_ms"][0] > 0.9 * 10_000
+    assert findings["step"].message.startswith("`step` recompiled 2 times, at steps 5 and 8:")
     # jnp.asarray of the new token shape compiles convert_element_type again, too.
     assert [(c.step, c.recompile) for c in r.compiles if c.function == "convert_element_type"] == [(0, False), (5, True)]
 

@@ -144,6 +144,8 @@ def test_h100_transformer_tiny_soup(h100_transformer):
     assert 0.95 * 1800 <= soup_.count <= 1800
     assert soup_.share > 0.95
     finding = next(f for f in r.findings if f.evidence["module"] == "jit_tiny_soup")
+    # A few of a step's soup ops run just after its step ends; the finding still names the even steps.
+    assert "at steps 0, 2, 4, 6, 8 and 10 (every 2nd step)" in finding.message
     assert finding.evidence["top_ops"][0] == "loop_multiply_fusion"
     assert finding.time_lost_ms == pytest.approx(soup_.time_ms + soup_.launch_gap_ms)
     even = sum(s.count for s in r.per_step if s.step % 2 == 0)
@@ -172,3 +174,14 @@ def test_h100_mlp_small_ops(h100_mlp):
 )
 def test_op_label(name, hlo_op, framework_op, label):
     assert small_ops._op_label(name, hlo_op, framework_op) == label
+
+
+def test_the_finding_names_the_steps_the_soup_ran_in():
+    steps = tuple((i * 1000, (i + 1) * 1000) for i in range(8))
+    events = [device_event(s + 10, 500, "big", module="jit_step") for s, _ in steps]
+    for i in (1, 3, 5, 7):
+        events += soup(i * 1000 + 600, 40)
+    r = analyze(events, steps=steps)
+    finding = next(f for f in r.findings if f.evidence["module"] == "jit_tiny_soup")
+    assert "in 4 of 8 steps, at steps 1, 3, 5 and 7 (every 2nd step)" in finding.message
+    assert finding.evidence["step_numbers"] == [1, 3, 5, 7]

@@ -77,7 +77,7 @@ def test_without_steps_there_is_no_rate():
     d = r.to_dict()
     assert d.pop("mfu_basis")["flops_per_step"] is None
     assert d == {"steps_per_s": None, "tokens_per_s": None, "steady_steps_per_s": None,
-                           "steady_tokens_per_s": None, "mfu": None, "per_step": []}
+                 "steady_tokens_per_s": None, "mfu": None, "count_unit": "tokens", "per_step": []}
 
 
 def test_per_step_dict():

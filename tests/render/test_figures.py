@@ -201,6 +201,27 @@ def test_recompile_timeline_shows_each_compile_with_its_cause(cpu_report, cpu_tr
     assert "the 5 costliest of 50 compiles" in annotations(fig)
 
 
+def test_recompile_timeline_shows_what_the_log_says_of_a_first_compile(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    @jaxdiag.jit
+    def first_in_capture(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    with jaxdiag.profile(tmp_path):
+        for i in range(3):
+            with jax.profiler.StepTraceAnnotation("train", step_num=i):
+                float(first_in_capture(jnp.ones((64, 64))))
+    report = jaxdiag.report(tmp_path)
+    (joined,) = [c for c in report.recompiles if c["function"] == "first_in_capture"]
+    assert joined["logged"] and not joined["recompile"]
+    fig = figures.recompile_timeline(report)
+    causes = dict(zip(fig.data[0].y, fig.data[0].customdata))
+    assert causes[f"step {joined['step']} · first_in_capture"] == "first compile"
+    assert not any("no compile log" in c for c in causes.values())
+
+
 def test_throughput_marks_compiled_steps_and_steady_state(cpu_report, cpu_trace_dir):
     fig = figures.throughput(cpu_report)
     assert fig.layout.yaxis.title.text == "tokens/s"

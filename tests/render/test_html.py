@@ -84,7 +84,7 @@ def test_findings_come_before_the_figures(cpu_page):
     first_figure = cpu_page.index("jd-step_breakdown")
     tables = cpu_page.index("<summary>Tables</summary>")
     assert findings < first_figure < tables
-    assert cpu_page.index("train_step recompiled") < first_figure
+    assert cpu_page.index("`train_step` recompiled once") < first_figure
 
 
 def test_figure_json_is_escaped_in_the_page():

@@ -31,3 +31,26 @@ def test_html_is_self_contained_and_escaped():
     assert "<script>alert" not in page
     assert not re.search(r"<(script|link|img)\b[^>]*\b(src|href)=['\"]?https?://", page)
     assert "train_step recompiled at step 3" in page
+
+
+def test_a_program_that_counted_samples_reads_samples_per_second(tmp_path):
+    import jax.numpy as jnp
+
+    import jaxdiag
+    from jaxdiag.render import figures
+
+    step = jaxdiag.jit(lambda w, x: w - 0.01 * (x.T @ (x @ w)))
+    w = jnp.eye(32)
+    with jaxdiag.capture(tmp_path, skip=1, take=4) as cap:
+        for _ in range(5):
+            x = jnp.ones((16, 32))
+            with cap.step(samples=x.shape[0]):
+                w = step(w, x)
+                float(w[0, 0])
+    report = jaxdiag.report(tmp_path)
+    assert report.throughput["count_unit"] == "samples" and report.throughput["tokens_per_s"] > 0
+    text = terminal.render(report, width=200)
+    assert "samples/s" in text and "tokens/s" not in text
+    page = html.render(report)
+    assert "steady samples/s" in page and "tokens/s" not in page
+    assert figures.throughput(report).layout.yaxis.title.text == "samples/s"

@@ -140,8 +140,8 @@ def test_a_trace_without_step_annotations_loads_with_module_steps(tmp_path: Path
     assert frames.step_source == "module" and frames.steps["step"].tolist() == [0, 1, 2, 3]
     assert "StepTraceAnnotation" in frames.notes[-1]
     device = frames.events[frames.events["category"] == "device"]
-    # The last execution has no next one: its step ends with it.
-    assert device["step"].tolist() == [0, 0, 1, 1, 2, 2, 3, -1]
+    # Each run's step holds the gap before it; the last step runs on to the end of the device work in it.
+    assert device["step"].tolist() == [0, 1, 1, 2, 2, 3, 3, 3]
 
 
 def test_a_trace_with_only_host_planes_loads(tmp_path: Path) -> None:

@@ -49,7 +49,8 @@ def test_tpu_steps_line_when_no_annotation() -> None:
     device_steps = [("t", *s) for s in cols.device_steps]
     found = find_steps(events_frame([cols]), (), device_steps)
     assert found.source == "device_steps"
-    assert steps_of(found.table) == [(0, "Steps", 0, 110), (1, "Steps", 100, 200)]
+    # Step 1 begins where step 0 ended (on device 1): every moment belongs to one step.
+    assert steps_of(found.table) == [(0, "Steps", 0, 110), (1, "Steps", 110, 200)]
 
 
 def module_events(*kernels: Kernel) -> pd.DataFrame:
@@ -68,7 +69,8 @@ def test_module_fallback_splits_executions_at_other_modules_and_gaps() -> None:
     found = find_steps(events)
     assert found.source == "module" and "3 executions of jit_train_step" in found.notes[0]
     last = 620 + EXECUTION_GAP_NS + 1
-    assert steps_of(found.table) == [(0, big, 0, 400), (1, big, 400, last), (2, big, last, last + 100)]
+    # Each execution's step holds the gap before it, where its inputs and its compile were made.
+    assert steps_of(found.table) == [(0, big, 0, 220), (1, big, 220, 620), (2, big, 620, last + 100)]
 
 
 def test_dominant_module_is_the_one_with_most_device_time() -> None:
@@ -106,3 +108,20 @@ def test_a_step_without_device_work_loads(tmp_path: Path) -> None:
     frames = load(tmp_path)
     device = frames.events[frames.events["category"] == "device"]
     assert device["step"].tolist() == [0] and frames.steps["step"].tolist() == [0, 1]
+
+
+def test_annotated_steps_tile_and_end_where_their_work_ends() -> None:
+    from tests.frames_builders import device_event, frames, host_event
+
+    events = frames([
+        host_event(1000, 500, "np.asarray(jax.Array)", category="runtime"),  # step 0 reads its loss back
+        device_event(200, 1600),  # ... while the device still runs what step 0 queued behind it
+        host_event(1600, 3300, "load_batch"),  # step 1's loading, before its mark
+        host_event(4900, 50, "PjitFunction(train_step)"),
+        device_event(5000, 3000),  # the last step's work outlives its mark
+    ]).events
+    marks = [("h0", "train", 0, 0, 1_000_000), ("h0", "train", 1, 5_000_000, 6_000_000)]
+    found = find_steps(events, marks)
+    # Step 0 ends when the device finishes its work (after the read-back, before the next launch);
+    # step 1 begins there, so its loading is its own, and runs to the end of its device work.
+    assert steps_of(found.table) == [(0, "train", 0, 1_800_000), (1, "train", 1_800_000, 8_000_000)]
