@@ -23,6 +23,7 @@ _MODULES = {
     "throughput": "throughput",
     "device_time": "device_time",
     "sharding": "sharding",
+    "stragglers": "stragglers",
 }
 
 

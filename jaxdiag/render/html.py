@@ -57,14 +57,14 @@ def render(report: "Report") -> str:
         f"<script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script></head><body>"
         "<div id='jd-errors' class='jd-errors' hidden></div>"
         f"{_summary(report)}<h2>Charts</h2>{figures}"
-        f"<details><summary>Tables</summary>{_steps_table(report)}{_details(report)}</details>"
+        f"<details><summary>Tables</summary>{_steps_table(report)}{_hosts_table(report)}{_details(report)}</details>"
         "</body></html>\n"
     )
 
 
 def render_summary_html(report: "Report", full: bool = False) -> str:
     """Findings and step figures as an HTML fragment, no scripts; ``full`` adds each analysis's table."""
-    return _summary(report) + _steps_table(report) + (_details(report) if full else "")
+    return _summary(report) + _steps_table(report) + _hosts_table(report) + (_details(report) if full else "")
 
 
 def _summary(report: "Report") -> str:
@@ -101,6 +101,33 @@ def _steps_table(report: "Report") -> str:
     return "<h2>Per step (ms)</h2>" + _table(
         _STEP_COLUMNS, ([_num(s.get(c)) for c in _STEP_COLUMNS] for s in report.steps),
         numeric=range(len(_STEP_COLUMNS)))
+
+
+def _hosts_table(report: "Report") -> str:
+    """With several hosts: wall ms per host and step (late to / waited in collectives), and who set each step."""
+    section = getattr(report, "stragglers", None) or {}
+    rows = section.get("per_host_step") or []
+    if not rows:
+        return ""
+    al = section.get("alignment") or {}
+    aligned = (f"clocks aligned on {_num(al.get('shared_collectives'))} shared collectives, to within "
+               f"{_num(al.get('residual_ms'))} ms" if al.get("aligned") else _e(al.get("note") or "clocks not aligned"))
+    hosts = section.get("hosts") or sorted({r.get("host") for r in rows})
+    by = {(r.get("host"), r.get("step")): r for r in rows}
+    set_by = {r.get("step"): r.get("host") for r in section.get("step_set_by") or []}
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "—"
+        extra = [f"late {_num(r.get('late_ms'))}" if r.get("late_ms") else "",
+                 f"waited {_num(r.get('waited_ms'))}" if r.get("waited_ms") else ""]
+        return _num(r.get("wall_ms")) + "".join(f" ({e})" for e in extra if e)
+
+    steps = sorted({r.get("step") for r in rows})
+    return (f"<h2>Per host and step (ms)</h2><p class='meta'>{aligned}</p>"
+            + _table(("step", *hosts, "step time set by"),
+                     ([_num(s), *(cell(by.get((h, s))) for h in hosts), _e(set_by.get(s, "—"))] for s in steps),
+                     numeric=range(len(hosts) + 1), escape=False))
 
 
 def _details(report: "Report") -> str:

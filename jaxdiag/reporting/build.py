@@ -134,6 +134,8 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Rep
         notes=notes,
         device_time=sections.get("device_time", {}),
         sharding=sections.get("sharding", {}),
+        stragglers=sections.get("stragglers", {}),
+        divergence=sections.get("divergence", {}),
         frames=frames,
     )
 

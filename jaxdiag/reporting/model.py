@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 #: Major.minor: a new major breaks readers; a new minor only adds fields.
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 class ReportFormatError(JaxdiagError):
@@ -50,6 +50,11 @@ class Report:
       sharding: per jitted function its mesh, input/output specs and the collectives
         the compiler inserted, and the timeline's collectives joined to them
         (added in schema 1.2; ``{}`` in older reports).
+      stragglers: with several hosts, the host x step table, how the host clocks were
+        aligned and the hosts the others waited for (added in schema 1.3; ``{}`` with
+        one host and in older reports).
+      divergence: with several processes' compile records, the functions that compiled
+        differently on different processes (added in schema 1.3; ``{}`` otherwise).
       frames: the loaded trace, when the report was built in this process (not
         serialized; ``None`` after ``Report.open``).
     """
@@ -65,6 +70,8 @@ class Report:
     notes: tuple[str, ...] = ()
     device_time: dict[str, Any] = dataclasses.field(default_factory=dict)
     sharding: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stragglers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    divergence: dict[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
     frames: "TraceFrames | None" = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -84,6 +91,8 @@ class Report:
             "notes": list(self.notes),
             "device_time": self.device_time,
             "sharding": self.sharding,
+            "stragglers": self.stragglers,
+            "divergence": self.divergence,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -113,6 +122,7 @@ class Report:
             collectives=d["collectives"], throughput=d["throughput"],
             findings=findings, notes=tuple(d.get("notes", ())), device_time=d.get("device_time") or {},
             sharding=d.get("sharding") or {},
+            stragglers=d.get("stragglers") or {}, divergence=d.get("divergence") or {},
             schema_version=version,
         )
 
