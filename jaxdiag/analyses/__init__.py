@@ -24,6 +24,7 @@ _MODULES = {
     "device_time": "device_time",
     "sharding": "sharding",
     "stragglers": "stragglers",
+    "divergence": "divergence",
 }
 
 

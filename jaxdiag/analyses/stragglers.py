@@ -218,9 +218,7 @@ def _compute(frames: "TraceFrames") -> tuple[dict[str, np.ndarray], list[tuple[s
 
 def _match(frames: "TraceFrames", hosts: list[str]) -> _Matched | None:
     """The collectives every host ran, matched by op and run number; ``None`` when there are none."""
-    import pandas as pd
-
-    per_host: dict[str, pd.DataFrame] = {}
+    per_host: dict[str, "pd.DataFrame"] = {}
     keys: set[tuple[str, str, int, int]] | None = None
     for host in hosts:
         ops = device_ops(frames, host, compile_windows(compile_spans(frames, host)))
