@@ -34,6 +34,7 @@ def report_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the terminal or JSON report to this file instead of stdout."),
     html: Optional[Path] = typer.Option(None, help="Also write a self-contained HTML report to this file."),
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
+    scheduler: Optional[str] = typer.Option(None, help="Read the host files on a Dask cluster: its scheduler, tcp://HOST:PORT (the workers must see TRACE_DIR)."),
 ) -> None:
     """Break a capture down step by step, and say what to change, by time lost."""
     from jaxdiag.config import DEFAULT_THRESHOLDS
@@ -46,7 +47,7 @@ def report_command(
         thresholds = thresholds.replace(small_op_us=small_op_us)
     result = report(
         trace_dir, run=run, host=host, steps=parse_steps(steps), tokens_per_step=tokens_per_step,
-        flops_per_step=flops_per_step, compile_log=compile_log, thresholds=thresholds,
+        flops_per_step=flops_per_step, compile_log=compile_log, thresholds=thresholds, scheduler=scheduler,
     )
     if html is not None:
         from jaxdiag.render.html import render as render_html

@@ -2,9 +2,9 @@
 
 Finds the run, reads every host file (a file that cannot be read is skipped and
 named, as long as another one can), builds one events table with categorical
-string columns, and finds the steps. Reading may go on in a worker process
-(``trace.reading``) between ``start_load`` and ``PendingLoad.result``, and may
-start before the caller asks for it (``prefetch``).
+string columns, and finds the steps. Reading may go on in worker processes, or
+on a Dask cluster's workers (``trace.reading``), between ``start_load`` and
+``PendingLoad.result``, and may start before the caller asks for it (``prefetch``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from jaxdiag.trace.frames import (
     CATEGORY, DEVICE, DEVICE_COLUMNS, DUR_NS, EVENT_COLUMNS, FRAMEWORK_OP, HLO_MODULE, HLO_OP,
     HOST, LINE, LINE_KIND, NAME, PLANE, PROGRAM_ID, START_NS, STEP, TraceFrames,
 )
-from jaxdiag.trace.reading import Reading
 from jaxdiag.trace.reading import start as start_reading
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def load(path: str | Path, *, run: str | None = None, host: str | None = None,
-         include_python: bool = False, parallel: bool | None = None) -> TraceFrames:
+         include_python: bool = False, parallel: bool | None = None, workers: int | None = None,
+         scheduler: Any = None) -> TraceFrames:
     """Read a ``jax.profiler`` capture.
 
     Args:
@@ -38,19 +38,25 @@ def load(path: str | Path, *, run: str | None = None, host: str | None = None,
       host: read only this host's file (default: every host).
       include_python: keep Python-tracer frames (category ``python``); they are
         most of the events of a default capture and no analysis needs them.
-      parallel: read part of the capture in a second process (see
-        ``trace.reading``): ``None`` when it pays, ``True`` whenever it is safe,
-        ``False`` never. The result is the same either way.
+      parallel: read the capture in worker processes (see ``trace.reading``):
+        ``None`` when it pays, ``True`` whenever it is safe, ``False`` never.
+        The result is the same either way.
+      workers: worker processes (default: one per core).
+      scheduler: a Dask ``distributed`` scheduler address (``tcp://HOST:PORT``) or
+        ``Client``: each host file is read on the cluster's workers, which must
+        see the same path; only its columns come back. The result is the same.
 
     Raises:
       TraceFormatError: nothing readable at ``path``, or every host file is
         empty, truncated or not a trace.
     """
-    return start_load(path, run=run, host=host, include_python=include_python, parallel=parallel).result()
+    return start_load(path, run=run, host=host, include_python=include_python, parallel=parallel,
+                      workers=workers, scheduler=scheduler).result()
 
 
 def start_load(path: str | Path, *, run: str | None = None, host: str | None = None,
-               include_python: bool = False, parallel: bool | None = None) -> "PendingLoad":
+               include_python: bool = False, parallel: bool | None = None, workers: int | None = None,
+               scheduler: Any = None) -> "PendingLoad":
     """Begin ``load``; ``result()`` ends it. A caller may import what it needs in between, while a worker reads.
 
     Takes over a ``prefetch`` of the same capture.
@@ -58,20 +64,21 @@ def start_load(path: str | Path, *, run: str | None = None, host: str | None = N
     Raises:
       TraceFormatError: nothing to read at ``path`` (as ``load``).
     """
-    if not include_python and parallel is None:
+    if not include_python and parallel is None and workers is None and scheduler is None:
         pending = _PREFETCHED.pop((str(Path(path)), run, host), None)
         if pending is not None:
             return pending
     found = discover(path, run=run, host=host)
-    return PendingLoad(found, include_python, start_reading(found.files, found.kind, include_python, parallel))
+    reading = start_reading(found.files, found.kind, include_python, parallel, workers=workers, scheduler=scheduler)
+    return PendingLoad(found, include_python, reading)
 
 
 def prefetch(path: str | Path, *, run: str | None = None, host: str | None = None) -> None:
     """Start reading a capture now, for the next ``load`` or ``start_load`` of it to take over.
 
     A program that knows what it will read before its slower imports
-    (``jaxdiag report TRACE``) calls this first: the worker forks while the process
-    still runs one thread, and reads while the program loads. A prefetch nobody
+    (``jaxdiag report TRACE``) calls this first: the workers fork while the process
+    still runs one thread, and read while the program loads. A prefetch nobody
     claims is stopped when the process ends; a problem with the capture is left
     for the load itself to raise.
     """
@@ -88,7 +95,7 @@ _PREFETCHED: dict[tuple[str, str | None, str | None], "PendingLoad"] = {}
 class PendingLoad:
     """A capture being read (see ``start_load``)."""
 
-    def __init__(self, found: Discovered, include_python: bool, reading: Reading) -> None:
+    def __init__(self, found: Discovered, include_python: bool, reading: Any) -> None:
         self._found, self._include_python, self._reading = found, include_python, reading
 
     @property
