@@ -277,8 +277,11 @@ def _read_remote(path: str, kind: str, include_python: bool) -> Outcome:
     return columns
 
 
-#: In a worker: parsed planes, kept until the worker exits (freeing them costs time nobody waits for).
+#: In a worker: parsed planes, kept until the worker exits (freeing them costs time nobody waits for),
+#: up to about this many bytes of trace; past that (a pod's files) they are freed as they are read.
+_KEEP_BYTES = 256 << 20
 _PARSED: list[Any] | None = None
+_kept_bytes = 0
 
 
 def _start_worker() -> None:
@@ -292,8 +295,10 @@ def _read_task(path: str, planes: list[wire.PlaneRecord], lines: dict[int, wire.
     """In a worker: the pieces of ``units`` of the file at ``path``, pickled; ``None`` when they cannot be read apart."""
     import pickle
 
+    global _kept_bytes
     f = _File(Path(path), _map(Path(path)), planes, lines)
-    pieces = _read_units(f, units, keep=_PARSED)
+    _kept_bytes += sum(planes[p].size for p in {p for p, _ in units})
+    pieces = _read_units(f, units, keep=_PARSED if _kept_bytes <= _KEEP_BYTES else None)
     for piece in pieces or ():
         _compact(piece)
     return pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL)
