@@ -21,6 +21,7 @@ from jaxdiag.trace.frames import (
 from jaxdiag.trace.reading import start as start_reading
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import pandas as pd
 
     from jaxdiag.trace.xspace import HostColumns
@@ -112,13 +113,14 @@ class PendingLoad:
         found, include_python = self._found, self._include_python
         parts: list[HostColumns] = []
         skipped: list[tuple[str, str]] = []
-        for file, outcome in zip(found.files, self._reading.finish()):
+        several = len(found.files) > 1
+        for file, outcome in zip(found.files, self._reading.each()):
             if isinstance(outcome, TraceFormatError):
                 message = str(outcome)
                 prefix = f"{file}: "
                 skipped.append((str(file), message[len(prefix):] if message.startswith(prefix) else message))
             else:
-                parts.append(outcome)
+                parts.append(_pack(outcome) if several else outcome)  # a pod's lists are not all held at once
         if not parts:
             if len(skipped) == 1:
                 raise TraceFormatError(f"{skipped[0][0]}: {skipped[0][1]}")
@@ -145,15 +147,51 @@ class PendingLoad:
         )
 
 
+_STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
+
+
+class _Packed:
+    """One host's string columns as codes into its own distinct values, numbers as arrays (see ``_pack``)."""
+
+    def __init__(self, codes: "np.ndarray", uniques: "np.ndarray") -> None:
+        self.codes, self.uniques = codes, uniques
+
+
+def _pack(part: "HostColumns") -> "HostColumns":
+    """``part`` with its string columns factorized and its numbers in arrays, in place.
+
+    A pod's hosts hold mostly the same few thousand names: as codes, each host
+    costs a few bytes per event rather than a Python list of strings. Columns
+    that cannot be factorized (a lone surrogate from a JSON trace) stay lists.
+    """
+    import numpy as np
+    import pandas as pd
+
+    for column in _STRING_COLUMNS:
+        values = getattr(part, column)
+        try:
+            codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+        except (TypeError, ValueError, UnicodeError):
+            continue
+        setattr(part, column, _Packed(codes.astype(np.int32), np.asarray(uniques, dtype=object)))
+    for column, dtype in (("device", np.int64), ("start_ns", np.float64), ("dur_ns", np.float64),
+                          ("program_id", np.int64)):
+        setattr(part, column, np.asarray(getattr(part, column), dtype=dtype))
+    return part
+
+
 def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     """One events table from per-host columns, rows by host, plane and line, each line by start time."""
     import numpy as np
     import pandas as pd
 
     def strings(column: str) -> "pd.Categorical":
+        got = [getattr(p, column) for p in parts]
+        if got and all(isinstance(g, _Packed) for g in got):
+            return _merged_categorical(got)  # type: ignore[arg-type]
         values: list[str] = []
-        for p in parts:
-            values += getattr(p, column)
+        for g in got:
+            values += list(g.uniques[g.codes]) if isinstance(g, _Packed) else g
         return _categorical(values)
 
     def numbers(column: str, dtype: Any) -> "np.ndarray":
@@ -193,6 +231,19 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     return events
 
 
+def _merged_categorical(packed: Sequence[_Packed]) -> "pd.Categorical":
+    """The categorical ``_categorical`` makes of the hosts' values, from their codes: sorted categories."""
+    import numpy as np
+    import pandas as pd
+
+    try:
+        categories = pd.Index(np.concatenate([p.uniques for p in packed])).unique().sort_values()
+    except (TypeError, ValueError, UnicodeError):
+        return _categorical([v for p in packed for v in p.uniques[p.codes]])
+    codes = [categories.get_indexer(p.uniques)[p.codes] if len(p.codes) else np.zeros(0, np.int64) for p in packed]
+    return pd.Categorical.from_codes(np.concatenate(codes), categories=categories)
+
+
 def _categorical(values: list[str]) -> "pd.Categorical":
     """``pd.Categorical(values)``, in half the time: factorize, then give the sorted categories."""
     import numpy as np
@@ -222,7 +273,7 @@ def _notes(parts: Sequence["HostColumns"], skipped: Sequence[tuple[str, str]],
     notes = [f"skipped {Path(f).name}: {reason}" for f, reason in skipped]
     for p in parts:
         notes += p.notes
-        if not p.name:
+        if not len(p.name.codes if isinstance(p.name, _Packed) else p.name):
             notes.append(f"{p.host}: the trace holds no events")
     frames = sum(p.python_frames for p in parts)
     if frames and not include_python:

@@ -31,7 +31,7 @@ import multiprocessing
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import wire
@@ -140,24 +140,18 @@ class Reading:
 
     def finish(self) -> list[Outcome]:
         """Each file's columns, or the ``TraceFormatError`` that stopped it, in file order."""
+        return list(self.each())
+
+    def each(self) -> Iterator[Outcome]:
+        """``finish``, one file at a time: a caller that packs each file's columns holds one file's lists at once."""
         done = self._collect()
-        pieces: dict[int, dict[Unit, HostColumns] | None] = {}
+        by_file: dict[int, list[int]] = {}
         for number, task in enumerate(self._tasks):
-            got = done.get(number)
-            if got is None:  # the worker failed or died: read it here, where an error reads as without workers
-                got = _read_units(self._files[task.file], task.units)
-            mine = pieces.setdefault(task.file, {})
-            if got is None or mine is None:
-                pieces[task.file] = None  # read the whole file again here, for its own error
-            else:
-                mine.update(zip(task.units, got))
-        outcomes = []
+            by_file.setdefault(task.file, []).append(number)
         for index, f in enumerate(self._files):
             outcome = f.outcome
-            if outcome is None and pieces.get(index):
-                names = [p.name for p in f.planes]
-                units = pieces[index]
-                outcome = join_host(host_name(f.path), [units[u] for u in f.units()], names, has_devices(names))
+            if outcome is None and index in by_file:
+                outcome = self._joined(f, [(self._tasks[n], done.pop(n, None)) for n in by_file[index]])
             if outcome is None:
                 try:
                     data = f.data if isinstance(f.data, bytes) else b""  # a mapped file is read again
@@ -165,8 +159,22 @@ class Reading:
                 except TraceFormatError as exc:
                     outcome = exc
             f.release()
-            outcomes.append(outcome)
-        return outcomes
+            yield outcome
+
+    def _joined(self, f: _File, tasks: list[tuple[_Task, bytes | None]]) -> HostColumns | None:
+        """``f`` from its tasks' pieces; ``None`` to read it whole here (for its own error)."""
+        import pickle
+
+        units: dict[Unit, HostColumns] = {}
+        for task, payload in tasks:
+            got = pickle.loads(payload) if payload is not None else None
+            if got is None:  # the worker failed or died: read it here, where an error reads as without workers
+                got = _read_units(f, task.units)
+            if got is None:
+                return None
+            units.update(zip(task.units, got))
+        names = [p.name for p in f.planes]
+        return join_host(host_name(f.path), [units[u] for u in f.units()], names, has_devices(names))
 
     # --- sharing the work -------------------------------------------------------
     def _share(self, force: bool, workers: int) -> None:
@@ -206,18 +214,16 @@ class Reading:
             self._stop()
             self._tasks = []
 
-    def _collect(self) -> dict[int, list[HostColumns] | None]:
-        """The workers' pieces by task number; a task that failed is missing."""
-        import pickle
-
-        done: dict[int, list[HostColumns] | None] = {}
+    def _collect(self) -> dict[int, bytes]:
+        """The workers' pieces (pickled) by task number; a task that failed is missing."""
+        done: dict[int, bytes] = {}
         for number, future in enumerate(self._futures):
             try:
                 payload = future.result()
             except Exception:  # a worker that died (BrokenProcessPool) or failed: read here
                 continue
             if payload is not None:
-                done[number] = pickle.loads(payload)
+                done[number] = payload
         self._stop()
         return done
 
@@ -260,8 +266,13 @@ class _DaskReading:
         return len(self._client.scheduler_info().get("workers", {}))
 
     def finish(self) -> list[Outcome]:
+        return list(self.each())
+
+    def each(self) -> Iterator[Outcome]:
         try:
-            return list(self._client.gather(self._futures))
+            for future in self._futures:  # fetched one by one: the rest wait on the workers
+                yield future.result()
+                future.release()
         finally:
             if self._own:
                 self._client.close()
@@ -278,8 +289,8 @@ def _read_remote(path: str, kind: str, include_python: bool) -> Outcome:
 
 
 #: In a worker: parsed planes, kept until the worker exits (freeing them costs time nobody waits for),
-#: up to about this many bytes of trace; past that (a pod's files) they are freed as they are read.
-_KEEP_BYTES = 256 << 20
+#: up to about this many bytes of trace (one large host file); past that (a pod's files) they are freed as read.
+_KEEP_BYTES = 48 << 20
 _PARSED: list[Any] | None = None
 _kept_bytes = 0
 

@@ -209,3 +209,19 @@ def test_reading_here_when_no_worker_can_start(trouble: str, tmp_path: Path) -> 
     done = subprocess.run([sys.executable, "-c", script, trouble, *map(str, files)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str([len(reading.read_file(f, "xplane").name) for f in files])
+
+
+def test_packed_hosts_make_the_table_unpacked_hosts_make(tmp_path: Path) -> None:
+    """A pod's hosts are packed (codes into their own values) as they arrive; the table is the same."""
+    import copy
+
+    from jaxdiag.trace.load import _pack, events_frame
+
+    files = sorted(_two_gpu_hosts(tmp_path).glob("*.xplane.pb"))
+    parts = [reading.read_file(f, "xplane") for f in files]
+    plain = events_frame(parts)
+    packed = events_frame([_pack(copy.deepcopy(p)) for p in parts])
+    assert packed.equals(plain) and list(packed.dtypes) == list(plain.dtypes)
+    for column in plain.columns:
+        if str(plain[column].dtype) == "category":
+            assert list(packed[column].cat.categories) == list(plain[column].cat.categories), column
