@@ -31,6 +31,7 @@ import warnings
 from typing import Any
 
 from jaxdiag.errors import ConfigError, HostDivergenceError, HostDivergenceWarning
+from jaxdiag.recording.compile_log import Collector
 from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN, ArgSignature, CompileRecord
 
 _PREFIX = "jaxdiag/host_check"
@@ -45,7 +46,7 @@ class _Discard(list):  # type: ignore[type-arg]
         pass
 
 
-class HostCheck:
+class HostCheck(Collector):
     """A compile-log collector that compares each compile with the other processes' (see the module doc).
 
     Args:
@@ -61,6 +62,7 @@ class HostCheck:
             raise ConfigError(f"host check timeout_s must be positive, got {timeout_s!r}")
         self.raise_on_mismatch = raise_on_mismatch
         self.timeout_s = float(timeout_s)
+        super().__init__()
         self.records = _Discard()
         self.step: int | None = None  # set by ``capture`` each step, for messages
         self._client, self._index, self._count = client, process_index, process_count

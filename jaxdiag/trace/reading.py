@@ -100,7 +100,7 @@ def read_file(file: Path, kind: str, include_python: bool = False, data: bytes =
 
 
 def start(files: Sequence[Path], kind: str, include_python: bool = False, parallel: bool | None = None,
-          workers: int | None = None, scheduler: Any = None) -> "Reading":
+          workers: int | None = None, scheduler: Any = None) -> "Reading | _DaskReading":
     """Begin reading ``files``; ``finish()`` on the result gives one outcome per file, in order.
 
     Args:
