@@ -161,7 +161,7 @@ def analyze(inputs: AnalysisInputs) -> StragglersResult:
     table, step_hosts = _table(hosts, windows, waits, late)
     stragglers = _stragglers(inputs, windows, waits, late, alignment)
     wall_ms = sum(max((r.wall_ms for r in table if r.step == s), default=0.0) for s in step_hosts)
-    findings = tuple(_finding(s, alignment, wall_ms, len(step_hosts), frames) for s in stragglers
+    findings = tuple(_finding(s, alignment, wall_ms, len(step_hosts)) for s in stragglers
                      if s.late_ms >= inputs.thresholds.min_finding_ms and s.late_ms >= _MIN_SHARE * wall_ms)
     return StragglersResult(hosts, alignment, table, step_hosts, stragglers, findings)
 
@@ -190,16 +190,16 @@ def _compute(frames: "TraceFrames") -> tuple[dict[str, np.ndarray], list[tuple[s
     if matched is None:
         note = "no collective ran on every host, so host clocks could not be aligned and no host is called late"
         return {}, [], Alignment(hosts[0] if hosts else "", {}, 0, None, note)
-    offset = np.median(matched.end[:, :1] - matched.end, axis=0)  # ns to add to each host's clock
+    offset = np.rint(np.median(matched.end[:, :1] - matched.end, axis=0)).astype(np.int64)  # ns to add to each host's clock
     residual = (matched.end + offset) - matched.end[:, :1]
-    worst = float(np.abs(residual).max())
+    worst = int(np.abs(residual).max())
     alignment = Alignment(hosts[0], {h: float(o) / 1e6 for h, o in zip(hosts, offset)}, len(matched.end), worst / 1e6)
     arrive = matched.arrive + offset
     order = np.argsort(arrive, axis=1)
     last = order[:, -1]
     gap = arrive[np.arange(len(arrive)), last] - arrive[np.arange(len(arrive)), order[:, -2]]
     is_late = gap > worst
-    late_at = np.where(is_late, arrive[np.arange(len(arrive)), last], np.iinfo(np.int64).min)
+    late_at = np.where(is_late, arrive[np.arange(len(arrive)), last], np.iinfo(np.int64).min // 2)
     late = [(hosts[h], int(matched.arrive[i, h]), float(gap[i]) / 1e6)
             for i, h in enumerate(last) if is_late[i]]
     waits: dict[str, np.ndarray] = {}
@@ -209,7 +209,7 @@ def _compute(frames: "TraceFrames") -> tuple[dict[str, np.ndarray], list[tuple[s
         start = rows[F.START_NS].to_numpy(np.int64)
         end = rows[END_NS].to_numpy(np.int64)
         mine = last[run] != j
-        until = np.minimum(end, late_at[run] - int(offset[j]))  # the late host's arrival, on this host's clock
+        until = np.minimum(end, late_at[run] - offset[j])  # the late host's arrival, on this host's clock
         keep = mine & is_late[run] & (until > start)
         waits[host] = np.stack([start[keep], until[keep], rows[F.DEVICE].to_numpy(np.int64)[keep],
                                 last[run][keep]], axis=1)
@@ -299,7 +299,7 @@ def _stragglers(inputs: AnalysisInputs, windows: "pd.DataFrame", waits: dict[str
     return tuple(sorted(out, key=lambda s: -s.late_ms))
 
 
-def _finding(s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int, frames: "TraceFrames") -> Finding:
+def _finding(s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int) -> Finding:
     per_step = s.late_ms / max(len(s.steps), 1)
     doing = [(c, k, ms) for c, k, ms in s.doing if ms >= 0.1 * s.late_ms]
     if doing:

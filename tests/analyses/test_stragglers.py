@@ -126,3 +126,46 @@ def test_terminal_and_html_show_the_host_table(planted):
     assert "Per host and step" in text and "step time set by" in text and "clocks aligned on 6" in text
     page = html.render_summary_html(planted)
     assert "Per host and step (ms)" in page and planted.stragglers["hosts"][1] in page
+
+
+def _two_hosts(tmp_path, shift_ns: int, late_ns: int):
+    """Two GPU hosts of two devices, host1's clock ``shift_ns`` ahead, its devices ``late_ns`` late to each all-reduce."""
+    from xspace_builders import Kernel, gpu_xspace, write_run
+
+    files = {}
+    for h in range(2):
+        s = shift_ns * h
+        steps = [(n, s + n * 10_000_000, s + (n + 1) * 10_000_000) for n in range(4)]
+        kernels = [Kernel(d, "fusion_1", s + n * 10_000_000 + 100_000, 2_000_000, program_id=3)
+                   for d in range(2) for n in range(4)]
+        arrive = [n * 10_000_000 + 3_000_000 + (late_ns if h else 0) for n in range(4)]
+        nccl = [Kernel(d, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", s + a, n * 10_000_000 + 9_000_000 - a,
+                       program_id=3, op="all-reduce.1") for d in range(2) for n, a in enumerate(arrive)]
+        files[f"host{h}"] = gpu_xspace(devices=2, kernels=kernels, nccl=nccl, steps=steps,
+                                       host_annotations=[("load_batch", s + n * 10_000_000 + 2_200_000,
+                                                          s + n * 10_000_000 + 3_000_000 + (late_ns if h else 0))
+                                                         for n in range(4)])
+    return write_run(tmp_path / "run", files)
+
+
+def test_a_clock_offset_alone_is_aligned_away(tmp_path):
+    import jaxdiag
+
+    report = jaxdiag.report(_two_hosts(tmp_path, shift_ns=7_000_000, late_ns=0))
+    al = report.stragglers["alignment"]
+    assert al["aligned"] and al["offsets_ms"]["host1"] == -7.0 and al["residual_ms"] == 0.0
+    assert not _of(report, "straggler") and report.collectives["waiting_for_hosts_ms"] == 0
+
+
+def test_a_late_host_on_a_shifted_clock(tmp_path):
+    import jaxdiag
+
+    report = jaxdiag.report(_two_hosts(tmp_path, shift_ns=7_000_000, late_ns=4_000_000))
+    (finding,) = _of(report, "straggler")
+    ev = finding.evidence
+    assert ev["host"] == "host1" and ev["steps"] == [0, 1, 2, 3] and ev["late_ms_per_step"] == 4.0
+    assert ev["waiting_devices"] == 2 and ev["others_waited_device_ms"] == 2 * 4 * 4.0
+    assert ev["doing"]["load_batch"] > 0
+    assert report.collectives["waiting_for_hosts_ms"] == 4 * 4.0 / 2  # per device, over all four devices
+    for f in _of(report, "exposed_collective"):
+        assert "xla_gpu" in f.suggestion  # a GPU run gets GPU flags
