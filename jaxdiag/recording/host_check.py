@@ -17,7 +17,9 @@ waiting at most ``timeout_s`` in all, and compares. A mismatch warns
 ``check_hosts="raise"``, naming the processes, the step and the argument, before
 the compiled program runs. A peer that has not published in time is named too
 (it may compile this function fewer times, or be slower): the check never
-waits longer than its bound. JAX's own helpers (``origin="jax-internal"``) are
+waits longer than its bound, and once a peer has not answered for a function
+(a function only one process compiles, such as its logging), later compiles of
+it are compared with what is there without waiting. JAX's own helpers (``origin="jax-internal"``) are
 not checked.
 """
 
@@ -69,6 +71,7 @@ class HostCheck(Collector):
         self._lock = threading.Lock()
         self.mismatches: list[str] = []  # every message given, for callers and tests
         self.silent: list[str] = []
+        self._alone: set[str] = set()  # functions some peer did not compile: later compiles do not wait for it
 
     # --- the collector hook --------------------------------------------------------
     def on_record(self, record: CompileRecord) -> None:
@@ -81,7 +84,9 @@ class HostCheck(Collector):
         except Exception as exc:  # the store is gone (shutdown): nothing to compare with
             _warn(f"jaxdiag host check: could not publish {record.function}'s compile ({exc})")
             return
-        deadline = time.monotonic() + self.timeout_s
+        function = key.rsplit("/", 1)[0]
+        # A function a peer did not compile once (logging on process 0) is not waited for again.
+        deadline = time.monotonic() + (0.0 if function in self._alone else self.timeout_s)
         theirs: dict[int, dict[str, Any]] = {}
         silent: list[int] = []
         for peer in range(self._count or 0):
@@ -92,7 +97,11 @@ class HostCheck(Collector):
                 theirs[peer] = json.loads(self._client.blocking_key_value_get(f"{key}/{peer}", left_ms))
             except Exception:  # not published in time (or not at all)
                 silent.append(peer)
-        self._compare(record, mine, theirs, silent)
+        if silent and function not in self._alone:
+            self._alone.add(function)
+            self._compare(record, mine, theirs, silent)
+        else:
+            self._compare(record, mine, theirs, [])
 
     def _connect(self) -> bool:
         """Find the distributed client once; without one (a single process) there is nothing to check."""

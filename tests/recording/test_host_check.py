@@ -68,8 +68,9 @@ WARNED = textwrap.dedent(
         warnings.simplefilter("always")
         with jaxdiag.watch(check_hosts=check):
             train_step(np.ones((32 if pid == 0 else 16, 8), np.float32))
-            if pid == 1:
+            if pid == 1:  # as logging on one process: the second compile does not wait for process 0 again
                 only_on_one(np.ones(3))
+                only_on_one(np.ones(4))
     for w in caught:
         print("WARNED", w.category.__name__, w.message, flush=True)
     print("MISMATCHES", len(check.mismatches), "SILENT", len(check.silent), flush=True)
