@@ -87,3 +87,15 @@ def test_an_unreachable_scheduler_is_one_line_and_status_2(tmp_path: Path) -> No
     assert "cannot reach the Dask scheduler" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+
+
+def test_reading_a_run_here_imports_neither_jax_nor_dask(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = _pod(tmp_path, 2)
+    script = ("import sys; from jaxdiag.cli.app import main; rc = main(['report', sys.argv[1], '--json']); "
+              "assert not {'jax', 'dask', 'distributed'} & set(sys.modules), sorted({'jax', 'dask', 'distributed'} "
+              "& set(sys.modules)); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
