@@ -4,7 +4,8 @@ Each case is a run folder of N host files, each a link to the same real H100
 capture under its own host name (``host000.xplane.pb``, ...): every file is
 read and parsed on its own, as a pod's files are. Each case loads the run
 (``jaxdiag.trace.load.load``: read, merge into one events table, find steps)
-in a fresh process, best of ``--repeat``, and prints:
+in a fresh process using 1, 2 or every core (this process and ``cores - 1``
+workers), best of ``--repeat``, and prints:
 
 - wall seconds, and seconds per million events (flat when the cost is linear
   in the number of events; falling with cores);
@@ -39,8 +40,8 @@ CASE = """
 import json, resource, sys, time
 t0 = time.perf_counter()
 from jaxdiag.trace.load import load
-workers = int(sys.argv[2])
-frames = load(sys.argv[1], parallel=workers > 1, workers=workers)
+cores = int(sys.argv[2])  # this process reads too: cores - 1 workers beside it
+frames = load(sys.argv[1], parallel=cores > 1, workers=max(cores - 1, 1))
 wall = time.perf_counter() - t0
 print(json.dumps({"wall": wall, "events": len(frames.events), "hosts": len(frames.hosts),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -4,8 +4,9 @@ On this machine, ``start`` cuts the files into *tasks* (a plane, or some
 threads of an accelerated host's host plane: ``wire.sub_space`` cuts their
 bytes out of the mapped file, so nothing is serialized on the way in) and
 hands them, the largest first, to a ``concurrent.futures.ProcessPoolExecutor``
-of forked workers, one per core by default, while this process imports what
-it needs. Each worker maps its file itself, so the same task runs in a process
+of forked workers, one per core but this one by default, while this process
+imports what it needs; then this process takes the tasks no worker has started
+(cancelling them in the pool), smallest first. Each worker maps its file itself, so the same task runs in a process
 started any way. ``Reading.finish`` collects the pieces and puts them together
 in file order (``xspace.join_host``): the result is the one a single process
 reads. Workers are forked only on Linux from a process running a single
@@ -110,7 +111,8 @@ def start(files: Sequence[Path], kind: str, include_python: bool = False, parall
         sending a million frames back costs more than reading them).
       parallel: ``None`` uses worker processes when it pays, ``True`` whenever
         it is safe, ``False`` never.
-      workers: worker processes on this machine (default: one per core).
+      workers: worker processes on this machine (default: one per core but
+        this process's, which takes the tasks no worker has started).
       scheduler: a Dask ``distributed`` scheduler address or ``Client``: each
         file is read on its workers instead (``parallel`` and ``workers`` are
         then the cluster's business).
@@ -120,7 +122,8 @@ def start(files: Sequence[Path], kind: str, include_python: bool = False, parall
         return _DaskReading(paths, kind, include_python, scheduler)
     reading = Reading([_File(p) for p in paths], kind, include_python)
     if kind == "xplane" and not include_python and parallel is not False and _fork_is_safe():
-        reading._share(force=parallel is True, workers=workers or os.cpu_count() or 1)
+        # This process reads too (``_collect``): with the workers, every core.
+        reading._share(force=parallel is True, workers=workers or max((os.cpu_count() or 1) - 1, 1))
     return reading
 
 
@@ -161,13 +164,13 @@ class Reading:
             f.release()
             yield outcome
 
-    def _joined(self, f: _File, tasks: list[tuple[_Task, bytes | None]]) -> HostColumns | None:
+    def _joined(self, f: _File, tasks: list[tuple[_Task, Any]]) -> HostColumns | None:
         """``f`` from its tasks' pieces; ``None`` to read it whole here (for its own error)."""
         import pickle
 
         units: dict[Unit, HostColumns] = {}
         for task, payload in tasks:
-            got = pickle.loads(payload) if payload is not None else None
+            got = pickle.loads(payload) if isinstance(payload, bytes) else payload
             if got is None:  # the worker failed or died: read it here, where an error reads as without workers
                 got = _read_units(f, task.units)
             if got is None:
@@ -214,10 +217,20 @@ class Reading:
             self._stop()
             self._tasks = []
 
-    def _collect(self) -> dict[int, bytes]:
-        """The workers' pieces (pickled) by task number; a task that failed is missing."""
-        done: dict[int, bytes] = {}
+    def _collect(self) -> dict[int, Any]:
+        """The pieces by task number (pickled when a worker read them); a task that failed is missing.
+
+        This process takes the tasks no worker has started yet, smallest first, so
+        that it works too once its imports are done, and every process ends together.
+        """
+        done: dict[int, Any] = {}
+        for number in range(len(self._futures) - 1, -1, -1):
+            if self._futures[number].cancel():  # not started: read it here
+                task = self._tasks[number]
+                done[number] = _read_units(self._files[task.file], task.units)
         for number, future in enumerate(self._futures):
+            if number in done:
+                continue
             try:
                 payload = future.result()
             except Exception:  # a worker that died (BrokenProcessPool) or failed: read here
