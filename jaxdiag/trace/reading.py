@@ -122,7 +122,7 @@ def start(files: Sequence[Path], kind: str, include_python: bool = False, parall
         return _DaskReading(paths, kind, include_python, scheduler)
     reading = Reading([_File(p) for p in paths], kind, include_python)
     if kind == "xplane" and not include_python and parallel is not False and _fork_is_safe():
-        # This process reads too (``_collect``): with the workers, every core.
+        # This process reads too (``Reading._take``): with the workers, every core.
         reading._share(force=parallel is True, workers=workers or max((os.cpu_count() or 1) - 1, 1))
     return reading
 
@@ -147,14 +147,16 @@ class Reading:
 
     def each(self) -> Iterator[Outcome]:
         """``finish``, one file at a time: a caller that packs each file's columns holds one file's lists at once."""
-        done = self._collect()
         by_file: dict[int, list[int]] = {}
         for number, task in enumerate(self._tasks):
             by_file.setdefault(task.file, []).append(number)
+        last = max(by_file, default=-1)
         for index, f in enumerate(self._files):
             outcome = f.outcome
             if outcome is None and index in by_file:
-                outcome = self._joined(f, [(self._tasks[n], done.pop(n, None)) for n in by_file[index]])
+                outcome = self._joined(f, [(self._tasks[n], got) for n, got in self._take(by_file[index])])
+            if index == last:  # every task is taken
+                self._stop()
             if outcome is None:
                 try:
                     data = f.data if isinstance(f.data, bytes) else b""  # a mapped file is read again
@@ -217,28 +219,27 @@ class Reading:
             self._stop()
             self._tasks = []
 
-    def _collect(self) -> dict[int, Any]:
-        """The pieces by task number (pickled when a worker read them); a task that failed is missing.
+    def _take(self, numbers: list[int]) -> list[tuple[int, Any]]:
+        """The pieces of these tasks (pickled when a worker read them; ``None`` when it failed).
 
-        This process takes the tasks no worker has started yet, smallest first, so
-        that it works too once its imports are done, and every process ends together.
+        This process reads the ones no worker has started yet, smallest first
+        (cancelling them in the pool), so that it works too once its imports are
+        done and every process ends together; file by file, so that it holds one
+        file's pieces at a time.
         """
-        done: dict[int, Any] = {}
-        for number in range(len(self._futures) - 1, -1, -1):
-            if self._futures[number].cancel():  # not started: read it here
+        got: dict[int, Any] = {}
+        for number in reversed(numbers):
+            if number < len(self._futures) and self._futures[number].cancel():
                 task = self._tasks[number]
-                done[number] = _read_units(self._files[task.file], task.units)
-        for number, future in enumerate(self._futures):
-            if number in done:
+                got[number] = _read_units(self._files[task.file], task.units)
+        for number in numbers:
+            if number in got:
                 continue
             try:
-                payload = future.result()
+                got[number] = self._futures[number].result()
             except Exception:  # a worker that died (BrokenProcessPool) or failed: read here
-                continue
-            if payload is not None:
-                done[number] = payload
-        self._stop()
-        return done
+                got[number] = None
+        return [(n, got[n]) for n in numbers]
 
     def _stop(self) -> None:
         if self._pool is not None:
