@@ -45,3 +45,15 @@ class CompileBudgetWarning(JaxdiagWarning):
 
 class BaselineError(JaxdiagError):
     """A check baseline cannot be read or written (not JSON, wrong version, missing figures)."""
+
+
+class HostDivergenceError(JaxdiagError):
+    """Processes of one multi-controller run compiled a function with different signatures.
+
+    Raised by the host check (``jaxdiag.watch(check_hosts="raise")``) before the
+    program runs the collective that would hang.
+    """
+
+
+class HostDivergenceWarning(JaxdiagWarning):
+    """Processes compiled a function differently, or a peer did not answer the host check in time."""

@@ -25,6 +25,8 @@ _MODULES = {
     "sharding": "sharding",
     "top_ops": "top_ops",
     "memory": "memory",
+    "stragglers": "stragglers",
+    "divergence": "divergence",
 }
 
 

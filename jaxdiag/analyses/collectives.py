@@ -12,7 +12,10 @@ copies or collectives) does not overlap. ``overlap_fraction`` is
 devices that ran any op, so that they read against wall time: 8 GPUs each
 waiting 10 ms on the same all-reduce report 10 ms, not 80 ms.
 ``time_lost_ms`` is the exposed time summed over the analysed steps: the upper
-bound of what perfect overlap would save.
+bound of what perfect overlap would save. Time a device spent in a collective
+waiting for a late host (``stragglers``) is not exposed communication: it is
+left out, and the straggler finding books it. Advice names the flags of the
+platform the run used.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from jaxdiag.trace import frames as F
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from jaxdiag.trace.frames import TraceFrames
+
 SUGGESTION = (
     "Let compute hide communication: turn on XLA's latency-hiding scheduler "
     "(XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true), keep collectives "
@@ -39,6 +44,21 @@ SUGGESTION = (
     "so fewer, larger transfers overlap the next layer's compute; on TPU the same "
     "holds for the async collective fusion flags."
 )
+#: Advice by the platform the run used: flags of another platform would do nothing.
+SUGGESTIONS = {
+    "gpu": SUGGESTION,
+    "tpu": (
+        "Let compute hide communication: keep collectives asynchronous and fused with compute "
+        "(LIBTPU_INIT_ARGS=--xla_tpu_enable_async_collective_fusion=true "
+        "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
+        "--xla_tpu_overlap_compute_collective_tc=true), and combine small collectives into fewer, larger ones."
+    ),
+    "cpu": (
+        "XLA:CPU runs each collective on the calling thread, so no scheduler flag makes compute hide it: "
+        "move fewer bytes (gather or reduce once per step rather than per array, keep data on the "
+        "process that uses it), or run the communication-heavy part on accelerators."
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -116,6 +136,7 @@ class CollectivesResult:
     per_step: tuple[StepComm, ...]
     n_devices: int
     findings: tuple[Finding, ...] = ()
+    waiting_ms: float = 0.0  # per device (mean): time in collectives waiting for a late host, left out above
 
     @property
     def overlap_fraction(self) -> float | None:
@@ -126,6 +147,7 @@ class CollectivesResult:
             "overlap_fraction": _round(self.overlap_fraction),
             "exposed_ms": round(self.exposed_ms, 3),
             "total_ms": round(self.total_ms, 3),
+            "waiting_for_hosts_ms": round(self.waiting_ms, 3),
             "by_kind": [
                 {
                     "kind": k.kind, "count": k.count, "total_ms": round(k.total_ms, 3),
@@ -152,7 +174,7 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
     per_step: dict[int, list[float]] = {}
     kinds: dict[str, list[float]] = {}
     n_devices = 0
-    wall_ns = 0
+    wall_ns = waiting_ns = 0
     outside: dict[str, list[float]] = {}  # kind -> [ops, ns] of collectives that start outside every step
     for host in hosts_of(frames, inputs.host):
         win = windows_all.loc[windows_all[F.HOST] == host]
@@ -162,9 +184,13 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
         hi = win["end_ns"].to_numpy(np.int64)
         wall_ns = max(wall_ns, int((hi - lo).sum()))
         ops = device_ops(frames, host, compile_windows(compile_spans(frames, host)))
-        comms, n = per_device(ops)
-        n_devices += n
         steps_iv = iv.union(np.stack([lo, hi], axis=1))
+        comms, n = per_device(ops)
+        waited = without_waiting(frames, host, comms)
+        waiting_ns += sum(iv.intersection_length(iv.subtract(c.collective, w.collective), steps_iv)
+                          for c, w in zip(comms, waited)) if waited is not comms else 0
+        comms = waited
+        n_devices += n
         every = windows_every.loc[windows_every[F.HOST] == host]  # every step, not only those asked for
         every_iv = iv.union(np.stack([every[F.START_NS].to_numpy(np.int64), every["end_ns"].to_numpy(np.int64)],
                                      axis=1))
@@ -194,7 +220,7 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
     steps = tuple(StepComm(s, float(v[0]) / d / 1e6, float(v[1]) / d / 1e6) for s, v in sorted(per_step.items()))
     total = sum(s.total_ms for s in steps)
     exposed = sum(s.exposed_ms for s in steps)
-    result = CollectivesResult(total, exposed, by_kind, steps, n_devices)
+    result = CollectivesResult(total, exposed, by_kind, steps, n_devices, waiting_ms=waiting_ns / d / 1e6)
     findings = _findings(result, wall_ns / 1e6, inputs) + _outside_steps(outside, d)
     return dataclasses.replace(result, findings=findings)
 
@@ -225,6 +251,31 @@ def _outside_steps(outside: dict[str, list[float]], n_devices: int) -> tuple[Fin
     )
 
 
+def without_waiting(frames: "TraceFrames", host: str, comms: list[DeviceComm]) -> list[DeviceComm]:
+    """``comms`` less the time spent waiting for a late host (``stragglers``): that is the straggler's cost."""
+    if len(frames.hosts) < 2:
+        return comms
+    from jaxdiag.analyses.stragglers import waiting_intervals
+
+    out = []
+    for c in comms:
+        waiting = waiting_intervals(frames, host, int(c.device.rsplit("#", 1)[-1]))
+        if len(waiting):
+            c = dataclasses.replace(
+                c, collective=iv.subtract(c.collective, waiting), exposed=iv.subtract(c.exposed, waiting),
+                by_kind={k: (starts, iv.subtract(k_all, waiting), iv.subtract(k_exp, waiting))
+                         for k, (starts, k_all, k_exp) in c.by_kind.items()})
+        out.append(c)
+    return out
+
+
+def platform_of(frames: "TraceFrames") -> str:
+    """``gpu``, ``tpu`` or ``cpu``: the platform of the run's devices (``gpu`` when unknown or mixed)."""
+    devices = frames.devices
+    platforms = set(devices["platform"].astype(str)) if "platform" in devices and len(devices) else set()
+    return platforms.pop() if len(platforms) == 1 and next(iter(platforms)) in SUGGESTIONS else "gpu"
+
+
 def _starts_inside(starts: np.ndarray, windows: np.ndarray) -> int:
     """How many of the sorted ``starts`` fall inside the disjoint ``windows``."""
     return int((np.searchsorted(starts, windows[:, 1]) - np.searchsorted(starts, windows[:, 0])).sum())
@@ -241,13 +292,16 @@ def _findings(r: CollectivesResult, wall_ms: float, inputs: AnalysisInputs) -> t
         f"most from {worst.kind} ({worst.exposed_ms:.1f} ms exposed), worst step {worst_step.step} "
         f"({worst_step.exposed_ms:.1f} ms)."
     )
+    if r.waiting_ms >= 0.05:
+        msg += (f" Not counted: {r.waiting_ms:.1f} ms per device spent in collectives waiting for a late host "
+                "(see the straggler finding).")
     return (
         Finding(
             kind="exposed_collective",
             severity=severity_for(r.exposed_ms, wall_ms),
             time_lost_ms=r.exposed_ms,
             message=msg,
-            suggestion=SUGGESTION,
+            suggestion=SUGGESTIONS[platform_of(inputs.frames)],
             evidence={
                 "overlap_fraction": round(r.overlap_fraction, 4),
                 "by_kind": {k.kind: round(k.exposed_ms, 3) for k in r.by_kind},

@@ -278,6 +278,10 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) 
         evidence: dict[str, Any] = {"cause": c.cause, "kind": c.kind, "steps": c.steps, "ms": round(c.ms, 3),
                                     "per_step": {int(k): round(v, 3) for k, v in sorted(amounts.items())}}
         extra = ""
+        if len(inputs.frames.hosts) > 1:  # which host: with several, a wait on one of them is a straggler's cause
+            on = _by_host(r, c.cause)
+            what += " on " + ", ".join(f"{h} ({ms:.1f} ms)" for h, ms in on.items()) if len(on) > 1 else f" on {next(iter(on))}"
+            evidence["by_host"] = {h: round(ms, 3) for h, ms in on.items()}
         if c.kind == SYNC:
             drained = [o for o in r.by_cause if o.kind in ("annotation", DISPATCH, UNATTRIBUTED) and o.ms >= 0.1 * c.ms]
             extra = f" Reads happened {describe_steps(r.sync_steps, all_steps)}"
@@ -307,6 +311,15 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) 
             )
         )
     return tuple(out)
+
+
+def _by_host(r: HostWaitsResult, cause: str) -> dict[str, float]:
+    """Wait given to ``cause`` per host, largest first."""
+    acc: dict[str, float] = {}
+    for w in r.waits:
+        if w.cause == cause:
+            acc[w.host] = acc.get(w.host, 0.0) + (w.end_ns - w.start_ns) / 1e6
+    return dict(sorted(acc.items(), key=lambda kv: -kv[1]))
 
 
 def _dispatch_by_function(r: HostWaitsResult) -> dict[str, float]:

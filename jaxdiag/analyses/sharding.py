@@ -6,6 +6,9 @@ inserted gets an *origin* from the JAX op it came from:
 
 - ``user``: written by the user (``psum``, ``all_gather``, ``ppermute``, ... in ``shard_map``);
 - ``constraint``: asked for by ``with_sharding_constraint`` or a reshard;
+- ``requested``: the program's output layout the user asked for (jit's
+  ``out_shardings``, as ``multihost_utils.process_allgather`` does): a collective
+  with no JAX op of its own whose result is a user-laid-out output; not implicit;
 - ``reduction``: an all-reduce or reduce-scatter finishing a contraction over a
   sharded dimension (a gradient sum under data parallelism, a row-parallel
   matmul): what the specs imply;
@@ -142,6 +145,18 @@ def origin_of(c: Collective) -> str:
     return "resharding"
 
 
+def asked_for(c: Collective, facts: ShardingFacts) -> bool:
+    """Whether ``c`` makes an output in the layout the user gave it (see ``requested`` in the module doc).
+
+    A collective no JAX op made sits at the program's boundary; when its result is
+    exactly one device's share of an output whose layout the user chose, the
+    program asked for that move.
+    """
+    if c.op_name or c.kind not in ("all-gather", "collective-broadcast", "all-to-all", "collective-permute"):
+        return False
+    return any(o.chosen_by == "user" and o.bytes_per_device == c.result_bytes for o in facts.outputs)
+
+
 def analyze(inputs: AnalysisInputs) -> ShardingResult:
     """Sharding facts of the compile log, joined to the timeline's collectives."""
     from jaxdiag.analyses.sharding_timeline import timeline_collectives
@@ -192,7 +207,7 @@ def _functions(records: Iterable[Mapping[str, Any]],
         uses = []
         for c in facts.collectives:
             kind, count, ms = _timeline_of(timeline, facts.module, c)
-            uses.append(CollectiveUse(c, origin_of(c), count, ms))
+            uses.append(CollectiveUse(c, "requested" if asked_for(c, facts) else origin_of(c), count, ms))
         out.append(FunctionSharding(str(r.get("function", "?")), str(r.get("qualname", "?")),
                                     tuple(compiles), facts, tuple(uses)))
     return out

@@ -31,7 +31,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
-from jaxdiag.analyses.collectives import per_device
+from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
@@ -113,6 +113,7 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
     coll_ns = np.zeros(len(lo))
     exposed_ns = np.zeros(len(lo))
     comms, _ = per_device(ops)
+    comms = without_waiting(inputs.frames, host, comms)  # waiting for a late host is not exposed
     for c in comms:
         coll_ns = coll_ns + iv.covered_in_windows(c.collective, lo, hi)
         exposed_ns = exposed_ns + iv.covered_in_windows(c.exposed, lo, hi)

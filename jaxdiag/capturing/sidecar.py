@@ -121,7 +121,9 @@ def merge(docs: Iterable[Mapping[str, Any]], files: tuple[str, ...] = ()) -> Run
                 value = facts.get(field) if isinstance(facts, Mapping) else None
                 if value is not None:
                     step[field] = (step[field] or 0.0) + float(value)
-        records += [r for r in doc.get("compile_log") or () if isinstance(r, dict)]
+        process = doc.get("process_index")  # which process compiled it: compile divergence compares them
+        records += [r if process is None or "process_index" in r else {**r, "process_index": process}
+                    for r in doc.get("compile_log") or () if isinstance(r, dict)]
         processes.append({k: v for k, v in doc.items() if k not in ("steps", "compile_log")})
     records.sort(key=lambda r: r.get("time_unix") or 0.0)
     steps = {s: StepFacts(**v) for s, v in sorted(totals.items())}

@@ -76,10 +76,16 @@ def _close_at_exit(ref: "weakref.ref[StepWindow]") -> None:
 class StepCapture:
     """Per-step annotation and window bookkeeping; see ``capture``."""
 
-    def __init__(self, window: StepWindow, name: str) -> None:
+    def __init__(self, window: StepWindow, name: str, check_hosts: Any = False) -> None:
         self.window = window
         self.name = name
         self.step_num = 0
+        self._watch: Any = None
+        if check_hosts:  # compiles are recorded (and checked across processes) from the first step on
+            from jaxdiag.recording.watch import watch
+
+            self._watch = watch(check_hosts=check_hosts)
+            self._watch.__enter__()
 
     @contextlib.contextmanager
     def step(self, *, tokens: float | None = None, samples: float | None = None,
@@ -88,6 +94,8 @@ class StepCapture:
         import jax
 
         n = self.step_num
+        if self._watch is not None:
+            self._watch.host_check.step = n
         capturing = self.window.open_if_due(n)
         annotation = jax.profiler.StepTraceAnnotation(self.name, step_num=n) if capturing else contextlib.nullcontext()
         try:
@@ -109,6 +117,9 @@ class StepCapture:
         return self.window.run_dir
 
     def close(self) -> Path | None:
+        if self._watch is not None:
+            watching, self._watch = self._watch, None
+            watching.__exit__(None, None, None)
         return self.window.close()
 
     def __enter__(self) -> "StepCapture":
@@ -129,6 +140,7 @@ def capture(
     tags: Mapping[str, Any] | None = None,
     mesh: Any | None = None,
     run: str | None = None,
+    check_hosts: Any = False,
 ) -> StepCapture:
     """Profile steps ``skip`` to ``skip + take - 1`` of a training loop.
 
@@ -138,8 +150,11 @@ def capture(
       take: steps to capture (``None``: until ``close()``).
       name: the step annotation name.
       python_tracer, options, tags, mesh, run: as for ``jaxdiag.profile``.
+      check_hosts: record every compile from the first step on and compare it
+        with the other processes' (``True`` warns, ``"raise"`` raises), as
+        ``jaxdiag.watch(check_hosts=...)``; until ``close()``.
     """
     stop = None if take is None else skip + take
     window = StepWindow(logdir, skip, stop, run=run, python_tracer=python_tracer,
                         options=options, tags=tags, mesh=mesh)
-    return StepCapture(window, name)
+    return StepCapture(window, name, check_hosts)

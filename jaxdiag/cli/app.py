@@ -147,6 +147,8 @@ def _prefetch(args: list[str]) -> None:
     """
     if args[:1] != ["report"] or len(args) < 2 or args[1].startswith("-"):
         return
+    if any(a == "--scheduler" or a.startswith("--scheduler=") for a in args):  # read on the cluster
+        return
     chosen: dict[str, str] = {}
     for i, token in enumerate(args[2:], start=2):
         for option in ("--run", "--host"):

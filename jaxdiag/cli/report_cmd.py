@@ -39,6 +39,7 @@ def report_command(
     html: Optional[Path] = typer.Option(None, help="Also write a self-contained HTML report to this file."),
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
     deep: bool = typer.Option(False, "--deep", help="Also run XProf's converters: FLOPs, bytes and roofline bound per top op, measured memory peaks, GPU kernel facts (slower; see the README)."),
+    scheduler: Optional[str] = typer.Option(None, help="Read the host files on a Dask cluster: its scheduler, tcp://HOST:PORT (the workers must see TRACE_DIR)."),
 ) -> None:
     """Break a capture down step by step, and say what to change, by time lost."""
     from jaxdiag.checks.inputs import is_report_file
@@ -49,7 +50,7 @@ def report_command(
 
         trace_options = {"run": run, "host": host, "steps": steps, "tokens_per_step": tokens_per_step,
                          "flops_per_step": flops_per_step, "small_op_us": small_op_us, "compile_log": compile_log,
-                         "deep": deep or None}
+                         "deep": deep or None, "scheduler": scheduler}
         given = ["--" + k.replace("_", "-") for k, v in trace_options.items() if v is not None]
         if given:
             raise ConfigError(f"{trace_dir} is a saved report; {', '.join(given)} only apply to a trace folder")
@@ -65,6 +66,7 @@ def report_command(
         result = report(
             trace_dir, run=run, host=host, steps=parse_steps(steps), tokens_per_step=tokens_per_step,
             flops_per_step=flops_per_step, compile_log=compile_log, thresholds=thresholds, deep=deep,
+            scheduler=scheduler,
         )
     if html is not None:
         from jaxdiag.render.html import render as render_html

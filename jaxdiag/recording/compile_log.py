@@ -106,6 +106,14 @@ class CompileLog:
             return [r for r in self._records if (r.qualname, r.source) == key]
 
     def append(self, record: CompileRecord) -> None:
+        """Keep ``record``, hand it to the collectors and the sink; then to collectors that act on records."""
+        with self._lock:
+            hooks = [hook for c in self._collectors if (hook := getattr(c, "on_record", None)) is not None]
+        self._store(record)
+        for hook in hooks:  # outside the lock: a hook may wait (``host_check``)
+            hook(record)
+
+    def _store(self, record: CompileRecord) -> None:
         with self._lock:
             self._records.append(record)
             for collector in self._collectors:

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from jax import monitoring
 
 from jaxdiag import jax_internals
-from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, JaxdiagWarning
+from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError, JaxdiagWarning
 from jaxdiag.sharding.collect import collect as collect_sharding
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
@@ -406,8 +406,8 @@ def _guard(fn: Any, *args: Any) -> None:
     """Run a listener body: a failure becomes one warning, never the user's exception."""
     try:
         fn(*args)
-    except (CompileBudgetExceeded, CompileBudgetWarning):
-        raise  # meant for the caller: on_exceed="raise", or "warn" under -W error
+    except (CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError):
+        raise  # meant for the caller: on_exceed="raise", or "warn" under -W error; check_hosts="raise"
     except Exception as exc:
         warn_once("listener", f"jaxdiag stopped recording a compile: {type(exc).__name__}: {exc}")
 

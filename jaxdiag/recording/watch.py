@@ -42,7 +42,7 @@ import numpy as np
 from jaxdiag import jax_internals
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
-from jaxdiag.recording import compile_log, listener, signature, wrapper
+from jaxdiag.recording import compile_log, host_check, listener, signature, wrapper
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN, ArgSignature, CompileRecord, Explanation)
 
@@ -74,6 +74,11 @@ class watch(contextlib.ContextDecorator):
         the block is entered.
       jax_internals: also record JAX's own jitted helpers, as
         ``origin="jax-internal"`` records.
+      check_hosts: in a ``jax.distributed`` run, compare every compile with the
+        other processes' through the distributed key-value store and warn
+        (``True``) or raise (``"raise"``) when they differ, before the program
+        reaches the collective that would hang (see ``recording.host_check``;
+        a ``HostCheck`` sets the bound on waits).
 
     Attributes:
       records: the records added while the block was open, from every thread and
@@ -84,7 +89,7 @@ class watch(contextlib.ContextDecorator):
       CompileLogError: ``JAXDIAG_LOG_DIR`` names a folder that cannot be written.
     """
 
-    def __init__(self, enabled: bool | None = None, *, jax_internals: bool = True) -> None:
+    def __init__(self, enabled: bool | None = None, *, jax_internals: bool = True, check_hosts: Any = False) -> None:
         if enabled is not None and not isinstance(enabled, bool):
             raise ConfigError(f"jaxdiag.watch(enabled=...) must be True, False or None, got {enabled!r}")
         if not isinstance(jax_internals, bool):
@@ -94,8 +99,10 @@ class watch(contextlib.ContextDecorator):
         self._before: Any = None
         self._collecting: compile_log.collecting | None = None
         self._records: list[CompileRecord] = []
+        self.host_check = host_check.resolve(check_hosts)
         if enabled is not None:
             self._before = _switch(enabled, jax_internals)
+            _switch_host_check(self.host_check if enabled else None)
 
     @property
     def records(self) -> list[CompileRecord]:
@@ -109,6 +116,8 @@ class watch(contextlib.ContextDecorator):
         self._records = []
         self._collecting = compile_log.collecting()
         self._collecting.__enter__()
+        if self.host_check is not None:
+            compile_log.LOG.add_collector(self.host_check)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -116,7 +125,21 @@ class watch(contextlib.ContextDecorator):
             self._collecting.__exit__(*exc)
             self._records = self._collecting.collector.records
             self._collecting = None
+        if self.host_check is not None:
+            compile_log.LOG.remove_collector(self.host_check)
         listener.set_watch(self._before)
+
+
+_HOST_CHECK: list[Any] = []  # the check ``watch(True, check_hosts=...)`` turned on for the process
+
+
+def _switch_host_check(check: Any) -> None:
+    """Replace the process-wide host check (``None``: none)."""
+    while _HOST_CHECK:
+        compile_log.LOG.remove_collector(_HOST_CHECK.pop())
+    if check is not None:
+        compile_log.LOG.add_collector(check)
+        _HOST_CHECK.append(check)
 
 
 def watching() -> bool:

@@ -107,6 +107,33 @@ def _steps_table(report: "Report") -> str:
         numeric=range(len(_STEP_COLUMNS)))
 
 
+def hosts_table(report: "Report") -> str:
+    """With several hosts: wall ms per host and step (late to / waited in collectives), and who set each step."""
+    section = getattr(report, "stragglers", None) or {}
+    rows = section.get("per_host_step") or []
+    if not rows:
+        return ""
+    al = section.get("alignment") or {}
+    aligned = (f"clocks aligned on {_num(al.get('shared_collectives'))} shared collectives, to within "
+               f"{_num(al.get('residual_ms'))} ms" if al.get("aligned") else _e(al.get("note") or "clocks not aligned"))
+    hosts = section.get("hosts") or sorted({r.get("host") for r in rows})
+    by = {(r.get("host"), r.get("step")): r for r in rows}
+    set_by = {r.get("step"): r.get("host") for r in section.get("step_set_by") or []}
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "—"
+        extra = [f"late {_num(r.get('late_ms'))}" if r.get("late_ms") else "",
+                 f"waited {_num(r.get('waited_ms'))}" if r.get("waited_ms") else ""]
+        return _num(r.get("wall_ms")) + "".join(f" ({e})" for e in extra if e)
+
+    steps = sorted({r.get("step") for r in rows})
+    return (f"<h2>Per host and step (ms)</h2><p class='meta'>{aligned}</p>"
+            + _table(("step", *hosts, "step time set by"),
+                     ([_num(s), *(cell(by.get((h, s))) for h in hosts), _e(set_by.get(s, "—"))] for s in steps),
+                     numeric=range(len(hosts) + 1), escape=False))
+
+
 def _details(report: "Report") -> str:
     """Each section's table (``reporting.sections``), in order."""
     from jaxdiag.reporting.sections import renderers

@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.reporting.model import Report
 
 TITLE = "Collectives by function: what the compiler moved between devices"
-_ORIGIN_COLORS = {"resharding": "#E45756", "user": "#4C78A8", "reduction": "#54A24B", "constraint": "#F58518"}
+_ORIGIN_COLORS = {"resharding": "#E45756", "user": "#4C78A8", "reduction": "#54A24B", "constraint": "#F58518",
+                  "requested": "#B279A2"}
 _MAX_BARS = 30
 
 

@@ -179,6 +179,8 @@ def _collectives(report: "Report", console: "Console") -> None:
     console.print(
         f"[bold]Collectives[/bold]: exposed {_ms(co.get('exposed_ms'))} ms"
         + (f", {frac:.0%} overlapped with compute" if isinstance(frac, (int, float)) else "")
+        + (f"; {_ms(co.get('waiting_for_hosts_ms'))} ms per device more waiting for a late host"
+           if co.get("waiting_for_hosts_ms") else "")
     )
     t = Table(show_edge=False)
     for col in ("kind", "count", "total ms", "exposed ms", "overlap"):
@@ -187,6 +189,47 @@ def _collectives(report: "Report", console: "Console") -> None:
         of = k.get("overlap_fraction")
         t.add_row(str(k.get("kind")), _int(k.get("count")), _ms(k.get("total_ms")), _ms(k.get("exposed_ms")),
                   f"{of:.0%}" if isinstance(of, (int, float)) else "—")
+    console.print(t)
+    console.print()
+
+
+def _stragglers(report: "Report", console: "Console") -> None:
+    """With several hosts: how their clocks were aligned, and the host x step table."""
+    from rich.table import Table
+
+    section = getattr(report, "stragglers", None) or {}
+    rows = section.get("per_host_step") or []
+    if not rows:
+        return
+    al = section.get("alignment") or {}
+    if al.get("aligned"):
+        console.print(f"[bold]Hosts[/bold]: clocks aligned on {al.get('shared_collectives')} shared collectives, "
+                      f"to within {_ms(al.get('residual_ms'))} ms")
+    else:
+        console.print(f"[bold]Hosts[/bold]: {al.get('note') or 'clocks not aligned'}")
+    set_by = {r.get("step"): r.get("host") for r in section.get("step_set_by") or []}
+    hosts = section.get("hosts") or sorted({r.get("host") for r in rows})
+    by = {(r.get("host"), r.get("step")): r for r in rows}
+    steps = sorted({r.get("step") for r in rows})
+    if len(steps) > _MAX_STEP_ROWS:
+        steps = steps[: _MAX_STEP_ROWS // 2] + steps[-_MAX_STEP_ROWS // 2 :]
+    t = Table(title="Per host and step: wall ms (late to collectives / waited in them)", title_justify="left",
+              show_edge=False)
+    t.add_column("step", justify="right")
+    for h in hosts:
+        t.add_column(str(h), justify="right")
+    t.add_column("step time set by")
+    for step in steps:
+        cells = []
+        for h in hosts:
+            r = by.get((h, step))
+            if r is None:
+                cells.append("—")
+                continue
+            extra = [f"late {_ms(r.get('late_ms'))}" if r.get("late_ms") else "",
+                     f"waited {_ms(r.get('waited_ms'))}" if r.get("waited_ms") else ""]
+            cells.append(_ms(r.get("wall_ms")) + "".join(f" ({e})" for e in extra if e))
+        t.add_row(_int(step), *cells, str(set_by.get(step, "—")))
     console.print(t)
     console.print()
 

@@ -33,6 +33,7 @@ def report(
     compile_log: str | Path | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     deep: bool = False,
+    scheduler: Any = None,
 ) -> Report:
     """Load the capture at ``path`` and diagnose it.
 
@@ -52,13 +53,16 @@ def report(
         ``memory_profile``, ``kernel_stats``) and join their FLOPs, bytes and
         memory peaks to the top-ops and memory sections (costs about as much
         as the report itself; see the README).
+      scheduler: read the host files on a Dask ``distributed`` cluster: its
+        scheduler address (``tcp://HOST:PORT``) or a ``Client`` (see ``trace.load``).
 
     Raises:
       TraceFormatError: the path holds no readable trace.
       CompileLogError: an explicitly given compile log cannot be read.
     """
     with _collector_paused():
-        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, thresholds, deep)
+        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, thresholds, deep,
+                       scheduler)
 
 
 @contextlib.contextmanager
@@ -82,11 +86,11 @@ def _collector_paused() -> Iterator[None]:
 def _report(
     path: str | Path, run: str | None, host: str | None, steps: Sequence[int] | None,
     tokens_per_step: Mapping[int, float] | float | None, flops_per_step: float | None,
-    compile_log: str | Path | None, thresholds: Thresholds, deep: bool = False,
+    compile_log: str | Path | None, thresholds: Thresholds, deep: bool = False, scheduler: Any = None,
 ) -> Report:
     from jaxdiag.trace.load import start_load
 
-    pending = start_load(path, run=run, host=host)
+    pending = start_load(path, run=run, host=host, scheduler=scheduler)
     # While a worker may be reading the trace (see ``trace.reading``), import the analyses
     # and read what the capture wrote beside it; a problem there is raised after any
     # problem with the trace itself, as when these steps followed the load.

@@ -101,6 +101,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("top_ops", "1.3", dict, analysis="top_ops", terminal=f"{_O}:terminal_top_ops",
             html=f"{_O}:html_top_ops", figures=("roofline",)),
     Section("memory", "1.3", dict, analysis="memory", terminal=f"{_O}:terminal_memory", html=f"{_O}:html_memory"),
+    Section("stragglers", "1.3", dict, analysis="stragglers", terminal=f"{_T}:_stragglers", html=f"{_H}:hosts_table"),
+    Section("divergence", "1.3", dict, analysis="divergence"),
 )
 
 

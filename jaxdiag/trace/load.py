@@ -2,9 +2,9 @@
 
 Finds the run, reads every host file (a file that cannot be read is skipped and
 named, as long as another one can), builds one events table with categorical
-string columns, and finds the steps. Reading may go on in a worker process
-(``trace.reading``) between ``start_load`` and ``PendingLoad.result``, and may
-start before the caller asks for it (``prefetch``).
+string columns, and finds the steps. Reading may go on in worker processes, or
+on a Dask cluster's workers (``trace.reading``), between ``start_load`` and
+``PendingLoad.result``, and may start before the caller asks for it (``prefetch``).
 """
 
 from __future__ import annotations
@@ -18,17 +18,18 @@ from jaxdiag.trace.frames import (
     CATEGORY, DEVICE, DEVICE_COLUMNS, DUR_NS, EVENT_COLUMNS, FRAMEWORK_OP, HLO_MODULE, HLO_OP,
     HOST, LINE, LINE_KIND, NAME, PLANE, PROGRAM_ID, START_NS, STEP, TraceFrames,
 )
-from jaxdiag.trace.reading import Reading
 from jaxdiag.trace.reading import start as start_reading
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import pandas as pd
 
     from jaxdiag.trace.xspace import HostColumns
 
 
 def load(path: str | Path, *, run: str | None = None, host: str | None = None,
-         include_python: bool = False, parallel: bool | None = None) -> TraceFrames:
+         include_python: bool = False, parallel: bool | None = None, workers: int | None = None,
+         scheduler: Any = None) -> TraceFrames:
     """Read a ``jax.profiler`` capture.
 
     Args:
@@ -38,19 +39,25 @@ def load(path: str | Path, *, run: str | None = None, host: str | None = None,
       host: read only this host's file (default: every host).
       include_python: keep Python-tracer frames (category ``python``); they are
         most of the events of a default capture and no analysis needs them.
-      parallel: read part of the capture in a second process (see
-        ``trace.reading``): ``None`` when it pays, ``True`` whenever it is safe,
-        ``False`` never. The result is the same either way.
+      parallel: read the capture in worker processes (see ``trace.reading``):
+        ``None`` when it pays, ``True`` whenever it is safe, ``False`` never.
+        The result is the same either way.
+      workers: worker processes (default: one per core).
+      scheduler: a Dask ``distributed`` scheduler address (``tcp://HOST:PORT``) or
+        ``Client``: each host file is read on the cluster's workers, which must
+        see the same path; only its columns come back. The result is the same.
 
     Raises:
       TraceFormatError: nothing readable at ``path``, or every host file is
         empty, truncated or not a trace.
     """
-    return start_load(path, run=run, host=host, include_python=include_python, parallel=parallel).result()
+    return start_load(path, run=run, host=host, include_python=include_python, parallel=parallel,
+                      workers=workers, scheduler=scheduler).result()
 
 
 def start_load(path: str | Path, *, run: str | None = None, host: str | None = None,
-               include_python: bool = False, parallel: bool | None = None) -> "PendingLoad":
+               include_python: bool = False, parallel: bool | None = None, workers: int | None = None,
+               scheduler: Any = None) -> "PendingLoad":
     """Begin ``load``; ``result()`` ends it. A caller may import what it needs in between, while a worker reads.
 
     Takes over a ``prefetch`` of the same capture.
@@ -58,20 +65,21 @@ def start_load(path: str | Path, *, run: str | None = None, host: str | None = N
     Raises:
       TraceFormatError: nothing to read at ``path`` (as ``load``).
     """
-    if not include_python and parallel is None:
+    if not include_python and parallel is None and workers is None and scheduler is None:
         pending = _PREFETCHED.pop((str(Path(path)), run, host), None)
         if pending is not None:
             return pending
     found = discover(path, run=run, host=host)
-    return PendingLoad(found, include_python, start_reading(found.files, found.kind, include_python, parallel))
+    reading = start_reading(found.files, found.kind, include_python, parallel, workers=workers, scheduler=scheduler)
+    return PendingLoad(found, include_python, reading)
 
 
 def prefetch(path: str | Path, *, run: str | None = None, host: str | None = None) -> None:
     """Start reading a capture now, for the next ``load`` or ``start_load`` of it to take over.
 
     A program that knows what it will read before its slower imports
-    (``jaxdiag report TRACE``) calls this first: the worker forks while the process
-    still runs one thread, and reads while the program loads. A prefetch nobody
+    (``jaxdiag report TRACE``) calls this first: the workers fork while the process
+    still runs one thread, and read while the program loads. A prefetch nobody
     claims is stopped when the process ends; a problem with the capture is left
     for the load itself to raise.
     """
@@ -88,7 +96,7 @@ _PREFETCHED: dict[tuple[str, str | None, str | None], "PendingLoad"] = {}
 class PendingLoad:
     """A capture being read (see ``start_load``)."""
 
-    def __init__(self, found: Discovered, include_python: bool, reading: Reading) -> None:
+    def __init__(self, found: Discovered, include_python: bool, reading: Any) -> None:
         self._found, self._include_python, self._reading = found, include_python, reading
 
     @property
@@ -105,13 +113,14 @@ class PendingLoad:
         found, include_python = self._found, self._include_python
         parts: list[HostColumns] = []
         skipped: list[tuple[str, str]] = []
-        for file, outcome in zip(found.files, self._reading.finish()):
+        several = len(found.files) > 1
+        for file, outcome in zip(found.files, self._reading.each()):
             if isinstance(outcome, TraceFormatError):
                 message = str(outcome)
                 prefix = f"{file}: "
                 skipped.append((str(file), message[len(prefix):] if message.startswith(prefix) else message))
             else:
-                parts.append(outcome)
+                parts.append(_pack(outcome) if several else outcome)  # a pod's lists are not all held at once
         if not parts:
             if len(skipped) == 1:
                 raise TraceFormatError(f"{skipped[0][0]}: {skipped[0][1]}")
@@ -138,15 +147,51 @@ class PendingLoad:
         )
 
 
+_STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
+
+
+class _Packed:
+    """One host's string columns as codes into its own distinct values, numbers as arrays (see ``_pack``)."""
+
+    def __init__(self, codes: "np.ndarray", uniques: "np.ndarray") -> None:
+        self.codes, self.uniques = codes, uniques
+
+
+def _pack(part: "HostColumns") -> "HostColumns":
+    """``part`` with its string columns factorized and its numbers in arrays, in place.
+
+    A pod's hosts hold mostly the same few thousand names: as codes, each host
+    costs a few bytes per event rather than a Python list of strings. Columns
+    that cannot be factorized (a lone surrogate from a JSON trace) stay lists.
+    """
+    import numpy as np
+    import pandas as pd
+
+    for column in _STRING_COLUMNS:
+        values = getattr(part, column)
+        try:
+            codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+        except (TypeError, ValueError, UnicodeError):
+            continue
+        setattr(part, column, _Packed(codes.astype(np.int32), np.asarray(uniques, dtype=object)))
+    for column, dtype in (("device", np.int64), ("start_ns", np.float64), ("dur_ns", np.float64),
+                          ("program_id", np.int64)):
+        setattr(part, column, np.asarray(getattr(part, column), dtype=dtype))
+    return part
+
+
 def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     """One events table from per-host columns, rows by host, plane and line, each line by start time."""
     import numpy as np
     import pandas as pd
 
     def strings(column: str) -> "pd.Categorical":
+        got = [getattr(p, column) for p in parts]
+        if got and all(isinstance(g, _Packed) for g in got):
+            return _merged_categorical(got)  # type: ignore[arg-type]
         values: list[str] = []
-        for p in parts:
-            values += getattr(p, column)
+        for g in got:
+            values += list(g.uniques[g.codes]) if isinstance(g, _Packed) else g
         return _categorical(values)
 
     def numbers(column: str, dtype: Any) -> "np.ndarray":
@@ -186,6 +231,19 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     return events
 
 
+def _merged_categorical(packed: Sequence[_Packed]) -> "pd.Categorical":
+    """The categorical ``_categorical`` makes of the hosts' values, from their codes: sorted categories."""
+    import numpy as np
+    import pandas as pd
+
+    try:
+        categories = pd.Index(np.concatenate([p.uniques for p in packed])).unique().sort_values()
+    except (TypeError, ValueError, UnicodeError):
+        return _categorical([v for p in packed for v in p.uniques[p.codes]])
+    codes = [categories.get_indexer(p.uniques)[p.codes] if len(p.codes) else np.zeros(0, np.int64) for p in packed]
+    return pd.Categorical.from_codes(np.concatenate(codes), categories=categories)
+
+
 def _categorical(values: list[str]) -> "pd.Categorical":
     """``pd.Categorical(values)``, in half the time: factorize, then give the sorted categories."""
     import numpy as np
@@ -215,7 +273,7 @@ def _notes(parts: Sequence["HostColumns"], skipped: Sequence[tuple[str, str]],
     notes = [f"skipped {Path(f).name}: {reason}" for f, reason in skipped]
     for p in parts:
         notes += p.notes
-        if not p.name:
+        if not len(p.name.codes if isinstance(p.name, _Packed) else p.name):
             notes.append(f"{p.host}: the trace holds no events")
     frames = sum(p.python_frames for p in parts)
     if frames and not include_python:

@@ -1,34 +1,38 @@
-"""Read the host files of a run, on two cores when that pays.
+"""Read the host files of a run in parallel: a process pool here, or the workers of a Dask cluster.
 
-A default GPU capture is mostly per-event Python work in one plane (the host
-plane carries the Python tracer's frames), and a report also needs pandas and
-numpy, whose imports take about as long as reading a mid-sized trace. So
-``start`` cuts the files into *tasks* (a plane, or some threads of an
-accelerated host's host plane, cut out as bytes by ``wire.sub_space``, so
-nothing is serialized on the way in) and forks a worker that takes tasks, the
-largest first, while this process imports what it needs; ``Reading.finish``
-then takes tasks here too until none is left. Tasks are handed out through a
-pipe holding their numbers, so the two processes end together however fast
-each runs. The pieces are put together in file order (``xspace.join_host``):
-the result is the one a single process reads.
+On this machine, ``start`` cuts the files into *tasks* (a plane, or some
+threads of an accelerated host's host plane: ``wire.sub_space`` cuts their
+bytes out of the mapped file, so nothing is serialized on the way in) and
+hands them, the largest first, to a ``concurrent.futures.ProcessPoolExecutor``
+of forked workers, one per core but this one by default, while this process
+imports what it needs; then this process takes the tasks no worker has started
+(cancelling them in the pool), smallest first. Each worker maps its file itself, so the same task runs in a process
+started any way. ``Reading.finish`` collects the pieces and puts them together
+in file order (``xspace.join_host``): the result is the one a single process
+reads. Workers are forked only on Linux from a process running a single
+thread (a fork with other threads alive can deadlock the child), and only when
+there is enough to read. A task a worker cannot do (a plane the parser
+rejects, a crash, a kill) is done again here, so errors read exactly as they
+do without workers.
 
-The worker is forked only on Linux, from a process with a single thread (a
-fork with other threads alive can deadlock the child), and when there is
-enough to read. Anything it cannot do (a plane the parser rejects, a crash, a
-kill) is done again here, so errors read exactly as they do without it.
+Past one machine, ``scheduler`` names a Dask ``distributed`` scheduler
+(``tcp://HOST:PORT``) or is a ``distributed.Client``: each host file is read on
+a worker (``read_file``, which needs the path to be readable there) and only
+its columns, the per-host frames the analyses need, come back. Dask is
+imported only then.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import gc
 import mmap
+import multiprocessing
 import os
-import signal
 import sys
-import weakref
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import wire
@@ -38,17 +42,12 @@ from jaxdiag.trace.xspace import HostColumns, has_devices, is_device_plane, join
 
 #: Rough cost of reading, in ns per byte on one core (measured on the H100 captures): device
 #: events carry many stats, host events are mostly Python-tracer frames skipped by name,
-#: other planes (metadata) are only parsed. Only the order of tasks and whether to fork depend on it.
+#: other planes (metadata) are only parsed. Only the order of tasks and whether to use workers depend on it.
 _NS_PER_BYTE = {"device": 90.0, "host": 28.0, "other": 1.0}
-#: A worker is forked only for at least this much work, and at most this many bytes of files
-#: (read up front and held until the end: larger runs are read file by file, here).
+#: Workers are started only for at least this much work.
 _MIN_WORK_NS = 150e6
-_MAX_BYTES = 2 << 30
 #: Threads of a host plane are put together in tasks of about this many bytes.
 _TASK_BYTES = 1 << 18
-_TOKEN = 2  # bytes per task number in the pipe
-#: The name of the thread that reaps a worker which has sent its share but not yet exited.
-REAPER = "jaxdiag-reap-worker"
 
 Outcome = HostColumns | TraceFormatError
 #: What a file is cut into: ``(plane, line)``, ``line`` -1 for a whole plane.
@@ -60,7 +59,7 @@ class _File:
     """One host file: its bytes, planes and the planes read thread by thread."""
 
     path: Path
-    data: bytes | mmap.mmap = b""  # mapped: the worker and this process share the pages, nothing is copied
+    data: bytes | mmap.mmap = b""  # mapped: pages are read from the file system's cache, nothing is copied
     planes: list[wire.PlaneRecord] = dataclasses.field(default_factory=list)
     lines: dict[int, wire.PlaneLines] = dataclasses.field(default_factory=dict)
     outcome: Outcome | None = None  # known before any plane is read (unreadable, not a trace)
@@ -101,7 +100,8 @@ def read_file(file: Path, kind: str, include_python: bool = False, data: bytes =
     return read_xspace(data or _read_bytes(file), host, source=str(file), include_python=include_python)
 
 
-def start(files: Sequence[Path], kind: str, include_python: bool = False, parallel: bool | None = None) -> "Reading":
+def start(files: Sequence[Path], kind: str, include_python: bool = False, parallel: bool | None = None,
+          workers: int | None = None, scheduler: Any = None) -> "Reading | _DaskReading":
     """Begin reading ``files``; ``finish()`` on the result gives one outcome per file, in order.
 
     Args:
@@ -109,47 +109,54 @@ def start(files: Sequence[Path], kind: str, include_python: bool = False, parall
       kind: ``"xplane"`` or ``"json"``.
       include_python: keep Python-tracer frames (then everything is read here:
         sending a million frames back costs more than reading them).
-      parallel: ``None`` forks a worker when it pays, ``True`` whenever it is
-        safe, ``False`` never.
+      parallel: ``None`` uses worker processes when it pays, ``True`` whenever
+        it is safe, ``False`` never.
+      workers: worker processes on this machine (default: one per core but
+        this process's, which takes the tasks no worker has started).
+      scheduler: a Dask ``distributed`` scheduler address or ``Client``: each
+        file is read on its workers instead (``parallel`` and ``workers`` are
+        then the cluster's business).
     """
-    reading = Reading([_File(Path(f)) for f in files], kind, include_python)
+    paths = [Path(f) for f in files]
+    if scheduler is not None:
+        return _DaskReading(paths, kind, include_python, scheduler)
+    reading = Reading([_File(p) for p in paths], kind, include_python)
     if kind == "xplane" and not include_python and parallel is not False and _fork_is_safe():
-        reading._share(force=parallel is True)
+        # This process reads too (``Reading._take``): with the workers, every core.
+        reading._share(force=parallel is True, workers=workers or max((os.cpu_count() or 1) - 1, 1))
     return reading
 
 
 class Reading:
-    """Host files being read, perhaps partly by a worker process."""
+    """Host files being read, perhaps partly by worker processes."""
 
     def __init__(self, files: list[_File], kind: str, include_python: bool) -> None:
         self._files, self._kind, self._include_python = files, kind, include_python
         self._tasks: list[_Task] = []
-        self._queue = -1  # read end of the pipe of task numbers
-        self._worker: tuple[int, int] | None = None  # (pid, read end of the pipe it answers on)
-        self._abandon: weakref.finalize | None = None
-        self._parsed: list[Any] | None = None  # in the worker: parsed planes, never freed
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._futures: list[concurrent.futures.Future[Any]] = []
+
+    @property
+    def workers(self) -> int:
+        """Worker processes reading (0: everything is read here)."""
+        return self._pool._max_workers if self._pool is not None else 0  # type: ignore[attr-defined]
 
     def finish(self) -> list[Outcome]:
         """Each file's columns, or the ``TraceFormatError`` that stopped it, in file order."""
-        done = self._take_tasks() if self._worker else {}
-        done.update(self._join_worker() if self._worker else {})
-        for number, task in enumerate(self._tasks):  # the ones a worker took and did not finish
-            if number not in done:
-                done[number] = self._read_units(self._files[task.file], task.units)
-        pieces: dict[int, dict[Unit, HostColumns] | None] = {}
+        return list(self.each())
+
+    def each(self) -> Iterator[Outcome]:
+        """``finish``, one file at a time: a caller that packs each file's columns holds one file's lists at once."""
+        by_file: dict[int, list[int]] = {}
         for number, task in enumerate(self._tasks):
-            got, mine = done[number], pieces.setdefault(task.file, {})
-            if got is None or mine is None:
-                pieces[task.file] = None  # read the whole file again here, for its own error
-            else:
-                mine.update(zip(task.units, got))
-        outcomes = []
+            by_file.setdefault(task.file, []).append(number)
+        last = max(by_file, default=-1)
         for index, f in enumerate(self._files):
             outcome = f.outcome
-            if outcome is None and pieces.get(index):
-                names = [p.name for p in f.planes]
-                units = pieces[index]
-                outcome = join_host(host_name(f.path), [units[u] for u in f.units()], names, has_devices(names))
+            if outcome is None and index in by_file:
+                outcome = self._joined(f, [(self._tasks[n], got) for n, got in self._take(by_file[index])])
+            if index == last:  # every task is taken
+                self._stop()
             if outcome is None:
                 try:
                     data = f.data if isinstance(f.data, bytes) else b""  # a mapped file is read again
@@ -157,17 +164,26 @@ class Reading:
                 except TraceFormatError as exc:
                     outcome = exc
             f.release()
-            outcomes.append(outcome)
-        return outcomes
+            yield outcome
+
+    def _joined(self, f: _File, tasks: list[tuple[_Task, Any]]) -> HostColumns | None:
+        """``f`` from its tasks' pieces; ``None`` to read it whole here (for its own error)."""
+        import pickle
+
+        units: dict[Unit, HostColumns] = {}
+        for task, payload in tasks:
+            got = pickle.loads(payload) if isinstance(payload, bytes) else payload
+            if got is None:  # the worker failed or died: read it here, where an error reads as without workers
+                got = _read_units(f, task.units)
+            if got is None:
+                return None
+            units.update(zip(task.units, got))
+        names = [p.name for p in f.planes]
+        return join_host(host_name(f.path), [units[u] for u in f.units()], names, has_devices(names))
 
     # --- sharing the work -------------------------------------------------------
-    def _share(self, force: bool) -> None:
-        """Cut the files into tasks and fork a worker to take them, when that pays."""
-        try:
-            if sum(f.path.stat().st_size for f in self._files) > _MAX_BYTES:
-                return
-        except OSError:  # ``read_file`` says which file and why
-            return
+    def _share(self, force: bool, workers: int) -> None:
+        """Cut the files into tasks and hand them to worker processes, when that pays."""
         for index, f in enumerate(self._files):
             try:
                 f.data = _map(f.path)
@@ -186,110 +202,153 @@ class Reading:
             self._tasks += _tasks(index, f)
         self._tasks.sort(key=lambda t: (-t.cost_ns, t.file, t.units))
         total = sum(t.cost_ns for t in self._tasks)
-        if not (self._tasks and len(self._tasks) < 1 << (8 * _TOKEN) and (force or total >= _MIN_WORK_NS)):
-            self._tasks = []  # everything is read here, file by file, as without a worker
+        if not (self._tasks and workers >= 1 and (force or total >= _MIN_WORK_NS)):
+            self._tasks = []  # everything is read here, file by file, as without workers
             return
         try:
-            self._fork()
-        except OSError:  # no process or pipe to be had: read here
+            # Forked (the parent runs one thread, checked above) before the pool's own thread starts.
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=min(workers, len(self._tasks)), mp_context=multiprocessing.get_context("fork"),
+                initializer=_start_worker)
+            for task in self._tasks:
+                f = self._files[task.file]
+                self._futures.append(self._pool.submit(_read_task, str(f.path), f.planes,
+                                                       {p: f.lines[p] for p, _ in task.units if p in f.lines},
+                                                       task.units))
+        except (OSError, RuntimeError):  # no process to be had: read here
+            self._stop()
             self._tasks = []
 
-    def _fork(self) -> None:
-        queue, fill = os.pipe()
-        try:
-            tokens = b"".join(n.to_bytes(_TOKEN, "big") for n in range(len(self._tasks)))
-            os.set_blocking(fill, False)  # a pipe too small for every token must not block
-            if os.write(fill, tokens) != len(tokens):
-                raise BlockingIOError("the task pipe is full")
-        except OSError:
-            os.close(queue)
-            raise
-        finally:
-            os.close(fill)  # so a read finds the end once every task is taken
-        answer, write_end = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:
-            for fd in (queue, answer, write_end):
-                os.close(fd)
-            raise
-        if pid == 0:  # the worker: take tasks, send the pieces, leave without running any cleanup
-            status = 1
-            try:
-                gc.disable()  # it lives a second and frees everything at exit: collections are wasted work
-                os.close(answer)
-                self._queue, self._parsed = queue, []
-                done = self._take_tasks(pickled=True)
-                import pickle
+    def _take(self, numbers: list[int]) -> list[tuple[int, Any]]:
+        """The pieces of these tasks (pickled when a worker read them; ``None`` when it failed).
 
-                with os.fdopen(write_end, "wb") as out:
-                    pickle.dump(done, out, protocol=pickle.HIGHEST_PROTOCOL)
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write_end)
-        self._queue, self._worker = queue, (pid, answer)
-        # A reading dropped unfinished (the caller failed in between) must not leave its worker behind.
-        self._abandon = weakref.finalize(self, _stop_worker, pid, (answer, queue), True)
-
-    def _take_tasks(self, pickled: bool = False) -> dict[int, Any]:
-        """Take tasks off the queue until none is left; their pieces by task number (``None``: failed).
-
-        ``pickled``: each task's pieces as a pickle, made as soon as the task is
-        done, so that the time it takes counts in the sharing of the tasks.
+        This process reads the ones no worker has started yet, smallest first
+        (cancelling them in the pool), so that it works too once its imports are
+        done and every process ends together; file by file, so that it holds one
+        file's pieces at a time.
         """
-        import pickle  # here rather than above: the process forks before, and each imports it
+        got: dict[int, Any] = {}
+        for number in reversed(numbers):
+            if number < len(self._futures) and self._futures[number].cancel():
+                task = self._tasks[number]
+                got[number] = _read_units(self._files[task.file], task.units)
+        for number in numbers:
+            if number in got:
+                continue
+            try:
+                got[number] = self._futures[number].result()
+            except Exception:  # a worker that died (BrokenProcessPool) or failed: read here
+                got[number] = None
+        return [(n, got[n]) for n in numbers]
 
-        done: dict[int, Any] = {}
-        while len(token := os.read(self._queue, _TOKEN)) == _TOKEN:
-            number = int.from_bytes(token, "big")
-            task = self._tasks[number]
-            pieces = self._read_units(self._files[task.file], task.units)
-            if pickled:
-                for piece in pieces or ():
-                    _compact(piece)
-                done[number] = pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL)
-            else:
-                done[number] = pieces
-        return done
+    def _stop(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._futures = []
 
-    def _join_worker(self) -> dict[int, list[HostColumns] | None]:
-        """The worker's pieces by task number; empty when it died before sending them."""
-        import pickle
-
-        pid, answer = self._worker  # type: ignore[misc]
-        self._abandon.detach()  # type: ignore[union-attr]
-        self._worker = None
+    def __del__(self) -> None:  # a reading dropped unfinished must not leave its workers behind
         try:
-            with os.fdopen(answer, "rb", closefd=False) as pipe:
-                payload = pipe.read()
-            done = {n: pickle.loads(p) for n, p in pickle.loads(payload).items()} if payload else {}
-        except Exception:  # a worker killed while writing leaves a cut pickle
-            done = {}
+            self._stop()
+        except Exception:
+            pass
+
+
+class _DaskReading:
+    """Host files read on the workers of a Dask ``distributed`` cluster, one task per file."""
+
+    def __init__(self, files: list[Path], kind: str, include_python: bool, scheduler: Any) -> None:
+        try:
+            from distributed import Client
+        except ImportError:
+            from jaxdiag.errors import ConfigError
+
+            raise ConfigError("reading on a Dask cluster needs dask[distributed]: pip install 'dask[distributed]'") from None
+        self._own = not isinstance(scheduler, Client)
+        try:
+            self._client = Client(scheduler, timeout="10s") if self._own else scheduler
+        except (OSError, TimeoutError, ValueError) as exc:
+            from jaxdiag.errors import ConfigError
+
+            raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
+        self._files = files
+        self._futures = self._client.map(_read_remote, [str(f) for f in files], kind=kind,
+                                         include_python=include_python, pure=False)
+
+    @property
+    def workers(self) -> int:
+        return len(self._client.scheduler_info().get("workers", {}))
+
+    def finish(self) -> list[Outcome]:
+        return list(self.each())
+
+    def each(self) -> Iterator[Outcome]:
+        try:
+            for future in self._futures:  # fetched one by one: the rest wait on the workers
+                yield future.result()
+                future.release()
         finally:
-            _stop_worker(pid, (answer, self._queue), kill=False)
-        return done
+            if self._own:
+                self._client.close()
 
-    def _read_units(self, f: _File, units: Sequence[Unit]) -> list[HostColumns] | None:
-        """One piece per unit of ``f`` (units in file order); ``None`` if they cannot be read apart."""
-        parts: list[tuple[wire.PlaneRecord, wire.PlaneLines | None, list[int] | None]] = []
-        expected: list[tuple[str, list[tuple[str, str]] | None]] = []
-        for plane in dict.fromkeys(p for p, _ in units):
-            record, lines = f.planes[plane], f.lines.get(plane)
-            mine = [line for p, line in units if p == plane and line >= 0]
-            parts.append((record, lines, mine if lines is not None else None))
-            if lines is None:
-                expected.append((record.name, None))
-            else:
-                labels = unique_labels(lines.names)
-                expected.append((record.name, [(lines.names[i], labels[i]) for i in mine]))
-        names = [p.name for p in f.planes]
-        try:
-            pieces = read_planes(wire.sub_space(f.data, parts), host_name(f.path), expected,
-                                 source=str(f.path), accelerated=has_devices(names), keep=self._parsed)
-        except TraceFormatError:
-            return None
-        return pieces if len(pieces) == len(units) else None
+
+def _read_remote(path: str, kind: str, include_python: bool) -> Outcome:
+    """One host file, read where the task runs; its error is returned, to be raised where it is read."""
+    try:
+        columns = read_file(Path(path), kind, include_python)
+    except TraceFormatError as exc:
+        return exc
+    _compact(columns)
+    return columns
+
+
+#: In a worker: parsed planes, kept until the worker exits (freeing them costs time nobody waits for),
+#: up to about this many bytes of trace (one large host file); past that (a pod's files) they are freed as read.
+_KEEP_BYTES = 48 << 20
+_PARSED: list[Any] | None = None
+_kept_bytes = 0
+
+
+def _start_worker() -> None:
+    global _PARSED
+    gc.disable()  # it lives for one reading and frees everything at exit: collections are wasted work
+    _PARSED = []
+
+
+def _read_task(path: str, planes: list[wire.PlaneRecord], lines: dict[int, wire.PlaneLines],
+               units: tuple[Unit, ...]) -> bytes | None:
+    """In a worker: the pieces of ``units`` of the file at ``path``, pickled; ``None`` when they cannot be read apart."""
+    import pickle
+
+    global _kept_bytes
+    f = _File(Path(path), _map(Path(path)), planes, lines)
+    _kept_bytes += sum(planes[p].size for p in {p for p, _ in units})
+    pieces = _read_units(f, units, keep=_PARSED if _kept_bytes <= _KEEP_BYTES else None)
+    for piece in pieces or ():
+        _compact(piece)
+    return pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) -> list[HostColumns] | None:
+    """One piece per unit of ``f`` (units in file order); ``None`` if they cannot be read apart."""
+    parts: list[tuple[wire.PlaneRecord, wire.PlaneLines | None, list[int] | None]] = []
+    expected: list[tuple[str, list[tuple[str, str]] | None]] = []
+    for plane in dict.fromkeys(p for p, _ in units):
+        record, lines = f.planes[plane], f.lines.get(plane)
+        mine = [line for p, line in units if p == plane and line >= 0]
+        parts.append((record, lines, mine if lines is not None else None))
+        if lines is None:
+            expected.append((record.name, None))
+        else:
+            labels = unique_labels(lines.names)
+            expected.append((record.name, [(lines.names[i], labels[i]) for i in mine]))
+    names = [p.name for p in f.planes]
+    try:
+        pieces = read_planes(wire.sub_space(f.data, parts), host_name(f.path), expected,
+                             source=str(f.path), accelerated=has_devices(names), keep=keep)
+    except TraceFormatError:
+        return None
+    return pieces if len(pieces) == len(units) else None
 
 
 def _tasks(index: int, f: _File) -> list[_Task]:
@@ -356,33 +415,3 @@ def _fork_is_safe() -> bool:
         return len(os.listdir("/proc/self/task")) == 1
     except OSError:
         return False
-
-
-def _stop_worker(pid: int, pipes: tuple[int, ...], kill: bool) -> None:
-    """Close the worker's pipes and reap it (killing it first when its share is no longer wanted).
-
-    A worker that has sent its share may still be handing its memory back to the
-    system; a thread waits for that, rather than this process.
-    """
-    for fd in pipes:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    try:
-        if kill:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        elif os.waitpid(pid, os.WNOHANG) == (0, 0):
-            import threading
-
-            threading.Thread(target=_reap, args=(pid,), name=REAPER, daemon=True).start()
-    except (ChildProcessError, ProcessLookupError):
-        pass
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass

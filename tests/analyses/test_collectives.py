@@ -109,7 +109,7 @@ def test_per_step_and_findings():
     assert "--xla_gpu_enable_latency_hiding_scheduler=true" in f.suggestion
     assert "--xla_gpu_all_reduce_combine_threshold_bytes" in f.suggestion
     d = r.to_dict()
-    assert set(d) == {"overlap_fraction", "exposed_ms", "total_ms", "by_kind", "per_step"}
+    assert set(d) == {"overlap_fraction", "exposed_ms", "total_ms", "waiting_for_hosts_ms", "by_kind", "per_step"}
     assert d["by_kind"][0] == {"kind": "all-reduce", "count": 2, "total_ms": 0.4, "exposed_ms": 0.15,
                                "overlap_fraction": 0.625}
 

@@ -105,13 +105,14 @@ def test_the_program_starts_reading_the_trace_before_typer_loads(cpu_trace_dir, 
         from jaxdiag.trace import load, reading
 
         forks = []
-        fork = reading.Reading._fork
+        pool = reading.concurrent.futures.ProcessPoolExecutor
 
-        def counted(self):
-            forks.append("typer" in sys.modules)
-            return fork(self)
+        class Counted(pool):
+            def __init__(self, *args, **kwargs):
+                forks.append("typer" in sys.modules)
+                super().__init__(*args, **kwargs)
 
-        reading.Reading._fork, reading._MIN_WORK_NS = counted, 0  # a worker even for a small trace
+        reading.concurrent.futures.ProcessPoolExecutor, reading._MIN_WORK_NS = Counted, 0  # workers even for a small trace
         atexit.register(lambda: print("forks after typer:", forks, "unclaimed:", len(load._PREFETCHED)))
         sys.argv = ["jaxdiag", "report", *sys.argv[1:]]
         from jaxdiag.cli.app import main
