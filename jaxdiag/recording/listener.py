@@ -353,8 +353,11 @@ def _stack() -> Iterator[types.FrameType]:
 def _call_frame() -> types.FrameType | None:
     """The nearest ``cache_miss`` frame, unless an AOT entry point (``.lower()``...) is nearer."""
     assert _internals is not None
+    cache_miss = _internals.cache_miss
     for frame in _stack():
-        if frame.f_code is _internals.cache_miss:
+        code = frame.f_code
+        # An unpickled jit object carries a copy of cache_miss (cloudpickle sends it by value).
+        if code is cache_miss or (code.co_name == "cache_miss" and code == cache_miss):
             return frame
         if frame.f_code in _internals.stoppers:
             return None

@@ -190,10 +190,11 @@ class _Traced:
     never keeps a function alive.
     """
 
-    __slots__ = ("_ref", "__jaxdiag_hooks__", "__dict__", "__weakref__")
+    __slots__ = ("_ref", "_held", "__jaxdiag_hooks__", "__dict__", "__weakref__")
 
     def __init__(self, fun: Any, target: _Target, on_death: Any = None) -> None:
         self._ref = weakref.ref(fun, on_death)
+        self._held: Any = None  # the function itself, for a copy made by unpickling
         self.__jaxdiag_hooks__ = target
         target._traced = weakref.ref(self)
         name = signature.fun_name(fun)
@@ -233,7 +234,25 @@ class _Traced:
 
     def __reduce__(self) -> Any:
         target = self.__jaxdiag_hooks__
-        return _traced_for, (self._ref(), target.max_compiles, target.on_exceed, target.analysis)
+        return _unpickled, (self._ref(), target.max_compiles, target.on_exceed, target.analysis)
+
+
+def _unpickled(fun: Any, max_compiles: int | None, on_exceed: str, analysis: bool | None) -> _Traced:
+    """The ``_Traced`` of an unpickled (or copied) ``jaxdiag.jit`` function.
+
+    When ``fun`` already has a shared ``_Traced`` (a copy in the same process), that
+    one is used. Otherwise ``fun`` was rebuilt by the unpickler (cloudpickle sends
+    functions by value) and nothing else holds it: like ``jax.jit``'s unpickled
+    object, this ``_Traced`` holds it strongly, outside the shared cache.
+    """
+    key = (id(fun), max_compiles, on_exceed, analysis)
+    with _cache_lock:
+        traced = _cache.get(key)
+    if traced is not None and traced._ref() is fun:
+        return traced
+    traced = _Traced(fun, _Target(fun, max_compiles, on_exceed, analysis))
+    traced._held = fun
+    return traced
 
 
 _cache_lock = threading.Lock()
