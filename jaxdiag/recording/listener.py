@@ -27,6 +27,7 @@ import threading
 import time
 import types
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -34,6 +35,8 @@ import jax
 from jax import monitoring
 
 from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, JaxdiagWarning
+from jaxdiag.recording import internals_reads
+from jaxdiag.recording.explain import CONFIG_DEFAULTS
 from jaxdiag.sharding.collect import collect as collect_sharding
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
@@ -42,6 +45,7 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 CACHE_REQUEST_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 _MAX_NAMED_PENDING = 32
+_MAX_SOURCES = 1024
 _STAGE_FIELD = {TRACE_EVENT: "trace_s", LOWER_EVENT: "lower_s", COMPILE_EVENT: "backend_compile_s"}
 
 #: JAX versions whose internals this module was checked against.
@@ -89,6 +93,19 @@ class Pending:
     executable: Any = None
     context: Any = None
     sharding: dict[str, Any] | None = None
+    #: ``"vmap"``, ``"grad-forward"``, ``"grad-backward"``, ``"jvp"``, ``"transformed"``:
+    #: a compile of a transformed ``jit_p`` (``frame`` is then ``call_impl_cache_miss``).
+    transform: str | None = None
+    #: ``id`` of a flat argument -> its vmapped axis (``transform == "vmap"``).
+    batch_axes: dict[int, int] | None = None
+    #: The ``cache_miss`` frame of the user's call, when it differs from ``frame``.
+    user_frame: types.FrameType | None = None
+    #: ``jit_info`` of the call, when known (its options name the cache it fills).
+    jit_info: Any = None
+    #: ``internals_reads.jit_options`` of ``jit_info``.
+    jit_options: str | None = None
+    #: The jax config states in the jit cache key that differ from ``CONFIG_DEFAULTS``.
+    config: dict[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,6 +114,7 @@ class _Internals:
     stoppers: frozenset[types.CodeType]  # AOT entry points: .trace/.lower/.compile
     cached_compilation: tuple[str, str] | None  # (name, file) of the frame holding the executable
     timed_exit: types.CodeType | None = None  # the __exit__ that times each stage, sees its exception
+    impl_miss: types.CodeType | None = None  # a transformed jit_p compiling (grad, vmap)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -112,6 +130,9 @@ _has_start_events = False
 _watch: Any = None  # callable(fun) -> CompileHooks | None, for process-wide recording
 _tls = threading.local()
 _warned: set[str] = set()
+# ``jit_info.fun_sourceinfo`` -> the jitted callable, for the backward pass of a grad,
+# which compiles after the user's call returned.
+_by_source: dict[str, Any] = {}
 
 
 def install() -> None:
@@ -123,6 +144,7 @@ def install() -> None:
         if _internals is not None:
             return
         found = _find_internals()
+        CONFIG_DEFAULTS.update(internals_reads.config_state() or {})
         monitoring.register_event_listener(_on_event)
         monitoring.register_event_duration_secs_listener(_on_duration)
         register_start = getattr(monitoring, "register_scalar_listener", None)
@@ -305,7 +327,7 @@ def _finish(p: Pending) -> None:
     try:
         _call(p.hooks.end, p)
     finally:
-        p.frame = p.executable = None  # let the arguments and executable go
+        p.frame = p.user_frame = p.executable = None  # let the arguments and executable go
 
 
 # --- frames --------------------------------------------------------------------------
@@ -317,20 +339,143 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
             return p
     if not create:
         return None
+    assert _internals is not None
+    if frame.f_code is _internals.impl_miss:
+        return _impl_pending(frame, start_unix)
     local = frame.f_locals
-    hooks = _hooks_of(local.get("fun"))
+    fun = local.get("fun")
+    hooks = _hooks_of(fun)
     if hooks is None:
         return None
-    live = {id(f) for f in _stack()}
-    pending[:] = [q for q in pending if q.frame is None or id(q.frame) in live]
+    _drop_dead(pending)
     info = local.get("jit_info")
-    static = (tuple(getattr(info, "static_argnums", ()) or ()),
-              tuple(getattr(info, "static_argnames", ()) or ()))
-    p = Pending(hooks, tuple(local.get("args", ())), dict(local.get("kwargs", {})), static,
-                start_unix, threading.current_thread().name, frame=frame, fun=local.get("fun"))
+    _remember_source(info, fun)
+    p = Pending(hooks, tuple(local.get("args", ())), dict(local.get("kwargs", {})), _static_of(info),
+                start_unix, threading.current_thread().name, frame=frame, fun=fun, jit_info=info)
+    _add_context(p)
     pending.append(p)
     _call(hooks.begin, p, on_error=lambda: pending.remove(p))
     return p
+
+
+def _impl_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
+    """A compile of a transformed ``jit_p`` (grad's forward and backward, vmap's batched).
+
+    Its arguments are what the compiled program receives: the user's argument tree
+    with the transformed call's flat arrays for leaves when the counts agree (vmap,
+    grad's forward), the flat arrays otherwise (grad's backward: residuals and
+    cotangents). The user's call, when still on the stack, names the function and
+    holds the trace that led here; otherwise the function is found by the source
+    info JAX keeps in the jaxpr.
+    """
+    call = internals_reads.impl_call(frame)
+    if call is None:
+        return None
+    flat, source, transform = call
+    outer = _outer_call_frame(frame)
+    local = outer.f_locals if outer is not None else {}
+    if outer is not None:
+        fun, info = local.get("fun"), local.get("jit_info")
+    else:
+        ref, info = _by_source.get(source or "", (lambda: None, None))
+        fun = ref()
+    hooks = _hooks_of(fun)
+    if hooks is None:
+        return None
+    pending = _pendings()
+    _drop_dead(pending)
+    args, kwargs, static = tuple(flat), {}, ((), ())
+    if outer is not None:
+        _remember_source(info, fun)
+        tree = _with_leaves(tuple(local.get("args", ())), dict(local.get("kwargs", {})),
+                            _static_of(info), flat)
+        if tree is not None:
+            args, kwargs = tree
+            static = _static_of(info)
+    p = Pending(hooks, args, kwargs, static, start_unix, threading.current_thread().name,
+                frame=frame, fun=fun, transform=transform, user_frame=outer, jit_info=info)
+    _add_context(p)
+    if transform == "vmap":
+        dims = internals_reads.batch_dims(frame)
+        if dims is not None and len(dims) == len(flat):
+            p.batch_axes = {id(a): d for a, d in zip(flat, dims) if d is not None}
+    for q in list(pending):  # the user's call traced, then handed its compile to this one
+        if outer is not None and q.frame is outer:
+            p.trace_s, p.start_unix = q.trace_s, q.start_unix
+            pending.remove(q)
+    pending.append(p)
+    _call(hooks.begin, p, on_error=lambda: pending.remove(p))
+    return p
+
+
+def _with_leaves(args: tuple[Any, ...], kwargs: dict[str, Any],
+                 static: tuple[tuple[int, ...], tuple[str, ...]],
+                 flat: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The call's arguments with their dynamic leaves replaced by ``flat`` (jit's flattening order)."""
+    nums, names = static
+    static_pos = {i % len(args) for i in nums if -len(args) <= i < len(args)}
+    dyn = (tuple(a for i, a in enumerate(args) if i not in static_pos),
+           {k: v for k, v in kwargs.items() if k not in names})
+    try:
+        leaves, tree = jax.tree_util.tree_flatten(dyn)
+        if len(leaves) != len(flat):
+            return None
+        dyn_args, dyn_kwargs = jax.tree_util.tree_unflatten(tree, flat)
+    except Exception:
+        return None
+    it = iter(dyn_args)
+    new_args = tuple(a if i in static_pos else next(it) for i, a in enumerate(args))
+    return new_args, {k: (v if k in names else dyn_kwargs[k]) for k, v in kwargs.items()}
+
+
+def _add_context(p: Pending) -> None:
+    """The jit options and the config states of the cache key, read as the compile starts."""
+    p.jit_options = internals_reads.jit_options(p.jit_info)
+    state = internals_reads.config_state()
+    if state is not None:
+        p.config = {k: v for k, v in state.items() if CONFIG_DEFAULTS.get(k, v) != v
+                    or k not in CONFIG_DEFAULTS}
+
+
+def _static_of(info: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    return (tuple(getattr(info, "static_argnums", ()) or ()),
+            tuple(getattr(info, "static_argnames", ()) or ()))
+
+
+def _drop_dead(pending: list[Pending]) -> None:
+    live = {id(f) for f in _stack()}
+    pending[:] = [q for q in pending if q.frame is None or id(q.frame) in live]
+
+
+def _remember_source(info: Any, fun: Any) -> None:
+    source = internals_reads.fun_sourceinfo(info)
+    if source is None or fun is None:
+        return
+    try:
+        ref = weakref.ref(fun)
+    except TypeError:
+        return
+    if len(_by_source) >= _MAX_SOURCES:
+        del _by_source[next(iter(_by_source))]
+    _by_source[source] = (ref, info)
+
+
+def _outer_call_frame(frame: types.FrameType) -> types.FrameType | None:
+    """The user's ``cache_miss`` frame outward from ``frame``, if the call is still running."""
+    assert _internals is not None
+    outer = frame.f_back
+    while outer is not None:
+        if _is_cache_miss(outer.f_code):
+            return outer
+        outer = outer.f_back
+    return None
+
+
+def _is_cache_miss(code: types.CodeType) -> bool:
+    assert _internals is not None
+    cache_miss = _internals.cache_miss
+    # An unpickled jit object carries a copy of cache_miss (cloudpickle sends it by value).
+    return code is cache_miss or (code.co_name == "cache_miss" and code == cache_miss)
 
 
 def _hooks_of(fun: Any) -> CompileHooks | None:
@@ -353,11 +498,10 @@ def _stack() -> Iterator[types.FrameType]:
 def _call_frame() -> types.FrameType | None:
     """The nearest ``cache_miss`` frame, unless an AOT entry point (``.lower()``...) is nearer."""
     assert _internals is not None
-    cache_miss = _internals.cache_miss
+    impl_miss = _internals.impl_miss
     for frame in _stack():
         code = frame.f_code
-        # An unpickled jit object carries a copy of cache_miss (cloudpickle sends it by value).
-        if code is cache_miss or (code.co_name == "cache_miss" and code == cache_miss):
+        if code is impl_miss or _is_cache_miss(code):
             return frame
         if frame.f_code in _internals.stoppers:
             return None
@@ -483,7 +627,8 @@ def _find_internals() -> _Internals:
             cached = ("_cached_compilation", pxla.__file__.removesuffix("c"))
     except Exception:  # another JAX: fall back to names
         pass
-    return _Internals(cache_miss, frozenset(stoppers), cached, timed_exit)
+    impl_miss = internals_reads.impl_cache_miss_code() if cache_miss is not None else None
+    return _Internals(cache_miss, frozenset(stoppers), cached, timed_exit, impl_miss)
 
 
 def _hide_wrapper_frames() -> None:

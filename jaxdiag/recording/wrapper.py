@@ -115,6 +115,10 @@ class _Target:
     def key(self) -> tuple[str, str | None]:
         return self.qualname, self.source
 
+    def history_key(self, pending: listener.Pending) -> tuple[str, str | None, str]:
+        """A jit object's compiles: this function with these jit options (see ``history_key``)."""
+        return self.qualname, self.source, pending.jit_options or ""
+
     def owns(self, fun: Any) -> bool:
         """Whether ``fun`` is this target's ``_Traced`` (for ``origin="watch"``, any ``fun``
         the watch factory matched)."""
@@ -129,15 +133,21 @@ class _Target:
             args, tree = signature.traced_signature(pending.args, pending.kwargs, max_repr)
         else:
             args, tree = signature.signature_of(pending.args, pending.kwargs, *pending.static,
-                                                max_static_repr=max_repr)
-        pending.context = (args, tree, signature.call_site())
+                                                max_static_repr=max_repr,
+                                                batch_axes=pending.batch_axes)
+        args = signature.with_labels(args, self._fun())
+        pending.context = (args, tree, signature.call_site_and_function())
         if self.max_compiles is not None and self.on_exceed == "raise":
-            index, history = compile_log.LOG.peek(self.key)
+            index, history = compile_log.LOG.peek(self.history_key(pending))
             budget.enforce(self._record(pending, index, history), self.max_compiles,
                            self.on_exceed, starting=True)
 
+    def _fun(self) -> Any:
+        traced = self._traced() if self._traced is not None else None
+        return None if traced is None else traced._ref()
+
     def end(self, pending: listener.Pending) -> None:
-        index, history = compile_log.LOG.reserve(self.key)
+        index, history = compile_log.LOG.reserve(self.history_key(pending))
         record = self._record(pending, index, history)
         if pending.executable is not None:
             try:
@@ -152,7 +162,7 @@ class _Target:
         budget.enforce(record, self.max_compiles, self.on_exceed, starting=False)
 
     def _record(self, p: listener.Pending, index: int, history: list[CompileRecord]) -> CompileRecord:
-        args, tree, site = p.context
+        args, tree, (site, site_function) = p.context
         record = CompileRecord(
             function=self.name, qualname=self.qualname, source=self.source, call_site=site,
             compile_index=index, time_unix=p.start_unix,
@@ -161,10 +171,28 @@ class _Target:
             trace_s=p.trace_s, lower_s=p.lower_s, backend_compile_s=p.backend_compile_s,
             persistent_cache_hit=p.persistent_cache_hit, args=args, in_tree=tree,
             function_id=self.function_id, origin=self.origin, pid=os.getpid(), thread=p.thread,
-            sharding=p.sharding)
-        if index > 1:
+            sharding=p.sharding, call_function=site_function, transform=p.transform,
+            jit_options=p.jit_options, config=p.config)
+        if index == 1 and p.transform is None and self.origin != "jit":
+            record = dataclasses.replace(record, earlier_unseen=_earlier_unseen(p, record))
+        if index > 1 or p.jit_options is not None:
             record = dataclasses.replace(record, explanation=_explain(history, record))
         return record
+
+
+def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:
+    """For a first compile seen by a late ``watch``: how many traces JAX already held, if any."""
+    if any(r.qualname == record.qualname and r.source == record.source
+           for r in compile_log.LOG.records()):
+        return None  # the same function with other jit options: seen, a sibling history
+    from jaxdiag.recording import internals_reads
+
+    held = internals_reads.earlier_traces(p.fun)
+    if held is not None and p.trace_s is not None:
+        held -= 1  # the trace this compile made
+    if p.trace_s is None and p.static is not None:
+        held = max(held or 0, 1)  # lowered from a trace made before recording started
+    return held or None
 
 
 def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation | None:
@@ -173,6 +201,10 @@ def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation
     except ImportError:
         return None
     try:
+        if record.compile_index == 1:  # a new jit object: compare with its siblings' options
+            siblings = [r for r in compile_log.LOG.records()
+                        if (r.qualname, r.source) == (record.qualname, record.source)]
+            return explain(siblings, record) if siblings else None
         return explain(history, record)
     except Exception as exc:
         listener.warn_once("explain", f"jaxdiag could not explain a recompile: "

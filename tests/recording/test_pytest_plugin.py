@@ -45,7 +45,7 @@ def test_starts_empty(jaxdiag_compiles):
     step(jnp.ones(2))  # compiled by the test before: a cache hit
     assert jaxdiag_compiles.count() == 0
 """)
-    result = pytester.runpytest("-q", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-q", "-p", "no:cacheprovider", "-p", "no:randomly")  # tests run in order
     result.assert_outcomes(passed=2)
 
 

@@ -1,0 +1,167 @@
+"""The private JAX reads that recording adds to ``listener``'s, one small function each.
+
+Each function reads one thing JAX does not publish (a frame's locals, a private
+field of a jit object or a config holder) and returns plain Python values, or
+``None`` when this JAX has no such thing: a caller then records less, never
+something wrong. Kept apart so that every private read can sit behind one door.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+#: Frames of JAX's rules for ``jit_p`` that tell which transformation made a compile.
+_TRANSFORM_FRAMES = {
+    "_pjit_linearize": "grad-forward",
+    "_pjit_transpose_fancy": "grad-backward",
+    "_pjit_transpose": "grad-backward",
+    "_pjit_batcher": "vmap",
+    "_pjit_jvp": "jvp",
+}
+_TRANSFORM_DEPTH = 12
+
+
+def impl_cache_miss_code() -> types.CodeType | None:
+    """The code of ``call_impl_cache_miss``: the compile of a ``jit_p`` equation run eagerly.
+
+    ``jax.grad`` and ``jax.vmap`` of a jitted function do not compile through the
+    function's own ``cache_miss``: they bind ``jit_p`` with a transformed jaxpr
+    (forward with residuals, transpose, batched), which compiles here.
+    """
+    try:
+        from jax._src import pjit
+
+        for const in pjit._pjit_call_impl.__code__.co_consts:
+            if isinstance(const, types.CodeType) and const.co_name == "call_impl_cache_miss":
+                return const
+    except Exception:
+        pass
+    return None
+
+
+def impl_call(frame: types.FrameType) -> tuple[tuple[Any, ...], str | None, str] | None:
+    """``(flat arguments, func_src_info, transform)`` of a ``call_impl_cache_miss`` frame.
+
+    ``func_src_info`` is the ``"name at file:line"`` JAX stores in the jaxpr's debug
+    info, matching the jitted function's ``jit_info.fun_sourceinfo``.
+    """
+    try:
+        local = frame.f_locals
+        args = tuple(local["args"])
+        info = getattr(getattr(local["jaxpr"], "jaxpr", None), "debug_info", None)
+        source = getattr(info, "func_src_info", None)
+        return args, source if isinstance(source, str) else None, transform_of(frame)
+    except Exception:
+        return None
+
+
+def transform_of(frame: types.FrameType) -> str:
+    """Which transformation bound the ``jit_p`` that compiles in ``frame`` (nearest rule wins)."""
+    outer = frame.f_back
+    for _ in range(_TRANSFORM_DEPTH):
+        if outer is None:
+            break
+        found = _TRANSFORM_FRAMES.get(outer.f_code.co_name)
+        if found is not None and outer.f_globals.get("__name__") == "jax._src.pjit":
+            return found
+        outer = outer.f_back
+    return "transformed"
+
+
+def batch_dims(frame: types.FrameType) -> tuple[int | None, ...] | None:
+    """The vmapped axis of each flat input, from the nearest ``_pjit_batcher`` frame outward."""
+    outer = frame.f_back
+    for _ in range(_TRANSFORM_DEPTH):
+        if outer is None:
+            return None
+        if outer.f_code.co_name == "_pjit_batcher":
+            try:
+                dims = outer.f_locals["dims_in"]
+                return tuple(d if isinstance(d, int) else None for d in dims)
+            except Exception:
+                return None
+        outer = outer.f_back
+    return None
+
+
+def fun_sourceinfo(jit_info: Any) -> str | None:
+    """``jit_info.fun_sourceinfo``: the key that ties a transformed compile to its jitted function."""
+    value = getattr(jit_info, "fun_sourceinfo", None)
+    return value if isinstance(value, str) else None
+
+
+#: ``jit_info`` fields that are jit options, with their defaults; each names its own cache.
+_JIT_OPTION_DEFAULTS: dict[str, Any] = {
+    "static_argnums": (), "static_argnames": (), "donate_argnums": (), "donate_argnames": (),
+    "device": None, "backend": None, "keep_unused": False, "inline": False,
+    "compiler_options_kvs": (),
+}
+
+
+def jit_options(jit_info: Any) -> str | None:
+    """The jit options of ``jit_info`` that are not at their default, as ``"k=v, ..."`` text.
+
+    ``""`` when all are at their defaults, ``None`` when ``jit_info`` is unknown.
+    Shardings and layouts count only when the user gave them.
+    """
+    if jit_info is None:
+        return None
+    parts = []
+    try:
+        for name, default in _JIT_OPTION_DEFAULTS.items():
+            value = getattr(jit_info, name, default)
+            if value != default and not (default == () and not value):
+                parts.append(f"{name}={_option_text(value)}")
+        for name in ("in_shardings", "out_shardings", "in_layouts", "out_layouts"):
+            leaves = getattr(jit_info, f"{name}_leaves", ())
+            given = [x for x in leaves or () if x is not None and type(x).__name__ != "UnspecifiedValue"]
+            if given:
+                parts.append(f"{name}={_option_text(tuple(leaves))}")
+    except Exception:
+        return None
+    return ", ".join(parts)
+
+
+def _option_text(value: Any) -> str:
+    text = repr(tuple(value) if isinstance(value, list) else value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def config_state() -> dict[str, str] | None:
+    """Every jax config state in the jit cache key (``trace_context``), by name, as text.
+
+    Values without a readable ``repr`` (an object address) are left out: they could
+    not be compared across records anyway.
+    """
+    try:
+        from jax._src import config
+
+        names, values = config.trace_context_names(), config.trace_context()
+    except Exception:
+        return None
+    out = {}
+    for name, value in zip(names, values):
+        text = value if isinstance(value, str) else repr(value)
+        if " at 0x" not in text and len(text) <= 400:
+            out[str(name)] = text
+    return out
+
+
+def earlier_traces(fun: Any) -> int | None:
+    """How many traces of ``fun`` JAX's jit trace cache holds (``None``: cannot tell)."""
+    try:
+        from jax._src import pjit
+
+        keys = pjit._infer_params_cached.cache_keys()
+    except Exception:
+        return None
+    count = 0
+    for key in keys:
+        ref = key[0] if isinstance(key, tuple) and key else None
+        try:
+            if ref is not None and ref() is fun:
+                count += 1
+        except TypeError:
+            continue
+    return count
