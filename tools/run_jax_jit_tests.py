@@ -35,7 +35,8 @@ from jit_test_diff import Comparison, Outcome, compare  # noqa: E402
 
 TOOLS = Path(__file__).resolve().parent
 MIRROR = Path("/work/.mirror/jax-ml+jax/repo")
-TEST_FILES = ("tests/api_test.py", "tests/pjit_test.py", "tests/aot_test.py")
+TEST_FILES = ("tests/api_test.py", "tests/pjit_test.py", "tests/aot_test.py", "tests/pickle_test.py",
+              "tests/jax_jit_test.py")
 #: Besides the tests, the files that make pytest run them as JAX's CI does
 #: (``filterwarnings = error``, ``--import-mode=importlib``).
 CONFIG_FILES = ("pyproject.toml", "conftest.py")

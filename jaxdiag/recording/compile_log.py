@@ -308,7 +308,13 @@ def cause(record: CompileRecord) -> str | None:
     """One line on why ``record`` happened: its explanation, or "first compile"."""
     if record.explanation is not None:
         return record.explanation.summary
-    return "first compile" if record.compile_index == 1 else None
+    if record.compile_index != 1:
+        return None
+    if record.earlier_unseen:
+        return (f"first compile seen: JAX already held {record.earlier_unseen} trace(s) of this "
+                "function, so it compiled before recording started")
+    # A late watch cannot tell a first compile from the first it saw, unless JAX's cache says.
+    return "first compile" if record.origin == "jit" or record.earlier_unseen == 0 else "first compile seen"
 
 
 def _row_columns() -> Iterator[str]:

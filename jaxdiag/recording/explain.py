@@ -64,6 +64,11 @@ _TRANSFORMS = {
     "jvp": "jvp (under jax.jvp)",
     "transformed": "transformed program",
 }
+_UNDER = {
+    "grad-forward": "forward pass under jax.grad/vjp", "grad-backward": "backward pass under jax.grad/vjp",
+    "vmap": "under jax.vmap", "jvp": "under jax.jvp", "transformed": "transformed",
+}
+_INTERNAL_ORIGIN = "jax-internal"
 _MESH_STATES = ("mesh_context_manager", "abstract_mesh_context_manager")
 
 # One component of a pytree path: a quoted dict key, an index, an attribute, or the head.
@@ -107,7 +112,8 @@ def explain(history: Sequence[CompileRecord], new: CompileRecord) -> Explanation
 def diff(old: CompileRecord, new: CompileRecord) -> tuple[Change, ...]:
     """List what differs between two records of one function, function first, then by leaf."""
     changes: list[Change] = list(_context_changes(old, new))
-    if old.function_id is not None and new.function_id is not None and old.function_id != new.function_id:
+    if (old.function_id is not None and new.function_id is not None and old.function_id != new.function_id
+            and new.origin != _INTERNAL_ORIGIN):  # JAX's helpers: new objects are JAX's, not the user's
         changes.append(Change("", "function", str(old.function_id), str(new.function_id)))
     old_index = {a.path: a for a in old.args}
     new_index = {a.path: a for a in new.args}
@@ -184,8 +190,7 @@ def describe(change: Change) -> str:
             return f"the mesh in context changed ({change.path}: {change.old} -> {change.new})"
         return f"jax config {change.path} changed {change.old} -> {change.new}"
     if what == "jit_options":
-        return (f"jit option {change.path} differs ({change.old} -> {change.new}): "
-                "each set of jit options is a separate cache")
+        return f"jit option {change.path} differs ({change.old} -> {change.new})"
     if what == "transform":
         return f"first compile of its {_TRANSFORMS.get(str(change.new), str(change.new))}"
     if what == "container":
@@ -219,8 +224,17 @@ def summarize(new: CompileRecord, changes: Sequence[Change], compared_index: int
     """The one-sentence summary: ``"<function>: <change>; <change>; and N more"``."""
     name = new.function
     if new.transform is not None and not any(c.what == "transform" for c in changes):
-        name = f"{name} ({_TRANSFORMS.get(new.transform, new.transform)})"
+        name = f"{name} {_UNDER.get(new.transform, new.transform)}"
     where = _where(new)
+    if new.origin == _INTERNAL_ORIGIN and changes:
+        kinds = "/".join(dict.fromkeys(c.what.replace("_", " ") for c in changes))
+        shown = "; ".join(describe(c) for c in changes[:MAX_SUMMARY_CHANGES])
+        return (f"eager {name} on a new {kinds}{where.replace('; called', '')}: {shown}; "
+                "move it inside the jitted step (or give it one shape)")
+    if new.compile_index == 1 and any(c.what == "jit_options" for c in changes):
+        shown = "; ".join(describe(c) for c in changes if c.what == "jit_options")
+        return (f"{name}: first compile of another jit object of this function: {shown}; "
+                f"JAX caches each set of jit options separately{where}")
     if not changes:
         reason = _SAME_SIGNATURE_TRACED if new.traced else _SAME_SIGNATURE_LOWERED
         if new.config is not None and new.jit_options is not None:

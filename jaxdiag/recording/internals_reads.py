@@ -111,6 +111,8 @@ def jit_options(jit_info: Any) -> str | None:
     try:
         for name, default in _JIT_OPTION_DEFAULTS.items():
             value = getattr(jit_info, name, default)
+            if name.endswith("_argnames") and parts and parts[-1].startswith(name[:-5] + "nums="):
+                continue  # jit derives the names from the positions given
             if value != default and not (default == () and not value):
                 parts.append(f"{name}={_option_text(value)}")
         for name in ("in_shardings", "out_shardings", "in_layouts", "out_layouts"):

@@ -159,8 +159,9 @@ class CompileRecord:
         when known: two jit objects of one function with different options are two histories.
       config: the jax config states in JAX's cache key that are not at their default
         (``{"jax_enable_x64": "True"}``), plus the mesh in context, as text.
-      earlier_unseen: a first compile recorded after the function had compiled before
-        recording started (JAX reused a cached trace), so its index counts from there.
+      earlier_unseen: for a first compile that ``watch`` recorded, how many traces of the
+        function JAX's jit cache already held (earlier compiles recording did not see;
+        ``0``: none, a true first compile; ``None``: unknown).
       sharding: optional ``jaxdiag.sharding.ShardingFacts.to_dict()``: the mesh, each
         input and output leaf's spec (the compiler's choice where the user gave
         none), the collectives the compiler inserted and the bytes they move per
@@ -231,9 +232,14 @@ def history_key(rec: CompileRecord) -> tuple[str, str | None, str]:
     """The compiles of one jit object: a function (qualname, definition site) and its jit options.
 
     Two ``jax.jit`` objects of one function with different options fill different
-    caches, so each has its own compile indices and explanations.
+    caches, so each has its own compile indices and explanations. JAX's own helpers
+    (eager ops) are one history per calling line: a ``jnp`` op on labels at one line
+    and on activations at another are different programs, not a recompile.
     """
-    return rec.qualname, rec.source, rec.jit_options or ""
+    options = rec.jit_options or ""
+    if rec.origin == JAX_INTERNAL_ORIGIN:  # an eager op is compared with calls from its own line
+        return rec.qualname, rec.source, f"{options}@{rec.call_site}"
+    return rec.qualname, rec.source, options
 
 
 # Field names, computed once: reading a large log calls ``from_dict`` per line.

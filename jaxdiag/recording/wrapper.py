@@ -22,7 +22,7 @@ import jax
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import budget, compile_log, listener, signature
-from jaxdiag.recording.records import CompileRecord, Explanation
+from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN, CompileRecord, Explanation
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NOT_GIVEN: Any = object()
@@ -117,6 +117,8 @@ class _Target:
 
     def history_key(self, pending: listener.Pending) -> tuple[str, str | None, str]:
         """A jit object's compiles: this function with these jit options (see ``history_key``)."""
+        if self.origin == JAX_INTERNAL_ORIGIN:
+            return self.qualname, self.source, f"{pending.jit_options or ''}@{pending.context[2][0]}"
         return self.qualname, self.source, pending.jit_options or ""
 
     def owns(self, fun: Any) -> bool:
@@ -192,7 +194,7 @@ def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:
         held -= 1  # the trace this compile made
     if p.trace_s is None and p.static is not None:
         held = max(held or 0, 1)  # lowered from a trace made before recording started
-    return held or None
+    return held
 
 
 def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation | None:
