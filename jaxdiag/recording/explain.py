@@ -119,6 +119,16 @@ def diff(old: CompileRecord, new: CompileRecord) -> tuple[Change, ...]:
     new_index = {a.path: a for a in new.args}
     gone = [p for p in old_index if p not in new_index]
     came = [p for p in new_index if p not in old_index]
+    renamed = False
+    if gone and len(gone) == len(came) and old.in_tree and new.in_tree:
+        # The same leaves under other keys: a container type change (namedtuple -> tuple).
+        found = treedef_text.container_changes(old.in_tree, new.in_tree)
+        same = all(_unnamed(old_index[a]) == _unnamed(new_index[b]) for a, b in zip(gone, came))
+        if found and same:
+            labels = {a.path: a.label for a in new.args if a.label}
+            for path, was, now in found:
+                changes.append(Change(path, "container", was, now, label=_label_of(path, labels)))
+            gone, came, renamed = [], [], True
     labels = {a.path: a.label for a in (*old.args, *new.args) if a.label}
     for root, leaves in _group_by_new_root(gone, new_index):
         changes.append(Change(root, "structure", old=_describe_subtree(leaves, old_index), new=None,
@@ -126,7 +136,7 @@ def diff(old: CompileRecord, new: CompileRecord) -> tuple[Change, ...]:
     for root, leaves in _group_by_new_root(came, old_index):
         changes.append(Change(root, "structure", old=None, new=_describe_subtree(leaves, new_index),
                               label=_label_of(root, labels)))
-    if not gone and not came and old.in_tree and new.in_tree and old.in_tree != new.in_tree:
+    if not renamed and not gone and not came and old.in_tree and new.in_tree and old.in_tree != new.in_tree:
         # Same leaf paths, different containers (tuple vs list, a namedtuple, a None leaf).
         found = treedef_text.container_changes(old.in_tree, new.in_tree)
         for path, was, now in found:
@@ -163,6 +173,10 @@ def _options(text: str) -> dict[str, str]:
     marks = list(_OPTION.finditer(text))
     return {m.group(1): text[m.end(): marks[i + 1].start() if i + 1 < len(marks) else len(text)]
             for i, m in enumerate(marks)}
+
+
+def _unnamed(a: ArgSignature) -> ArgSignature:
+    return dataclasses.replace(a, path="", label=None)
 
 
 def _label_of(path: str, labels: dict[str, str]) -> str | None:

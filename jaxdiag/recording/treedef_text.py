@@ -17,7 +17,7 @@ _NAME = re.compile(r"[A-Za-z_][\w.]*")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Node:
     kind: str  # "tuple", "list", "dict", "leaf", "None", or a custom node's type name
-    children: tuple[tuple[str, "Node"], ...] = ()  # (path part, child)
+    children: tuple[tuple[str, Node], ...] = ()  # (path part, child)
 
 
 class _Parser:

@@ -204,8 +204,11 @@ def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation
         return None
     try:
         if record.compile_index == 1:  # a new jit object: compare with its siblings' options
+            if record.origin == JAX_INTERNAL_ORIGIN:
+                return None  # the first call from this line
             siblings = [r for r in compile_log.LOG.records()
-                        if (r.qualname, r.source) == (record.qualname, record.source)]
+                        if (r.qualname, r.source) == (record.qualname, record.source)
+                        and (r.jit_options or "") != (record.jit_options or "")]
             return explain(siblings, record) if siblings else None
         return explain(history, record)
     except Exception as exc:
