@@ -63,10 +63,12 @@ _TRANSFORMS = {
     "vmap": "vmapped program (under jax.vmap)",
     "jvp": "jvp (under jax.jvp)",
     "transformed": "transformed program",
+    "aot": "ahead-of-time compile (.lower().compile())",
 }
 _UNDER = {
     "grad-forward": "forward pass under jax.grad/vjp", "grad-backward": "backward pass under jax.grad/vjp",
     "vmap": "under jax.vmap", "jvp": "under jax.jvp", "transformed": "transformed",
+    "aot": "compiled ahead of time",
 }
 _INTERNAL_ORIGIN = "jax-internal"
 _MESH_STATES = ("mesh_context_manager", "abstract_mesh_context_manager")

@@ -167,3 +167,34 @@ def earlier_traces(fun: Any) -> int | None:
         except TypeError:
             continue
     return count
+
+
+def aot_compile_code() -> types.CodeType | None:
+    """The code of ``Lowered.compile``: an ahead-of-time compile the user asked for."""
+    try:
+        import inspect
+
+        from jax._src import stages
+
+        return inspect.unwrap(stages.Lowered.compile).__code__
+    except Exception:
+        return None
+
+
+def aot_arguments(frame: types.FrameType) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The lowered call's arguments as ``jax.ShapeDtypeStruct`` leaves, from ``Lowered.args_info``."""
+    try:
+        import jax
+
+        lowered = frame.f_locals["self"]
+        args, kwargs = lowered.args_info
+
+        def struct(info: Any) -> Any:
+            weak = bool(getattr(getattr(info, "_aval", None), "weak_type", False))
+            return jax.ShapeDtypeStruct(info.shape, info.dtype, weak_type=weak)
+
+        is_info = lambda x: hasattr(x, "donated") and hasattr(x, "shape")  # noqa: E731
+        return (tuple(jax.tree_util.tree_map(struct, tuple(args), is_leaf=is_info)),
+                dict(jax.tree_util.tree_map(struct, dict(kwargs), is_leaf=is_info)))
+    except Exception:
+        return None

@@ -115,6 +115,7 @@ class _Internals:
     cached_compilation: tuple[str, str] | None  # (name, file) of the frame holding the executable
     timed_exit: types.CodeType | None = None  # the __exit__ that times each stage, sees its exception
     impl_miss: types.CodeType | None = None  # a transformed jit_p compiling (grad, vmap)
+    aot_compile: types.CodeType | None = None  # Lowered.compile: recorded only under watch
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -342,6 +343,8 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
     assert _internals is not None
     if frame.f_code is _internals.impl_miss:
         return _impl_pending(frame, start_unix)
+    if frame.f_code is _internals.aot_compile:
+        return _aot_pending(frame, start_unix)
     local = frame.f_locals
     fun = local.get("fun")
     hooks = _hooks_of(fun)
@@ -403,6 +406,27 @@ def _impl_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
         if outer is not None and q.frame is outer:
             p.trace_s, p.start_unix = q.trace_s, q.start_unix
             pending.remove(q)
+    pending.append(p)
+    _call(hooks.begin, p, on_error=lambda: pending.remove(p))
+    return p
+
+
+def _aot_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
+    """An ahead-of-time ``.lower(...).compile()`` while ``watch`` records: named, not tied to a function."""
+    call = internals_reads.aot_arguments(frame)
+    aot = getattr(_watch, "aot", None)
+    if call is None or aot is None:
+        return None
+    try:
+        name = str(frame.f_locals["self"]._lowering._name)
+    except Exception:
+        name = "<lowered>"
+    hooks = aot(_strip_jit(name))
+    pending = _pendings()
+    _drop_dead(pending)
+    p = Pending(hooks, call[0], call[1], ((), ()), start_unix, threading.current_thread().name,
+                frame=frame, transform="aot")
+    _add_context(p)
     pending.append(p)
     _call(hooks.begin, p, on_error=lambda: pending.remove(p))
     return p
@@ -504,7 +528,9 @@ def _call_frame() -> types.FrameType | None:
         if code is impl_miss or _is_cache_miss(code):
             return frame
         if frame.f_code in _internals.stoppers:
-            return None
+            # An ahead-of-time compile is the user's own request: a record only under watch.
+            aot = code is _internals.aot_compile and getattr(_watch, "aot", None) is not None
+            return frame if aot else None
     return None
 
 
@@ -628,7 +654,8 @@ def _find_internals() -> _Internals:
     except Exception:  # another JAX: fall back to names
         pass
     impl_miss = internals_reads.impl_cache_miss_code() if cache_miss is not None else None
-    return _Internals(cache_miss, frozenset(stoppers), cached, timed_exit, impl_miss)
+    aot = internals_reads.aot_compile_code() if cache_miss is not None else None
+    return _Internals(cache_miss, frozenset(stoppers), cached, timed_exit, impl_miss, aot)
 
 
 def _hide_wrapper_frames() -> None:

@@ -153,7 +153,9 @@ class CompileRecord:
       call_function: the function whose line ``call_site`` is (``train`` for ``train.py:42``).
       transform: a compile JAX made for a transformed call of the function:
         ``"grad-forward"`` (forward pass with residuals), ``"grad-backward"`` (the
-        transpose), ``"vmap"``, ``"jvp"`` or ``"transformed"``; ``None`` for the call itself.
+        transpose), ``"vmap"``, ``"jvp"`` or ``"transformed"``; ``"aot"`` for a
+        ``.lower(...).compile()`` that ``watch`` saw (named by the lowered computation,
+        qualname ``<ahead-of-time>.<name>``); ``None`` for the call itself.
         Each is its own history, as each is its own entry in JAX's caches.
       jit_options: the jit options that differ from defaults (``"donate_argnums=(0,)"``),
         when known: two jit objects of one function with different options are two histories.

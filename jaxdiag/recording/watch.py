@@ -159,6 +159,9 @@ class _Recorder:
     def by_name(self, name: str) -> "_ByName":
         return _ByName(name)
 
+    def aot(self, name: str) -> "_AheadOfTime":
+        return _AheadOfTime(name)
+
     def owns(self, fun: Any) -> bool:
         return True
 
@@ -186,6 +189,30 @@ class _Recorder:
 
 
 _RECORDERS = {True: _Recorder(True), False: _Recorder(False)}
+
+
+class _AheadOfTime:
+    """Hooks for a ``.lower(...).compile()`` seen by ``watch``: known by name and argument types."""
+
+    __slots__ = ("name", "__weakref__", "__dict__")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # Stands in for the function, which a lowered computation no longer holds.
+        self.__dict__.update(__name__=name, __qualname__=name, __module__="<ahead-of-time>")
+
+    owns = _Recorder.owns
+    begin = _Recorder.begin
+
+    def wants_executable(self) -> bool:
+        return compile_log.analysis_enabled()
+
+    def end(self, pending: listener.Pending) -> None:
+        target = wrapper._Target(self, origin=WATCH_ORIGIN)
+        target.function_id = None
+        args, tree = call_signature(pending.args, pending.kwargs)
+        pending.context = (args, tree, call_site_and_function(pending.frame))
+        target.end(pending)
 
 
 class _ByName:

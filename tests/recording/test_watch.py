@@ -183,12 +183,15 @@ def test_compiles_in_other_threads_are_recorded():
     assert sorted((r.thread, r.args[0].shape) for r in own(w.records)) == [("t2", (2,)), ("t3", (3,))]
 
 
-def test_aot_lowering_is_not_recorded():
+def test_aot_compile_is_a_named_record_and_eval_shape_none():
     f = jax.jit(lambda x: x + 7)
     with jaxdiag.watch() as w:
         f.lower(jnp.ones(2)).compile()
         jax.eval_shape(f, jnp.ones(2))
-    assert own(w.records) == []
+    (r,) = own(w.records)
+    assert (r.function, r.transform, r.qualname) == ("<lambda>", "aot", "<ahead-of-time>.<lambda>")
+    assert [(a.path, a.shape, a.dtype) for a in r.args] == [("args[0]", (2,), "float32")]
+    assert r.call_site.startswith(f"{__file__}:")
 
 
 def test_records_go_to_the_jsonl_log(tmp_path):
