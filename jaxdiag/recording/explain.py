@@ -90,9 +90,14 @@ def explain(history: Sequence[CompileRecord], new: CompileRecord) -> Explanation
     """
     candidates = _last_of_function(history, function_key(new), MAX_CANDIDATES, new.transform)
     if not candidates:
-        if new.transform is None or not _last_of_function(history, function_key(new), 1):
+        others = _last_of_function(history, function_key(new), MAX_CANDIDATES)
+        if not others:
             return None
-        change = Change("", "transform", None, new.transform)
+        if new.transform is None:  # the call itself, after compiles under transformations only
+            seen = ", ".join(sorted({str(r.transform) for r in others}))
+            change = Change("", "transform", seen, None)
+        else:
+            change = Change("", "transform", None, new.transform)
         return Explanation(summary=summarize(new, (change,)), changes=(change,))
     new_index = {a.path: a for a in new.args}
     new_digest = _leaf_hashes(new)
@@ -208,6 +213,9 @@ def describe(change: Change) -> str:
     if what == "jit_options":
         return f"jit option {change.path} differs ({change.old} -> {change.new})"
     if what == "transform":
+        if change.new is None:
+            return (f"first compile of the call itself (earlier compiles were under a "
+                    f"transformation: {change.old})")
         return f"first compile of its {_TRANSFORMS.get(str(change.new), str(change.new))}"
     if what == "container":
         return f"{p} changed container type {change.old} -> {change.new} (same leaves)"
@@ -251,6 +259,10 @@ def summarize(new: CompileRecord, changes: Sequence[Change], compared_index: int
         shown = "; ".join(describe(c) for c in changes if c.what == "jit_options")
         return (f"{name}: first compile of another jit object of this function: {shown}; "
                 f"JAX caches each set of jit options separately{where}")
+    if not changes and new.origin == _INTERNAL_ORIGIN:
+        return (f"eager {name}{where.replace('; called', '')} compiled again with the same "
+                "argument signature: its own parameters (an output shape, an axis, a dtype), which "
+                "jaxdiag does not compare, likely changed; move it inside the jitted step")
     if not changes:
         reason = _SAME_SIGNATURE_TRACED if new.traced else _SAME_SIGNATURE_LOWERED
         if new.config is not None and new.jit_options is not None:

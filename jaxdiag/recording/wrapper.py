@@ -209,6 +209,8 @@ def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation
             siblings = [r for r in compile_log.LOG.records()
                         if (r.qualname, r.source) == (record.qualname, record.source)
                         and (r.jit_options or "") != (record.jit_options or "")]
+            # Compared as if of this record's transformation: the options are what differs.
+            siblings = [dataclasses.replace(r, transform=record.transform) for r in siblings]
             return explain(siblings, record) if siblings else None
         return explain(history, record)
     except Exception as exc:
