@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -48,8 +49,14 @@ _MAX_SITES = 2
 
 
 def call_site_text(record: CompileRecord) -> str:
-    """``train.py:42 (train)``: the call site and the function it is in."""
+    """``train.py:42 (train)``: the call site (relative to the working folder, else the file's
+    name; JSON keeps the full path) and the function it is in."""
     site = record.call_site or "?"
+    try:
+        rel = os.path.relpath(site)
+        site = rel if not rel.startswith("..") else os.path.basename(site)
+    except ValueError:
+        site = os.path.basename(site)
     return f"{site} ({record.call_function})" if record.call_function else site
 
 
