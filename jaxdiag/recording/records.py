@@ -234,14 +234,24 @@ def history_key(rec: CompileRecord) -> tuple[str, str | None, str]:
     """The compiles of one jit object: a function (qualname, definition site) and its jit options.
 
     Two ``jax.jit`` objects of one function with different options fill different
-    caches, so each has its own compile indices and explanations. JAX's own helpers
+    caches, so each has its own compile indices and explanations; so do the programs
+    JAX compiles for a transformed call (grad's forward and backward, vmap's batched
+    one), which are not recompiles of the call itself. JAX's own helpers
     (eager ops) are one history per calling line: a ``jnp`` op on labels at one line
     and on activations at another are different programs, not a recompile.
     """
-    options = rec.jit_options or ""
-    if rec.origin == JAX_INTERNAL_ORIGIN:  # an eager op is compared with calls from its own line
-        return rec.qualname, rec.source, f"{options}@{rec.call_site}"
-    return rec.qualname, rec.source, options
+    return rec.qualname, rec.source, history_variant(
+        rec.jit_options, rec.transform, rec.call_site if rec.origin == JAX_INTERNAL_ORIGIN else None)
+
+
+def history_variant(jit_options: str | None, transform: str | None, eager_site: str | None) -> str:
+    """The third part of ``history_key``: jit options, transformation, an eager op's line."""
+    text = jit_options or ""
+    if transform:
+        text += f"|{transform}"
+    if eager_site is not None:  # an eager op is compared with calls from its own line
+        text += f"@{eager_site}"
+    return text
 
 
 # Field names, computed once: reading a large log calls ``from_dict`` per line.

@@ -22,7 +22,8 @@ import jax
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import budget, compile_log, listener, signature
-from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN, CompileRecord, Explanation
+from jaxdiag.recording.records import (
+    JAX_INTERNAL_ORIGIN, CompileRecord, Explanation, history_key, history_variant)
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NOT_GIVEN: Any = object()
@@ -117,9 +118,8 @@ class _Target:
 
     def history_key(self, pending: listener.Pending) -> tuple[str, str | None, str]:
         """A jit object's compiles: this function with these jit options (see ``history_key``)."""
-        if self.origin == JAX_INTERNAL_ORIGIN:
-            return self.qualname, self.source, f"{pending.jit_options or ''}@{pending.context[2][0]}"
-        return self.qualname, self.source, pending.jit_options or ""
+        site = pending.context[2][0] if self.origin == JAX_INTERNAL_ORIGIN else None
+        return self.qualname, self.source, history_variant(pending.jit_options, pending.transform, site)
 
     def owns(self, fun: Any) -> bool:
         """Whether ``fun`` is this target's ``_Traced`` (for ``origin="watch"``, any ``fun``
@@ -203,15 +203,16 @@ def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation
     except ImportError:
         return None
     try:
-        if record.compile_index == 1:  # a new jit object: compare with its siblings' options
+        if record.compile_index == 1:  # a new history: say what sets it apart from the others
             if record.origin == JAX_INTERNAL_ORIGIN:
                 return None  # the first call from this line
-            siblings = [r for r in compile_log.LOG.records()
-                        if (r.qualname, r.source) == (record.qualname, record.source)
-                        and (r.jit_options or "") != (record.jit_options or "")]
-            # Compared as if of this record's transformation: the options are what differs.
-            siblings = [dataclasses.replace(r, transform=record.transform) for r in siblings]
-            return explain(siblings, record) if siblings else None
+            key = history_key(record)
+            others = [r for r in compile_log.LOG.records()
+                      if (r.qualname, r.source) == (record.qualname, record.source) and history_key(r) != key]
+            siblings = [r for r in others if (r.jit_options or "") != (record.jit_options or "")]
+            if siblings:  # a new jit object: compared as if of this transformation, options differ
+                return explain([dataclasses.replace(r, transform=record.transform) for r in siblings], record)
+            return explain(others, record) if others else None  # a transformation's first
         return explain(history, record)
     except Exception as exc:
         listener.warn_once("explain", f"jaxdiag could not explain a recompile: "

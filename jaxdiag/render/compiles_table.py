@@ -114,7 +114,7 @@ class FunctionRow:
 
     @property
     def recompiles(self) -> int:
-        return sum(r.explanation is not None for r in self.records)
+        return sum(r.compile_index > 1 for r in self.records)
 
     @property
     def compile_s(self) -> float:
