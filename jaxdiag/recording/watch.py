@@ -44,7 +44,11 @@ from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import compile_log, listener, signature, wrapper
 from jaxdiag.recording.records import (
-    JAX_INTERNAL_ORIGIN, ArgSignature, CompileRecord, Explanation)
+    JAX_INTERNAL_ORIGIN,
+    ArgSignature,
+    CompileRecord,
+    Explanation,
+)
 
 WATCH_ORIGIN = "watch"
 #: Packages whose frames are wrappers, never the user's call site.

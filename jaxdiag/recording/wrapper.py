@@ -23,7 +23,12 @@ from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import budget, compile_log, listener, signature
 from jaxdiag.recording.records import (
-    JAX_INTERNAL_ORIGIN, CompileRecord, Explanation, history_key, history_variant)
+    JAX_INTERNAL_ORIGIN,
+    CompileRecord,
+    Explanation,
+    history_key,
+    history_variant,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NOT_GIVEN: Any = object()
