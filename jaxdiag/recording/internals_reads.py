@@ -198,3 +198,54 @@ def aot_arguments(frame: types.FrameType) -> tuple[tuple[Any, ...], dict[str, An
                 dict(jax.tree_util.tree_map(struct, dict(kwargs), is_leaf=is_info)))
     except Exception:
         return None
+
+
+def cached_calls(fun: Any, jit_info: Any, limit: int = 8) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The calls of ``fun`` (with ``jit_info``) that JAX's jit trace cache holds, newest last.
+
+    Each is rebuilt from the cache key: static values as they were, array leaves as
+    ``jax.ShapeDtypeStruct`` of the traced types. Lets a late ``watch`` compare a
+    first compile with the compiles made before it started. Empty when unknown.
+    """
+    try:
+        import jax
+        from jax._src import pjit
+
+        keys = pjit._infer_params_cached.cache_keys()
+    except Exception:
+        return []
+    out = []
+    for key in keys:
+        try:
+            if not (isinstance(key, tuple) and len(key) >= 3 and key[0]() is fun):
+                continue
+            info, sig, avals = key[2][0], key[2][1], key[2][2]
+            if info is not jit_info and info != jit_info:
+                continue
+            out.append(_rebuild_call(jax, sig, avals, tuple(getattr(jit_info, "static_argnums", ()) or ())))
+        except Exception:
+            continue
+    return out[-limit:]
+
+
+def _rebuild_call(jax: Any, sig: Any, avals: Any, static_argnums: tuple[int, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    treedefs, names = list(sig.dynamic_arg_treedefs), list(sig.dynamic_arg_names)
+    statics, static_names = list(sig.static_args), list(sig.static_arg_names)
+    leaves = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=bool(getattr(a, "weak_type", False)))
+              for a in avals]
+    dynamic, start = [], 0
+    for treedef in treedefs:
+        dynamic.append(jax.tree_util.tree_unflatten(treedef, leaves[start:start + treedef.num_leaves]))
+        start += treedef.num_leaves
+    if start != len(leaves):
+        raise ValueError("leaf count")
+    n_dyn_pos, n_static_pos = len(treedefs) - len(names), len(statics) - len(static_names)
+    total = n_dyn_pos + n_static_pos
+    static_pos = sorted({i % total for i in static_argnums if total and -total <= i < total})
+    if len(static_pos) != n_static_pos:
+        raise ValueError("static positions")
+    dyn_iter, static_iter = iter(dynamic[:n_dyn_pos]), iter(statics[:n_static_pos])
+    args = tuple(next(static_iter) if i in static_pos else next(dyn_iter) for i in range(total))
+    kwargs = dict(zip(names, dynamic[n_dyn_pos:]))
+    kwargs.update(zip(static_names, statics[n_static_pos:]))
+    return args, kwargs

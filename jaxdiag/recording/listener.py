@@ -106,6 +106,8 @@ class Pending:
     jit_options: str | None = None
     #: The jax config states in the jit cache key that differ from ``CONFIG_DEFAULTS``.
     config: dict[str, str] | None = None
+    #: ``(args, in_tree)`` signatures of calls JAX traced before recording started (late watch).
+    earlier: list[tuple[Any, str]] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -189,10 +189,31 @@ class _Recorder:
                                     batch_axes=pending.batch_axes)
         args = signature.with_labels(args, call.fun)
         pending.context = (args, tree, call_site_and_function(pending.frame))
+        if (pending.transform is None and call.fun is p_fun(pending) and compile_log.LOG.peek(
+                target.history_key(pending))[0] == 1):
+            pending.earlier = _earlier_calls(pending, call)
         target.end(pending)
 
 
 _RECORDERS = {True: _Recorder(True), False: _Recorder(False)}
+
+
+def p_fun(pending: listener.Pending) -> Any:
+    return pending.fun
+
+
+def _earlier_calls(pending: listener.Pending, call: "_Call") -> list[tuple[Any, str]]:
+    """Signatures of the calls JAX traced before this first compile recording saw."""
+    from jaxdiag.recording import internals_reads
+
+    out = []
+    for args, kwargs in internals_reads.cached_calls(pending.fun, pending.jit_info):
+        try:
+            sigs, tree = call_signature(args, kwargs, call.static_argnums, call.static_argnames)
+        except Exception:
+            continue
+        out.append((signature.with_labels(sigs, call.fun), tree))
+    return out
 
 
 class _AheadOfTime:

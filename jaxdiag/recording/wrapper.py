@@ -182,9 +182,41 @@ class _Target:
             jit_options=p.jit_options, config=p.config)
         if index == 1 and p.transform is None and self.origin != "jit":
             record = dataclasses.replace(record, earlier_unseen=_earlier_unseen(p, record))
+            if record.earlier_unseen and p.earlier:
+                return dataclasses.replace(record, explanation=_explain_unseen(p.earlier, record))
         if index > 1 or p.jit_options is not None:
             record = dataclasses.replace(record, explanation=_explain(history, record))
         return record
+
+
+def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Explanation | None:
+    """A late watch's first compile, diffed against the calls JAX traced before recording."""
+    try:
+        from jaxdiag.recording.explain import explain
+    except ImportError:
+        return None
+    stand_ins = [dataclasses.replace(record, args=args, in_tree=tree, compile_index=0, explanation=None,
+                                     call_site=None, config=None)
+                 for args, tree in earlier
+                 if (args, tree) != (_types_only(record.args), record.in_tree)]  # not this trace
+    if not stand_ins:
+        return None
+    try:
+        found = explain(stand_ins, record)
+    except Exception:
+        return None
+    if found is None or not found.changes:
+        return None
+    return dataclasses.replace(
+        found, compared_to=None,
+        summary=f"first compile seen (JAX already held {record.earlier_unseen} trace(s) of this function "
+                f"from before recording started); against the closest of them: "
+                f"{found.summary.split(': ', 1)[-1]}")
+
+
+def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Signatures without placement: what a trace cache key holds of them."""
+    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None) for a in args)
 
 
 def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:

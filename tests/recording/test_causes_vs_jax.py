@@ -358,14 +358,26 @@ def test_eager_op_is_compared_only_with_calls_from_its_own_line() -> None:
     assert all(r.call_function == "plant_eager_op" for r in muls)
 
 
-def test_late_watch_says_first_compile_seen_and_that_earlier_compiles_exist() -> None:
+def test_late_watch_says_first_compile_seen_and_names_the_change(jax_explainer: _Log) -> None:
     f = jax.jit(lambda x: x + 3)
     f(jnp.ones(2))
     with jaxdiag.watch(jax_internals=False) as watched:
         f(jnp.ones(3))
     (rec,) = watched.records
     assert rec.compile_index == 1 and rec.earlier_unseen == 1
-    assert compile_log.cause(rec).startswith("first compile seen: JAX already held 1 trace(s)")
+    summary = compile_log.cause(rec)
+    assert summary.startswith("first compile seen (JAX already held 1 trace(s) of this function from "
+                              "before recording started); against the closest of them: x shape axis "
+                              "0 changed 2 -> 3"), summary
+    assert rec.explanation.changes[0].what == "shape" and rec.explanation.compared_to is None
+    assert re.search(r"at x, now f32\[3\] and before f32\[2\]", "\n".join(jax_explainer.messages))
+    _TABLE.append(("late watch", _jax_summary(jax_explainer.messages), summary))
+    h = jax.jit(lambda x: x + 5)
+    h(jnp.ones(2))
+    h(jax.device_put(jnp.ones(2), jax.devices()[-1]))  # lowered again, no new trace
+    with jaxdiag.watch(jax_internals=False) as watched:
+        h(jnp.ones(7))
+    assert compile_log.cause(watched.records[0]).startswith("first compile seen (JAX already held 1")
     g = jax.jit(lambda x: x + 4)
     with jaxdiag.watch(jax_internals=False) as watched:
         g(jnp.ones(2))
