@@ -10,7 +10,12 @@ call's concrete ``args``/``kwargs``, the ``fun`` handed to ``jax.jit`` and its
 ``jit_info``. A sharding-only change, which lowers and compiles again without
 tracing, is caught the same way.
 
-This is the one module that reads private JAX internals. Without them (another
+Compiles of a transformed call (grad's forward and backward, vmap) and ahead-of-time
+compiles under ``watch`` come through other frames, which ``transformed`` turns into
+compiles of the user's function. The private reads added for them, and for jit
+options and config states, are small functions in ``internals_reads``.
+
+This module and those two read private JAX internals. Without them (another
 JAX version), it falls back to matching events by function name, recording
 only compiles that trace, and says so once; ``jaxdiag.watch()`` then records
 names, counts and durations only. Both paths live here, beside the internals
@@ -27,7 +32,6 @@ import threading
 import time
 import types
 import warnings
-import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -35,7 +39,7 @@ import jax
 from jax import monitoring
 
 from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, JaxdiagWarning
-from jaxdiag.recording import internals_reads
+from jaxdiag.recording import internals_reads, transformed
 from jaxdiag.recording.explain import CONFIG_DEFAULTS
 from jaxdiag.sharding.collect import collect as collect_sharding
 
@@ -45,7 +49,6 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 CACHE_REQUEST_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 _MAX_NAMED_PENDING = 32
-_MAX_SOURCES = 1024
 _STAGE_FIELD = {TRACE_EVENT: "trace_s", LOWER_EVENT: "lower_s", COMPILE_EVENT: "backend_compile_s"}
 
 #: JAX versions whose internals this module was checked against.
@@ -133,9 +136,6 @@ _has_start_events = False
 _watch: Any = None  # callable(fun) -> CompileHooks | None, for process-wide recording
 _tls = threading.local()
 _warned: set[str] = set()
-# ``jit_info.fun_sourceinfo`` -> the jitted callable, for the backward pass of a grad,
-# which compiles after the user's call returned.
-_by_source: dict[str, Any] = {}
 
 
 def install() -> None:
@@ -344,9 +344,9 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
         return None
     assert _internals is not None
     if frame.f_code is _internals.impl_miss:
-        return _impl_pending(frame, start_unix)
+        return transformed.impl_pending(frame, start_unix)
     if frame.f_code is _internals.aot_compile:
-        return _aot_pending(frame, start_unix)
+        return transformed.aot_pending(frame, start_unix)
     local = frame.f_locals
     fun = local.get("fun")
     hooks = _hooks_of(fun)
@@ -354,104 +354,13 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
         return None
     _drop_dead(pending)
     info = local.get("jit_info")
-    _remember_source(info, fun)
+    transformed.remember_source(info, fun)
     p = Pending(hooks, tuple(local.get("args", ())), dict(local.get("kwargs", {})), _static_of(info),
                 start_unix, threading.current_thread().name, frame=frame, fun=fun, jit_info=info)
     _add_context(p)
     pending.append(p)
     _call(hooks.begin, p, on_error=lambda: pending.remove(p))
     return p
-
-
-def _impl_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
-    """A compile of a transformed ``jit_p`` (grad's forward and backward, vmap's batched).
-
-    Its arguments are what the compiled program receives: the user's argument tree
-    with the transformed call's flat arrays for leaves when the counts agree (vmap,
-    grad's forward), the flat arrays otherwise (grad's backward: residuals and
-    cotangents). The user's call, when still on the stack, names the function and
-    holds the trace that led here; otherwise the function is found by the source
-    info JAX keeps in the jaxpr.
-    """
-    call = internals_reads.impl_call(frame)
-    if call is None:
-        return None
-    flat, source, transform = call
-    outer = _outer_call_frame(frame)
-    local = outer.f_locals if outer is not None else {}
-    if outer is not None:
-        fun, info = local.get("fun"), local.get("jit_info")
-    else:
-        ref, info = _by_source.get(source or "", (lambda: None, None))
-        fun = ref()
-    hooks = _hooks_of(fun)
-    if hooks is None:
-        return None
-    pending = _pendings()
-    _drop_dead(pending)
-    args, kwargs, static = tuple(flat), {}, ((), ())
-    if outer is not None:
-        _remember_source(info, fun)
-        tree = _with_leaves(tuple(local.get("args", ())), dict(local.get("kwargs", {})),
-                            _static_of(info), flat)
-        if tree is not None:
-            args, kwargs = tree
-            static = _static_of(info)
-    p = Pending(hooks, args, kwargs, static, start_unix, threading.current_thread().name,
-                frame=frame, fun=fun, transform=transform, user_frame=outer, jit_info=info)
-    _add_context(p)
-    if transform == "vmap":
-        dims = internals_reads.batch_dims(frame)
-        if dims is not None and len(dims) == len(flat):
-            p.batch_axes = {id(a): d for a, d in zip(flat, dims) if d is not None}
-    for q in list(pending):  # the user's call traced, then handed its compile to this one
-        if outer is not None and q.frame is outer:
-            p.trace_s, p.start_unix = q.trace_s, q.start_unix
-            pending.remove(q)
-    pending.append(p)
-    _call(hooks.begin, p, on_error=lambda: pending.remove(p))
-    return p
-
-
-def _aot_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
-    """An ahead-of-time ``.lower(...).compile()`` while ``watch`` records: named, not tied to a function."""
-    call = internals_reads.aot_arguments(frame)
-    aot = getattr(_watch, "aot", None)
-    if call is None or aot is None:
-        return None
-    try:
-        name = str(frame.f_locals["self"]._lowering._name)
-    except Exception:
-        name = "<lowered>"
-    hooks = aot(_strip_jit(name))
-    pending = _pendings()
-    _drop_dead(pending)
-    p = Pending(hooks, call[0], call[1], ((), ()), start_unix, threading.current_thread().name,
-                frame=frame, transform="aot")
-    _add_context(p)
-    pending.append(p)
-    _call(hooks.begin, p, on_error=lambda: pending.remove(p))
-    return p
-
-
-def _with_leaves(args: tuple[Any, ...], kwargs: dict[str, Any],
-                 static: tuple[tuple[int, ...], tuple[str, ...]],
-                 flat: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-    """The call's arguments with their dynamic leaves replaced by ``flat`` (jit's flattening order)."""
-    nums, names = static
-    static_pos = {i % len(args) for i in nums if -len(args) <= i < len(args)}
-    dyn = (tuple(a for i, a in enumerate(args) if i not in static_pos),
-           {k: v for k, v in kwargs.items() if k not in names})
-    try:
-        leaves, tree = jax.tree_util.tree_flatten(dyn)
-        if len(leaves) != len(flat):
-            return None
-        dyn_args, dyn_kwargs = jax.tree_util.tree_unflatten(tree, flat)
-    except Exception:
-        return None
-    it = iter(dyn_args)
-    new_args = tuple(a if i in static_pos else next(it) for i, a in enumerate(args))
-    return new_args, {k: (v if k in names else dyn_kwargs[k]) for k, v in kwargs.items()}
 
 
 def _add_context(p: Pending) -> None:
@@ -471,30 +380,6 @@ def _static_of(info: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
 def _drop_dead(pending: list[Pending]) -> None:
     live = {id(f) for f in _stack()}
     pending[:] = [q for q in pending if q.frame is None or id(q.frame) in live]
-
-
-def _remember_source(info: Any, fun: Any) -> None:
-    source = internals_reads.fun_sourceinfo(info)
-    if source is None or fun is None:
-        return
-    try:
-        ref = weakref.ref(fun)
-    except TypeError:
-        return
-    if len(_by_source) >= _MAX_SOURCES:
-        del _by_source[next(iter(_by_source))]
-    _by_source[source] = (ref, info)
-
-
-def _outer_call_frame(frame: types.FrameType) -> types.FrameType | None:
-    """The user's ``cache_miss`` frame outward from ``frame``, if the call is still running."""
-    assert _internals is not None
-    outer = frame.f_back
-    while outer is not None:
-        if _is_cache_miss(outer.f_code):
-            return outer
-        outer = outer.f_back
-    return None
 
 
 def _is_cache_miss(code: types.CodeType) -> bool:
