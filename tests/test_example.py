@@ -31,7 +31,7 @@ def test_example_report_names_the_planted_problems(demo_logdir, capsys):
     # recompiles at the planted steps, with the changed argument named
     train = {r["step"]: r for r in report["recompiles"] if r["function"] == "train_step"}
     assert set(train) == {6, 9}
-    assert "args[1] shape axis 0 changed 32 -> 48" in train[6]["cause"]
+    assert "x shape axis 0 changed 32 -> 48" in train[6]["cause"]  # x: the parameter at args[1]
     assert "weak_type True -> False" in train[9]["cause"]
     # the input stall every third step, attributed to its annotation
     causes = {c["cause"]: c["ms"] for c in report["host_waits"]["by_cause"]}

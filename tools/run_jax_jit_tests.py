@@ -1,8 +1,9 @@
 """Run JAX's own jit tests with ``jax.jit`` and again with ``jaxdiag.jit``, and compare.
 
 ``jaxdiag.jit`` promises to return what ``jax.jit`` returns, raise what it raises
-and donate what it donates; JAX's ``tests/api_test.py``, ``pjit_test.py`` and
-``aot_test.py`` at the installed JAX's tag define those semantics. Each file set
+and donate what it donates; JAX's ``tests/api_test.py``, ``pjit_test.py``,
+``aot_test.py``, ``pickle_test.py`` and ``jax_jit_test.py`` at the installed JAX's
+tag define those semantics. Each file set
 runs twice in a pytest subprocess, the second time with ``jit_swap_plugin``
 swapping ``jax.jit`` for ``jaxdiag.jit``; outcomes are compared test by test, and
 each difference is re-run alone in both modes to tell a reproducible one from
@@ -35,7 +36,8 @@ from jit_test_diff import Comparison, Outcome, compare  # noqa: E402
 
 TOOLS = Path(__file__).resolve().parent
 MIRROR = Path("/work/.mirror/jax-ml+jax/repo")
-TEST_FILES = ("tests/api_test.py", "tests/pjit_test.py", "tests/aot_test.py")
+TEST_FILES = ("tests/api_test.py", "tests/pjit_test.py", "tests/aot_test.py", "tests/pickle_test.py",
+              "tests/jax_jit_test.py")
 #: Besides the tests, the files that make pytest run them as JAX's CI does
 #: (``filterwarnings = error``, ``--import-mode=importlib``).
 CONFIG_FILES = ("pyproject.toml", "conftest.py")

@@ -85,16 +85,23 @@ def advise(records: Sequence[CompileRecord], thresholds: Thresholds = DEFAULT_TH
     against the earlier records of the same function and process.
     """
     by_function: dict[tuple[str, str | None], list[CompileRecord]] = defaultdict(list)
+    eager: dict[tuple[str, str | None], list[CompileRecord]] = defaultdict(list)
     for rec in records:
-        if rec.origin == JAX_INTERNAL_ORIGIN:  # JAX's own helpers: the cause shows in the user's functions
+        if rec.origin == JAX_INTERNAL_ORIGIN:  # JAX's own helpers: per op and calling line
+            eager[(rec.function, rec.call_site)].append(rec)
             continue
         by_function[function_key(rec)].append(rec)
-    out: list[Advice] = []
+    out: list[Advice] = [a for (fn, site), recs in eager.items() if (a := _eager(fn, site, recs))]
     for (qualname, source), recs in by_function.items():
         if len(recs) < 2:
             continue
-        found = [*_padding(qualname, recs, thresholds.padding_buckets), *_static_values(qualname, recs),
-                 *_by_change(qualname, recs, _changes(recs))]
+        changed = _changes(recs)
+        padding = _padding(qualname, recs, thresholds.padding_buckets, changed)
+        static = _static_values(qualname, recs)
+        covered = frozenset(
+            [("shape", p) for a in padding for p in [a.evidence["path"], *(w[0] for w in a.evidence["also"])]]
+            + [("static", a.evidence["path"]) for a in static])
+        found = [*padding, *static, *_by_change(qualname, recs, changed, covered)]
         out += [dataclasses.replace(a, source=source) for a in found]
     out.sort(key=lambda a: (-a.compile_s, -a.compiles, a.function, a.kind))
     return out
@@ -203,7 +210,20 @@ def _changes(recs: list[CompileRecord]) -> list[tuple[CompileRecord, tuple[Chang
     return [(r, None if r.explanation is None else r.explanation.changes) for r in with_explanations(recs)]
 
 
-def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int) -> list[Advice]:
+def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int,
+             changed: list | None = None) -> list[Advice]:
+    """Buckets for an axis that took ``MIN_DISTINCT`` sizes or more.
+
+    The counts are honest: "recompiles from this axis" counts only the compiles whose
+    explanation names a size change of this axis, not those other changes caused, and
+    the buckets promise sizes, not compiles ("N sizes instead of M"). Padding is
+    weighted per compiled size: how often each size is called is not recorded.
+    """
+    due_by_leaf: Counter[tuple[str, int]] = Counter()
+    for _, changes in changed or _changes(recs):
+        for c in changes or ():
+            if c.what == "shape" and c.axis is not None:
+                due_by_leaf[(c.path, c.axis)] += 1
     # (path, rank) -> (record index, shape) of every record holding that leaf
     seen: dict[tuple[str, int], list[tuple[int, tuple[int, ...]]]] = defaultdict(list)
     for idx, rec in enumerate(recs):
@@ -227,16 +247,19 @@ def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int) -> list
         plan = _least_padding(plans)
         pow2 = power_of_two_plan(counts)
         involved = sum(counts.values())
+        due = due_by_leaf[(path, axis)]
+        label = next((a.label for r in recs for a in r.args if a.path == path and a.label), path)
         also = [f"{p} axis {a}" for p, a in where[1:]]
         message = (
-            f"{name}: {path} axis {axis} took {len(counts)} sizes "
-            f"({_listing(sorted(counts))}) and compiled {involved} times"
+            f"{name}: {label} axis {axis} took {len(counts)} sizes "
+            f"({_listing(sorted(counts))}); {due} recompile(s) came from a size change of this axis"
             + (f"; also {', '.join(also[:3])}" if also else "")
         )
         suggestion = (
-            f"pad {path} axis {axis} up to buckets {list(plan.edges)}: {plan.compiles} compiles "
-            f"instead of {involved}, {plan.overhead:.1%} mean padding; powers of two "
-            f"{list(pow2.edges)}: {pow2.compiles} compiles, {pow2.overhead:.1%} padding"
+            f"pad {label} axis {axis} up to buckets {list(plan.edges)}: {plan.compiles} sizes "
+            f"instead of {len(counts)} (up to {len(counts) - plan.compiles} fewer compiles), "
+            f"{plan.overhead:.1%} mean padding per compiled size; powers of two "
+            f"{list(pow2.edges)}: {pow2.compiles} sizes, {pow2.overhead:.1%} padding"
         )
         out.append(Advice(
             qualname, "padding", message, suggestion, involved,
@@ -245,6 +268,7 @@ def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int) -> list
              "sizes": {str(s): c for s, c in sorted(counts.items())},
              "buckets": list(plan.edges), "bucket_compiles": plan.compiles,
              "padding_overhead": round(plan.overhead, 6), "actual_compiles": involved,
+             "recompiles_from_axis": due, "distinct_sizes": len(counts),
              "plans": [{"buckets": list(p.edges), "padding_overhead": round(p.overhead, 6)}
                        for p in plans],
              "pow2_buckets": list(pow2.edges), "pow2_compiles": pow2.compiles,
@@ -264,11 +288,12 @@ def _static_values(qualname: str, recs: list[CompileRecord]) -> list[Advice]:
         if len(by_value) < MIN_DISTINCT:
             continue
         involved = [r for rs in by_value.values() for r in rs]
+        label = next((a.label for r in recs for a in r.args if a.path == path and a.label), path)
         out.append(Advice(
             qualname, "static_values",
-            f"{recs[0].function}: static argument {path} took {len(by_value)} values "
+            f"{recs[0].function}: static argument {label} took {len(by_value)} values "
             f"({_listing(list(by_value))}), each a separate compile",
-            f"make {path} a traced argument (drop it from static_argnums/static_argnames) "
+            f"make {label} a traced argument (drop it from static_argnums/static_argnames) "
             f"if it only feeds arithmetic, or limit it to a few values",
             len(involved), sum(r.compile_s for r in involved),
             {"path": path, "values": list(by_value), "distinct": len(by_value)},
@@ -280,9 +305,11 @@ _RULES: dict[str, tuple[str, str, str]] = {
     # change.what -> (advice kind, message template, suggestion template)
     "weak_type": ("weak_type", "{path} flipped between a Python scalar and a typed array",
                   "pass a consistently typed array, e.g. jnp.{dtype}(x) every time"),
+    # Not jit's in_shardings: for an input already committed elsewhere it raises
+    # "Sharding passed to jit does not match the sharding on the respective arg".
     "sharding": ("sharding", "{path} arrived with different shardings ({values})",
-                 "place {path} once with jax.device_put(x, sharding) before the loop, "
-                 "or fix it with jit's in_shardings"),
+                 "place {path} with jax.device_put(x, sharding) once, with one sharding, "
+                 "before the loop, and pass the placed array every call"),
     "memory_kind": ("memory_kind", "{path} arrived in different memory kinds ({values})",
                     "keep {path} in one memory kind (device_put it once)"),
     "dtype": ("dtype", "{path} arrived with different dtypes ({values})",
@@ -293,10 +320,26 @@ _RULES: dict[str, tuple[str, str, str]] = {
     "structure": ("structure", "{path} changed its pytree structure",
                   "keep the argument pytree fixed: always pass {path} (a placeholder when "
                   "unused), or split the function"),
+    "container": ("container", "{path} came in different container types ({values}) holding the same leaves",
+                  "pass {path} as one container type every call (e.g. always a tuple)"),
+    "config": ("config", "jax config {path} differed between calls ({values})",
+               "set {path} once, before the first call (jax.config.update at start-up), "
+               "instead of changing it or its context manager around calls"),
+    "jit_options": ("jit_options", "was jitted again with other jit options ({path}: {values})",
+                    "build one jax.jit of the function, with the options you want, and call "
+                    "that object everywhere"),
+    "shape": ("shape", "{path} changed size once ({values})",
+              "if the size can vary, pad {path} to one size (the largest seen: {largest}); "
+              "if it changes only once, this recompile is expected"),
+    "static": ("static", "static argument {path} changed ({values})",
+               "keep {path} fixed, or make it a traced argument (drop it from static_argnums/"
+               "static_argnames, or from the module's static fields) if it only feeds arithmetic"),
 }
 
 
-def _by_change(qualname: str, recs: list[CompileRecord], changed: list) -> list[Advice]:
+def _by_change(qualname: str, recs: list[CompileRecord], changed: list,
+               covered: frozenset[tuple[str, str]] = frozenset()) -> list[Advice]:
+    """One piece of advice per (kind of change, path); ``covered`` are told by padding or static values."""
     # (what, path) -> the records with such a change, and the changes themselves
     hits: dict[tuple[str, str], dict[int, CompileRecord]] = defaultdict(dict)
     seen_changes: dict[tuple[str, str], list[Change]] = defaultdict(list)
@@ -307,7 +350,7 @@ def _by_change(qualname: str, recs: list[CompileRecord], changed: list) -> list[
         if not changes:
             same.append(rec)
         for c in changes:
-            if c.what in _RULES:
+            if c.what in _RULES and (c.what, c.path) not in covered:
                 hits[(c.what, c.path)][id(rec)] = rec
                 seen_changes[(c.what, c.path)].append(c)
     name = recs[0].function
@@ -322,8 +365,11 @@ def _by_change(qualname: str, recs: list[CompileRecord], changed: list) -> list[
             verbs = {"appeared" if c.old is None else "disappeared" if c.new is None else "changed"
                      for c in found}
             message = "{path} " + "/".join(sorted(verbs)) + " (pytree structure)"
+        label = next((c.label for c in found if c.label), label)
+        numbers = [int(v) for v in values if v.isdigit()]
         fill = {"path": label, "values": _listing(values),
-                "dtype": _leaf_dtype(involved[-1], path) or "float32"}
+                "dtype": _leaf_dtype(involved[-1], path) or "float32",
+                "largest": max(numbers) if numbers else "?"}
         out.append(Advice(
             qualname, kind,
             f"{name}: {message.format(**fill)}; {len(involved)} recompile(s)",
@@ -335,12 +381,29 @@ def _by_change(qualname: str, recs: list[CompileRecord], changed: list) -> list[
         out.append(Advice(
             qualname, "same_signature",
             f"{name}: compiled {len(same)} time(s) with a signature identical to an earlier one",
-            "look for jax.clear_caches(), config context managers (enable_x64, "
-            "default_matmul_precision, mesh) and inputs committed to other devices around the calls",
+            "cause unknown (signature, jit options and config states compared equal): look for "
+            "jax.clear_caches() and for inputs committed to other devices around the calls",
             len(same), sum(r.compile_s for r in same),
             {"compile_indices": [r.compile_index for r in same]},
         ))
     return out
+
+
+def _eager(function: str, site: str | None, recs: list[CompileRecord]) -> Advice | None:
+    """An eager op that one line of the user's ran on several shapes or dtypes."""
+    again = [r for r in recs if r.explanation is not None and r.explanation.changes]
+    if not again or site is None:
+        return None
+    where = f"{site} ({recs[0].call_function})" if recs[0].call_function else site
+    return Advice(
+        f"jax.{function}", "eager_op",
+        f"eager {function} at {where} compiled {len(recs)} times, {len(again)} for new argument "
+        f"shapes or dtypes ({again[-1].explanation.summary.split(': ', 1)[-1]})",
+        f"move the {function} at {where} inside the jitted step, so that it is part of that "
+        "compile, or give it arguments of one shape and dtype",
+        len(again), sum(r.compile_s for r in again),
+        {"call_site": site, "compile_indices": [r.compile_index for r in again]},
+        source=site)
 
 
 def _leaf_dtype(rec: CompileRecord, path: str) -> str | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from jaxdiag import config
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagWarning
-from jaxdiag.recording.records import CompileRecord
+from jaxdiag.recording.records import CompileRecord, history_key
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -82,28 +82,28 @@ class CompileLog:
     def __init__(self, max_records: int) -> None:
         self._lock = threading.RLock()
         self._records: collections.deque[CompileRecord] = collections.deque(maxlen=max_records)
-        self._counts: dict[tuple[str, str | None], int] = {}
+        self._counts: dict[tuple[str, str | None, str], int] = {}
         self._collectors: list[Collector] = []
         self.sink: RecordSink | None = None
         self.analysis: bool | None = None  # None: not configured, read the environment
         self._sink_set = False
         self._write_warned = False
 
-    def reserve(self, key: tuple[str, str | None]) -> tuple[int, list[CompileRecord]]:
+    def reserve(self, key: tuple[str, str | None, str]) -> tuple[int, list[CompileRecord]]:
         """Take the next compile index for ``key`` and its earlier records, oldest first."""
         with self._lock:
             index = self._counts.get(key, 0) + 1
             self._counts[key] = index
             return index, self.history(key)
 
-    def peek(self, key: tuple[str, str | None]) -> tuple[int, list[CompileRecord]]:
+    def peek(self, key: tuple[str, str | None, str]) -> tuple[int, list[CompileRecord]]:
         """Like ``reserve``, without taking the index (for a compile that may not happen)."""
         with self._lock:
             return self._counts.get(key, 0) + 1, self.history(key)
 
-    def history(self, key: tuple[str, str | None]) -> list[CompileRecord]:
+    def history(self, key: tuple[str, str | None, str]) -> list[CompileRecord]:
         with self._lock:
-            return [r for r in self._records if (r.qualname, r.source) == key]
+            return [r for r in self._records if history_key(r) == key]
 
     def append(self, record: CompileRecord) -> None:
         """Keep ``record``, hand it to the collectors and the sink; then to collectors that act on records."""
@@ -343,7 +343,13 @@ def cause(record: CompileRecord) -> str | None:
     """One line on why ``record`` happened: its explanation, or "first compile"."""
     if record.explanation is not None:
         return record.explanation.summary
-    return "first compile" if record.compile_index == 1 else None
+    if record.compile_index != 1:
+        return None
+    if record.earlier_unseen:
+        return (f"first compile seen: JAX already held {record.earlier_unseen} trace(s) of this "
+                "function, so it compiled before recording started")
+    # A late watch cannot tell a first compile from the first it saw, unless JAX's cache says.
+    return "first compile" if record.origin == "jit" or record.earlier_unseen == 0 else "first compile seen"
 
 
 def _row_columns() -> Iterator[str]:

@@ -16,13 +16,19 @@ lowered again with a signature identical to an earlier one.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
+import os
 import re
 import threading
 from typing import Iterable, Sequence
 
+from jaxdiag.recording import treedef_text
 from jaxdiag.recording.records import ArgSignature, Change, CompileRecord, Explanation
 
+#: The jax config states of the cache key as they were when recording started (name -> text);
+#: a record's ``config`` holds only the states that differ from these.
+CONFIG_DEFAULTS: dict[str, str] = {}
 #: Only this many earlier signatures of a function are searched for the closest.
 MAX_CANDIDATES = 64
 #: The summary names at most this many changes, then says how many more.
@@ -40,6 +46,32 @@ _SAME_SIGNATURE_LOWERED = (
     "or device of committed inputs that the signature does not show, a jax config "
     "context, or jax.clear_caches()"
 )
+# When both records carry their config states and jit options, none of which differ:
+_SAME_ALL_TRACED = (
+    "cause unknown: traced again with the same argument signature, jit options and "
+    "jax config states ({n} compared) as compile {index}; jax.clear_caches(), cache "
+    "eviction or a new function object with the same code can do this"
+)
+_SAME_ALL_LOWERED = (
+    "cause unknown: lowered again (not re-traced) with the same argument signature, jit "
+    "options and jax config states ({n} compared) as compile {index}; a layout or device "
+    "assignment the signature does not show, or jax.clear_caches(), can do this"
+)
+_TRANSFORMS = {
+    "grad-forward": "forward pass with residuals (under jax.grad/vjp)",
+    "grad-backward": "backward pass (the transpose, under jax.grad/vjp)",
+    "vmap": "vmapped program (under jax.vmap)",
+    "jvp": "jvp (under jax.jvp)",
+    "transformed": "transformed program",
+    "aot": "ahead-of-time compile (.lower().compile())",
+}
+_UNDER = {
+    "grad-forward": "forward pass under jax.grad/vjp", "grad-backward": "backward pass under jax.grad/vjp",
+    "vmap": "under jax.vmap", "jvp": "under jax.jvp", "transformed": "transformed",
+    "aot": "compiled ahead of time",
+}
+_INTERNAL_ORIGIN = "jax-internal"
+_MESH_STATES = ("mesh_context_manager", "abstract_mesh_context_manager")
 
 # One component of a pytree path: a quoted dict key, an index, an attribute, or the head.
 _PATH_PART = re.compile(r"""\['(?:[^'\\]|\\.)*'\]|\["(?:[^"\\]|\\.)*"\]|\[[^\]]*\]|\.[^.\[]+|^[^.\[]+""")
@@ -56,9 +88,17 @@ def explain(history: Sequence[CompileRecord], new: CompileRecord) -> Explanation
       ``None`` when no earlier record is of ``new``'s function (``function_key``);
       otherwise the diff against the closest earlier record of that function.
     """
-    candidates = _last_of_function(history, function_key(new), MAX_CANDIDATES)
+    candidates = _last_of_function(history, function_key(new), MAX_CANDIDATES, new.transform)
     if not candidates:
-        return None
+        others = _last_of_function(history, function_key(new), MAX_CANDIDATES)
+        if not others:
+            return None
+        if new.transform is None:  # the call itself, after compiles under transformations only
+            seen = ", ".join(sorted({str(r.transform) for r in others}))
+            change = Change("", "transform", seen, None)
+        else:
+            change = Change("", "transform", None, new.transform)
+        return Explanation(summary=summarize(new, (change,)), changes=(change,))
     new_index = {a.path: a for a in new.args}
     new_digest = _leaf_hashes(new)
     best: CompileRecord | None = None
@@ -72,25 +112,44 @@ def explain(history: Sequence[CompileRecord], new: CompileRecord) -> Explanation
                 break
     assert best is not None
     changes = diff(best, new)
-    return Explanation(summary=summarize(new, changes), changes=changes, compared_to=best.compile_index)
+    return Explanation(summary=summarize(new, changes, best.compile_index), changes=changes,
+                       compared_to=best.compile_index)
 
 
 def diff(old: CompileRecord, new: CompileRecord) -> tuple[Change, ...]:
     """List what differs between two records of one function, function first, then by leaf."""
-    changes: list[Change] = []
-    if old.function_id is not None and new.function_id is not None and old.function_id != new.function_id:
+    changes: list[Change] = list(_context_changes(old, new))
+    if (old.function_id is not None and new.function_id is not None and old.function_id != new.function_id
+            and new.origin != _INTERNAL_ORIGIN):  # JAX's helpers: new objects are JAX's, not the user's
         changes.append(Change("", "function", str(old.function_id), str(new.function_id)))
     old_index = {a.path: a for a in old.args}
     new_index = {a.path: a for a in new.args}
     gone = [p for p in old_index if p not in new_index]
     came = [p for p in new_index if p not in old_index]
+    renamed = False
+    if gone and len(gone) == len(came) and old.in_tree and new.in_tree:
+        # The same leaves under other keys: a container type change (namedtuple -> tuple).
+        found = treedef_text.container_changes(old.in_tree, new.in_tree)
+        same = all(_unnamed(old_index[a]) == _unnamed(new_index[b]) for a, b in zip(gone, came))
+        if found and same:
+            labels = {a.path: a.label for a in new.args if a.label}
+            for path, was, now in found:
+                changes.append(Change(path, "container", was, now, label=_label_of(path, labels)))
+            gone, came, renamed = [], [], True
+    labels = {a.path: a.label for a in (*old.args, *new.args) if a.label}
     for root, leaves in _group_by_new_root(gone, new_index):
-        changes.append(Change(root, "structure", old=_describe_subtree(leaves, old_index), new=None))
+        changes.append(Change(root, "structure", old=_describe_subtree(leaves, old_index), new=None,
+                              label=_label_of(root, labels)))
     for root, leaves in _group_by_new_root(came, old_index):
-        changes.append(Change(root, "structure", old=None, new=_describe_subtree(leaves, new_index)))
-    if not gone and not came and old.in_tree and new.in_tree and old.in_tree != new.in_tree:
+        changes.append(Change(root, "structure", old=None, new=_describe_subtree(leaves, new_index),
+                              label=_label_of(root, labels)))
+    if not renamed and not gone and not came and old.in_tree and new.in_tree and old.in_tree != new.in_tree:
         # Same leaf paths, different containers (tuple vs list, a namedtuple, a None leaf).
-        changes.append(Change("", "structure", _cut(old.in_tree), _cut(new.in_tree)))
+        found = treedef_text.container_changes(old.in_tree, new.in_tree)
+        for path, was, now in found:
+            changes.append(Change(path, "container", was, now, label=_label_of(path, labels)))
+        if not found:
+            changes.append(Change("", "structure", _cut(old.in_tree), _cut(new.in_tree)))
     for path, n in new_index.items():
         o = old_index.get(path)
         if o is not None and o != n:
@@ -98,13 +157,68 @@ def diff(old: CompileRecord, new: CompileRecord) -> tuple[Change, ...]:
     return tuple(changes)
 
 
+def _context_changes(old: CompileRecord, new: CompileRecord) -> Iterable[Change]:
+    """Jit options and config states that differ (only where both records know them)."""
+    if old.jit_options is not None and new.jit_options is not None and old.jit_options != new.jit_options:
+        was, now = _options(old.jit_options), _options(new.jit_options)
+        for name in sorted(was.keys() | now.keys()):
+            if was.get(name) != now.get(name):
+                yield Change(name, "jit_options", was.get(name, "default"), now.get(name, "default"))
+    if old.config is not None and new.config is not None and old.config != new.config:
+        for name in sorted(old.config.keys() | new.config.keys()):
+            a = old.config.get(name, CONFIG_DEFAULTS.get(name, "default"))
+            b = new.config.get(name, CONFIG_DEFAULTS.get(name, "default"))
+            if a != b:
+                yield Change(name, "config", a, b)
+
+
+_OPTION = re.compile(r"(?:^|, )([a-z_]+)=")
+
+
+def _options(text: str) -> dict[str, str]:
+    """``"donate_argnums=(0,), keep_unused=True"`` -> ``{"donate_argnums": "(0,)", ...}``."""
+    marks = list(_OPTION.finditer(text))
+    return {m.group(1): text[m.end(): marks[i + 1].start() if i + 1 < len(marks) else len(text)]
+            for i, m in enumerate(marks)}
+
+
+def _unnamed(a: ArgSignature) -> ArgSignature:
+    return dataclasses.replace(a, path="", label=None)
+
+
+def _label_of(path: str, labels: dict[str, str]) -> str | None:
+    """The user's name for ``path``, from any leaf below it that has one."""
+    for leaf_path, label in labels.items():
+        if leaf_path == path:
+            return label
+        if leaf_path.startswith(path):
+            rest = leaf_path[len(path):]
+            if label.endswith(rest):
+                return label[: len(label) - len(rest)] or None
+    return None
+
+
 def describe(change: Change) -> str:
     """One human phrase for one change, e.g. ``"args[2] shape axis 1 changed 129 -> 193"``."""
-    p, what = change.path, change.what
+    p, what = change.label or change.path, change.what
     if what == "shape":
         if change.axis is None:
             return f"{p} shape changed {change.old} -> {change.new}"
-        return f"{p} shape axis {change.axis} changed {change.old} -> {change.new}"
+        batch = " (the vmapped batch axis)" if change.batch_axis else ""
+        return f"{p} shape axis {change.axis}{batch} changed {change.old} -> {change.new}"
+    if what == "config":
+        if change.path in _MESH_STATES:
+            return f"the mesh in context changed ({change.path}: {change.old} -> {change.new})"
+        return f"jax config {change.path} changed {change.old} -> {change.new}"
+    if what == "jit_options":
+        return f"jit option {change.path} differs ({change.old} -> {change.new})"
+    if what == "transform":
+        if change.new is None:
+            return (f"first compile of the call itself (earlier compiles were under a "
+                    f"transformation: {change.old})")
+        return f"first compile of its {_TRANSFORMS.get(str(change.new), str(change.new))}"
+    if what == "container":
+        return f"{p} changed container type {change.old} -> {change.new} (same leaves)"
     if what == "dtype":
         return f"{p} dtype changed {change.old} -> {change.new}"
     if what == "weak_type":
@@ -130,14 +244,49 @@ def describe(change: Change) -> str:
     return f"{p or 'function'} {what} changed {change.old} -> {change.new}"
 
 
-def summarize(new: CompileRecord, changes: Sequence[Change]) -> str:
+def summarize(new: CompileRecord, changes: Sequence[Change], compared_index: int | None = None) -> str:
     """The one-sentence summary: ``"<function>: <change>; <change>; and N more"``."""
+    name = new.function
+    if new.transform is not None and not any(c.what == "transform" for c in changes):
+        name = f"{name} {_UNDER.get(new.transform, new.transform)}"
+    where = _where(new)
+    if new.origin == _INTERNAL_ORIGIN and changes:
+        kinds = "/".join(dict.fromkeys(c.what.replace("_", " ") for c in changes))
+        shown = "; ".join(describe(c) for c in changes[:MAX_SUMMARY_CHANGES])
+        return (f"eager {name} on a new {kinds}{where.replace('; called', '')}: {shown}; "
+                "move it inside the jitted step (or give it one shape)")
+    if new.compile_index == 1 and any(c.what == "jit_options" for c in changes):
+        shown = "; ".join(describe(c) for c in changes if c.what == "jit_options")
+        return (f"{name}: first compile of another jit object of this function: {shown}; "
+                f"JAX caches each set of jit options separately{where}")
+    if not changes and new.origin == _INTERNAL_ORIGIN:
+        return (f"eager {name}{where.replace('; called', '')} compiled again with the same "
+                "argument signature: its own parameters (an output shape, an axis, a dtype), which "
+                "jaxdiag does not compare, likely changed; move it inside the jitted step")
     if not changes:
         reason = _SAME_SIGNATURE_TRACED if new.traced else _SAME_SIGNATURE_LOWERED
-        return f"{new.function}: {reason}"
+        if new.config is not None and new.jit_options is not None:
+            known = len(CONFIG_DEFAULTS) or len(new.config)
+            reason = (_SAME_ALL_TRACED if new.traced else _SAME_ALL_LOWERED).format(
+                n=known, index=compared_index if compared_index is not None else "?")
+        return f"{name}: {reason}{where}"
     shown = "; ".join(describe(c) for c in changes[:MAX_SUMMARY_CHANGES])
     more = len(changes) - MAX_SUMMARY_CHANGES
-    return f"{new.function}: {shown}" + (f"; and {more} more" if more > 0 else "")
+    return f"{name}: {shown}" + (f"; and {more} more" if more > 0 else "") + where
+
+
+def _where(rec: CompileRecord) -> str:
+    """``; called at train.py:42 (train)``: the call site, relative to the working folder when inside it."""
+    if not rec.call_site:
+        return ""
+    site = rec.call_site
+    try:
+        rel = os.path.relpath(site)
+        if not rel.startswith(".."):
+            site = rel
+    except ValueError:
+        pass
+    return f"; called at {site}" + (f" ({rec.call_function})" if rec.call_function else "")
 
 
 # --- closest-record search ---------------------------------------------------------
@@ -153,11 +302,13 @@ def function_key(rec: CompileRecord) -> tuple[str, str | None]:
 
 
 def _last_of_function(
-    history: Sequence[CompileRecord], key: tuple[str, str | None], limit: int
+    history: Sequence[CompileRecord], key: tuple[str, str | None], limit: int,
+    transform: str | None | bool = False,
 ) -> list[CompileRecord]:
+    """The last ``limit`` records of function ``key`` (of one ``transform``, unless ``False``)."""
     found: list[CompileRecord] = []
     for rec in reversed(history):
-        if (rec.qualname, rec.source) == key:
+        if (rec.qualname, rec.source) == key and (transform is False or rec.transform == transform):
             found.append(rec)
             if len(found) == limit:
                 break
@@ -177,7 +328,7 @@ def _distance(
     Leaf hashes find the differing leaves without comparing every field of every
     leaf, which matters for models with thousands of parameters.
     """
-    fields = 0
+    fields = sum(1 for _ in _context_changes(old, new))
     if old.function_id is not None and new.function_id is not None and old.function_id != new.function_id:
         fields += 1
     old_digest = _digest(old)
@@ -274,6 +425,16 @@ def _count_leaf_fields(o: ArgSignature, n: ArgSignature) -> tuple[int, int]:
 
 
 def _leaf_changes(o: ArgSignature, n: ArgSignature) -> Iterable[Change]:
+    for change in _leaf_changes_by_path(o, n):
+        extra = {}
+        if n.label:
+            extra["label"] = n.label
+        if change.what == "shape" and change.axis is not None and n.batch_axis == change.axis:
+            extra["batch_axis"] = True
+        yield dataclasses.replace(change, **extra) if extra else change
+
+
+def _leaf_changes_by_path(o: ArgSignature, n: ArgSignature) -> Iterable[Change]:
     p = o.path
     if o.kind != n.kind:
         yield Change(p, "structure", _describe_leaf(o), _describe_leaf(n))

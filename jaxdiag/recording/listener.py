@@ -10,10 +10,15 @@ call's concrete ``args``/``kwargs``, the ``fun`` handed to ``jax.jit`` and its
 ``jit_info``. A sharding-only change, which lowers and compiles again without
 tracing, is caught the same way.
 
-The private JAX internals it reads are found by ``jaxdiag.jax_internals``. Without
-them (another JAX version), it falls back to matching events by function name,
-recording only compiles that trace, and says so once; ``jaxdiag.watch()`` then
-records names, counts and durations only. Both paths live here, beside the internals
+Compiles of a transformed call (grad's forward and backward, vmap) and ahead-of-time
+compiles under ``watch`` come through other frames, which ``transformed`` turns into
+compiles of the user's function.
+
+The private JAX internals it reads are found by ``jaxdiag.jax_internals`` (and, for
+transformed calls, jit options and config states, by the small functions of
+``internals_reads``). Without them (another JAX version), it falls back to matching
+events by function name, recording only compiles that trace, and says so once;
+``jaxdiag.watch()`` then records names, counts and durations only. Both paths live here, beside the internals
 they use, which is why this module runs past 400 lines. Cache hits never reach
 it: JAX's C++ fast path dispatches without emitting events.
 """
@@ -33,6 +38,8 @@ from jax import monitoring
 
 from jaxdiag import jax_internals
 from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError, JaxdiagWarning
+from jaxdiag.recording import internals_reads, transformed
+from jaxdiag.recording.explain import CONFIG_DEFAULTS
 from jaxdiag.sharding.collect import collect as collect_sharding
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
@@ -85,6 +92,21 @@ class Pending:
     executable: Any = None
     context: Any = None
     sharding: dict[str, Any] | None = None
+    #: ``"vmap"``, ``"grad-forward"``, ``"grad-backward"``, ``"jvp"``, ``"transformed"``:
+    #: a compile of a transformed ``jit_p`` (``frame`` is then ``call_impl_cache_miss``).
+    transform: str | None = None
+    #: ``id`` of a flat argument -> its vmapped axis (``transform == "vmap"``).
+    batch_axes: dict[int, int] | None = None
+    #: The ``cache_miss`` frame of the user's call, when it differs from ``frame``.
+    user_frame: types.FrameType | None = None
+    #: ``jit_info`` of the call, when known (its options name the cache it fills).
+    jit_info: Any = None
+    #: ``internals_reads.jit_options`` of ``jit_info``.
+    jit_options: str | None = None
+    #: The jax config states in the jit cache key that differ from ``CONFIG_DEFAULTS``.
+    config: dict[str, str] | None = None
+    #: ``(args, in_tree)`` signatures of calls JAX traced before recording started (late watch).
+    earlier: list[tuple[Any, str]] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,6 +115,8 @@ class _Internals:
     stoppers: frozenset[types.CodeType]  # AOT entry points: .trace/.lower/.compile
     cached_compilation: tuple[str, str] | None  # (name, file) of the frame holding the executable
     timed_exit: types.CodeType | None = None  # the __exit__ that times each stage, sees its exception
+    impl_miss: types.CodeType | None = None  # a transformed jit_p compiling (grad, vmap)
+    aot_compile: types.CodeType | None = None  # Lowered.compile: recorded only under watch
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -119,6 +143,7 @@ def install() -> None:
         if _internals is not None:
             return
         found = _find_internals()
+        CONFIG_DEFAULTS.update(internals_reads.config_state() or {})
         monitoring.register_event_listener(_on_event)
         monitoring.register_event_duration_secs_listener(_on_duration)
         register_start = getattr(monitoring, "register_scalar_listener", None)
@@ -301,7 +326,7 @@ def _finish(p: Pending) -> None:
     try:
         _call(p.hooks.end, p)
     finally:
-        p.frame = p.executable = None  # let the arguments and executable go
+        p.frame = p.user_frame = p.executable = None  # let the arguments and executable go
 
 
 # --- frames --------------------------------------------------------------------------
@@ -313,17 +338,44 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
             return p
     if not create:
         return None
-    hooks = _hooks_of(jax_internals.jit_call(frame)[0])
+    assert _internals is not None
+    if frame.f_code is _internals.impl_miss:
+        return transformed.impl_pending(frame, start_unix)
+    if frame.f_code is _internals.aot_compile:
+        return transformed.aot_pending(frame, start_unix)
+    fun, args, kwargs, info = jax_internals.jit_call(frame)
+    hooks = _hooks_of(fun)
     if hooks is None:
         return None
-    live = {id(f) for f in _stack()}
-    pending[:] = [q for q in pending if q.frame is None or id(q.frame) in live]
-    fun, args, kwargs, info = jax_internals.jit_call(frame)
+    _drop_dead(pending)
+    transformed.remember_source(info, fun)
     p = Pending(hooks, args, kwargs, jax_internals.jit_static(info),
-                start_unix, threading.current_thread().name, frame=frame, fun=fun)
+                start_unix, threading.current_thread().name, frame=frame, fun=fun, jit_info=info)
+    _add_context(p)
     pending.append(p)
     _call(hooks.begin, p, on_error=lambda: pending.remove(p))
     return p
+
+
+def _add_context(p: Pending) -> None:
+    """The jit options and the config states of the cache key, read as the compile starts."""
+    p.jit_options = internals_reads.jit_options(p.jit_info)
+    state = internals_reads.config_state()
+    if state is not None:
+        p.config = {k: v for k, v in state.items() if CONFIG_DEFAULTS.get(k, v) != v
+                    or k not in CONFIG_DEFAULTS}
+
+
+def _drop_dead(pending: list[Pending]) -> None:
+    live = {id(f) for f in _stack()}
+    pending[:] = [q for q in pending if q.frame is None or id(q.frame) in live]
+
+
+def _is_cache_miss(code: types.CodeType) -> bool:
+    assert _internals is not None
+    cache_miss = _internals.cache_miss
+    # An unpickled jit object carries a copy of cache_miss (cloudpickle sends it by value).
+    return code is cache_miss or (code.co_name == "cache_miss" and code == cache_miss)
 
 
 def _hooks_of(fun: Any) -> CompileHooks | None:
@@ -346,11 +398,15 @@ def _stack() -> Iterator[types.FrameType]:
 def _call_frame() -> types.FrameType | None:
     """The nearest ``cache_miss`` frame, unless an AOT entry point (``.lower()``...) is nearer."""
     assert _internals is not None
+    impl_miss = _internals.impl_miss
     for frame in _stack():
-        if frame.f_code is _internals.cache_miss:
+        code = frame.f_code
+        if code is impl_miss or _is_cache_miss(code):
             return frame
         if frame.f_code in _internals.stoppers:
-            return None
+            # An ahead-of-time compile is the user's own request: a record only under watch.
+            aot = code is _internals.aot_compile and getattr(_watch, "aot", None) is not None
+            return frame if aot else None
     return None
 
 
@@ -428,9 +484,12 @@ def warn_once(key: str, message: str) -> None:
 # --- internals -----------------------------------------------------------------------
 
 def _find_internals() -> _Internals:
+    cache_miss = jax_internals.jit_call_frame()
     stoppers = jax_internals.aot_entry_points() or frozenset()
-    return _Internals(jax_internals.jit_call_frame(), stoppers, jax_internals.compiled_executable(),
-                      jax_internals.stage_exceptions())
+    impl_miss = internals_reads.impl_cache_miss_code() if cache_miss is not None else None
+    aot = internals_reads.aot_compile_code() if cache_miss is not None else None
+    return _Internals(cache_miss, stoppers, jax_internals.compiled_executable(), jax_internals.stage_exceptions(),
+                      impl_miss, aot)
 
 
 def _hide_wrapper_frames() -> None:

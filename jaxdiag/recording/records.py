@@ -28,6 +28,10 @@ class ArgSignature:
       sharding: readable sharding (``"PartitionSpec('x', None)"`` on a mesh), when known.
       memory_kind: ``"device"``, ``"pinned_host"``, ... when known.
       value: ``repr`` of a static value, truncated.
+      label: the path as the user wrote it, with the parameter's name
+        (``batch['ids']`` for ``args[1]['ids']``), when the function's signature gives it.
+      batch_axis: the axis ``jax.vmap`` added to this leaf, when the compile is of a
+        vmapped call (the shape is then what the compiled program received).
     """
 
     path: str
@@ -38,6 +42,8 @@ class ArgSignature:
     sharding: str | None = None
     memory_kind: str | None = None
     value: str | None = None
+    label: str | None = None
+    batch_axis: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -63,7 +69,13 @@ class Change:
         ``"memory_kind"``, ``"structure"``, ``"function"`` (a new function object or
         closure) or ``"context"`` (a jax config or mesh context).
       old, new: the two values, as text.
+        ``what`` is also ``"jit_options"`` (path: the option) and ``"config"`` (path: the
+        flag, e.g. ``jax_enable_x64``), and ``"container"`` (the same leaves in another
+        container type, ``old``/``new`` the two types).
+      old, new: the two values, as text.
       axis: for ``"shape"``, the axis whose size changed (``None`` for a rank change).
+      label: ``path`` as the user wrote it (parameter names), for sentences.
+      batch_axis: for ``"shape"``, the changed axis is the one ``jax.vmap`` added.
     """
 
     path: str
@@ -71,6 +83,8 @@ class Change:
     old: str | None = None
     new: str | None = None
     axis: int | None = None
+    label: str | None = None
+    batch_axis: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -136,6 +150,20 @@ class CompileRecord:
         ``"jax-internal"`` for JAX's own jitted helpers that process-wide recording
         saw (eager ``jnp`` ops, primitives run outside ``jit``), which summaries fold.
       pid, thread: where it happened.
+      call_function: the function whose line ``call_site`` is (``train`` for ``train.py:42``).
+      transform: a compile JAX made for a transformed call of the function:
+        ``"grad-forward"`` (forward pass with residuals), ``"grad-backward"`` (the
+        transpose), ``"vmap"``, ``"jvp"`` or ``"transformed"``; ``"aot"`` for a
+        ``.lower(...).compile()`` that ``watch`` saw (named by the lowered computation,
+        qualname ``<ahead-of-time>.<name>``); ``None`` for the call itself.
+        Each is its own history, as each is its own entry in JAX's caches.
+      jit_options: the jit options that differ from defaults (``"donate_argnums=(0,)"``),
+        when known: two jit objects of one function with different options are two histories.
+      config: the jax config states in JAX's cache key that are not at their default
+        (``{"jax_enable_x64": "True"}``), plus the mesh in context, as text.
+      earlier_unseen: for a first compile that ``watch`` recorded, how many traces of the
+        function JAX's jit cache already held (earlier compiles recording did not see;
+        ``0``: none, a true first compile; ``None``: unknown).
       sharding: optional ``jaxdiag.sharding.ShardingFacts.to_dict()``: the mesh, each
         input and output leaf's spec (the compiler's choice where the user gave
         none), the collectives the compiler inserted and the bytes they move per
@@ -165,6 +193,11 @@ class CompileRecord:
     pid: int | None = None
     thread: str | None = None
     sharding: dict[str, Any] | None = None
+    call_function: str | None = None
+    transform: str | None = None
+    jit_options: str | None = None
+    config: dict[str, str] | None = None
+    earlier_unseen: bool | None = None
 
     @property
     def compile_s(self) -> float:
@@ -195,6 +228,30 @@ class CompileRecord:
         kw.setdefault("source", None)
         kw.setdefault("call_site", None)
         return cls(**kw)
+
+
+def history_key(rec: CompileRecord) -> tuple[str, str | None, str]:
+    """The compiles of one jit object: a function (qualname, definition site) and its jit options.
+
+    Two ``jax.jit`` objects of one function with different options fill different
+    caches, so each has its own compile indices and explanations; so do the programs
+    JAX compiles for a transformed call (grad's forward and backward, vmap's batched
+    one), which are not recompiles of the call itself. JAX's own helpers
+    (eager ops) are one history per calling line: a ``jnp`` op on labels at one line
+    and on activations at another are different programs, not a recompile.
+    """
+    return rec.qualname, rec.source, history_variant(
+        rec.jit_options, rec.transform, rec.call_site if rec.origin == JAX_INTERNAL_ORIGIN else None)
+
+
+def history_variant(jit_options: str | None, transform: str | None, eager_site: str | None) -> str:
+    """The third part of ``history_key``: jit options, transformation, an eager op's line."""
+    text = jit_options or ""
+    if transform:
+        text += f"|{transform}"
+    if eager_site is not None:  # an eager op is compared with calls from its own line
+        text += f"@{eager_site}"
+    return text
 
 
 # Field names, computed once: reading a large log calls ``from_dict`` per line.

@@ -8,7 +8,9 @@ plain data, so the compile log never holds a jax object.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -73,13 +75,61 @@ def _innermost(fun: Callable[..., Any]) -> Any:
 
 def call_site(skip: int = 1) -> str | None:
     """``file:line`` of the first frame outside jax, jaxlib, jaxdiag and functools."""
+    return call_site_and_function(skip + 1)[0]
+
+
+def call_site_and_function(skip: int = 1) -> tuple[str | None, str | None]:
+    """``call_site``, and the name of the function that line is in."""
     frame = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (filename.startswith(_LIBRARY_DIRS) or filename == _FUNCTOOLS_FILE
                 or filename.startswith("<frozen")):
-            return f"{filename}:{frame.f_lineno}"
+            return f"{filename}:{frame.f_lineno}", frame.f_code.co_name
         frame = frame.f_back
+    return None, None
+
+
+def with_labels(sigs: tuple[ArgSignature, ...], fun: Any) -> tuple[ArgSignature, ...]:
+    """``sigs`` with ``label`` set to each path as the user wrote it: ``args[1]`` -> ``batch``.
+
+    Positions whose parameter has a name (not ``*args``) and keyword arguments are
+    renamed; the machine ``path`` is kept. Unchanged when ``fun`` has no signature.
+    """
+    names = _positional_names(fun)
+    if names is None:
+        return sigs
+    out = []
+    for sig in sigs:
+        label = _label(sig.path, names)
+        out.append(sig if label is None else dataclasses.replace(sig, label=label))
+    return tuple(out)
+
+
+def _positional_names(fun: Any) -> tuple[str, ...] | None:
+    if fun is None:
+        return None
+    try:
+        params = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return tuple(p.name for p in params
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _label(path: str, names: tuple[str, ...]) -> str | None:
+    if path.startswith("args["):
+        end = path.find("]")
+        try:
+            i = int(path[5:end])
+        except ValueError:
+            return None
+        return names[i] + path[end + 1:] if 0 <= i < len(names) else None
+    if path.startswith("kwargs["):
+        end = path.find("]")
+        key = path[7:end]
+        if len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
+            return key[1:-1] + path[end + 1:]
     return None
 
 
@@ -90,6 +140,7 @@ def signature_of(
     static_argnames: Sequence[str] = (),
     *,
     max_static_repr: int = DEFAULT_THRESHOLDS.max_static_repr,
+    batch_axes: Mapping[int, int] | None = None,
 ) -> tuple[tuple[ArgSignature, ...], str]:
     """One signature per leaf of a call's arguments, and the pytree structure of the dynamic ones.
 
@@ -98,6 +149,7 @@ def signature_of(
       static_argnums, static_argnames: which of them are static (negative positions count
         from the end, as in ``jax.jit``).
       max_static_repr: static values' ``repr`` is cut to this many characters.
+      batch_axes: ``id`` of a leaf -> the axis ``jax.vmap`` added to it.
 
     Returns:
       The leaf signatures, positional first, and ``str`` of the dynamic arguments' treedef.
@@ -110,13 +162,13 @@ def signature_of(
             sigs.append(static_signature(f"args[{i}]", arg, max_static_repr))
         else:
             dyn_args.append(arg)
-            sigs.extend(_leaves(f"args[{i}]", arg))
+            sigs.extend(_leaves(f"args[{i}]", arg, batch_axes))
     for key, arg in kwargs.items():
         if key in static_argnames:
             sigs.append(static_signature(f"kwargs[{key!r}]", arg, max_static_repr))
         else:
             dyn_kwargs[key] = arg
-            sigs.extend(_leaves(f"kwargs[{key!r}]", arg))
+            sigs.extend(_leaves(f"kwargs[{key!r}]", arg, batch_axes))
     try:
         tree = str(jax.tree_util.tree_structure((tuple(dyn_args), dyn_kwargs)))
     except Exception:  # a custom node whose flatten fails; jax will report it
@@ -147,12 +199,16 @@ def static_signature(path: str, value: Any, max_repr: int) -> ArgSignature:
     return ArgSignature(path=path, kind="static", value=text)
 
 
-def _leaves(prefix: str, tree: Any) -> list[ArgSignature]:
+def _leaves(prefix: str, tree: Any, batch_axes: Mapping[int, int] | None = None) -> list[ArgSignature]:
     try:
         pairs, _ = jax.tree_util.tree_flatten_with_path(tree)
     except Exception:
         return [ArgSignature(path=prefix, kind="other", value=type(tree).__name__)]
-    return [leaf_signature(prefix + jax.tree_util.keystr(path), leaf) for path, leaf in pairs]
+    sigs = [leaf_signature(prefix + jax.tree_util.keystr(path), leaf) for path, leaf in pairs]
+    if batch_axes:
+        sigs = [dataclasses.replace(sig, batch_axis=batch_axes[id(leaf)])
+                if id(leaf) in batch_axes else sig for sig, (_, leaf) in zip(sigs, pairs)]
+    return sigs
 
 
 def leaf_signature(path: str, leaf: Any) -> ArgSignature:

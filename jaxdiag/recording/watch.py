@@ -44,7 +44,11 @@ from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import compile_log, host_check, listener, signature, wrapper
 from jaxdiag.recording.records import (
-    JAX_INTERNAL_ORIGIN, ArgSignature, CompileRecord, Explanation)
+    JAX_INTERNAL_ORIGIN,
+    ArgSignature,
+    CompileRecord,
+    Explanation,
+)
 
 WATCH_ORIGIN = "watch"
 #: Packages whose frames are wrappers, never the user's call site.
@@ -182,6 +186,9 @@ class _Recorder:
     def by_name(self, name: str) -> "_ByName":
         return _ByName(name)
 
+    def aot(self, name: str) -> "_AheadOfTime":
+        return _AheadOfTime(name)
+
     def owns(self, fun: Any) -> bool:
         return True
 
@@ -201,12 +208,59 @@ class _Recorder:
         target = wrapper._Target(call.fun, origin=JAX_INTERNAL_ORIGIN if internal else WATCH_ORIGIN)
         target.function_id = None if call.identity is None else compile_log.function_id(call.identity)
         args, tree = call_signature(call.args, call.kwargs, call.static_argnums,
-                                    call.static_argnames, static_leaves=call.static_leaves)
-        pending.context = (args, tree, call_site(pending.frame))
+                                    call.static_argnames, static_leaves=call.static_leaves,
+                                    batch_axes=pending.batch_axes)
+        args = signature.with_labels(args, call.fun)
+        pending.context = (args, tree, call_site_and_function(pending.frame))
+        if (pending.transform is None and call.fun is p_fun(pending) and compile_log.LOG.peek(
+                target.history_key(pending))[0] == 1):
+            pending.earlier = _earlier_calls(pending, call)
         target.end(pending)
 
 
 _RECORDERS = {True: _Recorder(True), False: _Recorder(False)}
+
+
+def p_fun(pending: listener.Pending) -> Any:
+    return pending.fun
+
+
+def _earlier_calls(pending: listener.Pending, call: "_Call") -> list[tuple[Any, str]]:
+    """Signatures of the calls JAX traced before this first compile recording saw."""
+    from jaxdiag.recording import internals_reads
+
+    out = []
+    for args, kwargs in internals_reads.cached_calls(pending.fun, pending.jit_info):
+        try:
+            sigs, tree = call_signature(args, kwargs, call.static_argnums, call.static_argnames)
+        except Exception:
+            continue
+        out.append((signature.with_labels(sigs, call.fun), tree))
+    return out
+
+
+class _AheadOfTime:
+    """Hooks for a ``.lower(...).compile()`` seen by ``watch``: known by name and argument types."""
+
+    __slots__ = ("name", "__weakref__", "__dict__")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # Stands in for the function, which a lowered computation no longer holds.
+        self.__dict__.update(__name__=name, __qualname__=name, __module__="<ahead-of-time>")
+
+    owns = _Recorder.owns
+    begin = _Recorder.begin
+
+    def wants_executable(self) -> bool:
+        return compile_log.analysis_enabled()
+
+    def end(self, pending: listener.Pending) -> None:
+        target = wrapper._Target(self, origin=WATCH_ORIGIN)
+        target.function_id = None
+        args, tree = call_signature(pending.args, pending.kwargs)
+        pending.context = (args, tree, call_site_and_function(pending.frame))
+        target.end(pending)
 
 
 class _ByName:
@@ -224,10 +278,10 @@ class _ByName:
         return False
 
     def end(self, p: listener.Pending) -> None:
-        index, _ = compile_log.LOG.reserve((self.name, None))
+        index, _ = compile_log.LOG.reserve((self.name, None, ""))
         compile_log.LOG.append(CompileRecord(
             function=self.name, qualname=self.name, source=None,
-            call_site=call_site(sys._getframe(1)), compile_index=index, time_unix=p.start_unix,
+            call_site=call_site(sys._getframe(1)), call_function=None, compile_index=index, time_unix=p.start_unix,
             lowered=p.lower_s is not None, compiled=p.backend_compile_s is not None,
             trace_s=p.trace_s, lower_s=p.lower_s, backend_compile_s=p.backend_compile_s,
             persistent_cache_hit=p.persistent_cache_hit,
@@ -259,6 +313,8 @@ class _Call:
 def _resolve(p: listener.Pending) -> _Call:
     """The user's call behind the compile: a library wrapper's (nearest first), or JAX's own."""
     base = _Call(p.fun, p.fun, p.args, p.kwargs, *(p.static or ((), ())))
+    if p.transform is not None:  # a library's frames hold the untransformed call: JAX's view
+        return base
     outer = p.frame.f_back if p.frame is not None else None
     for _ in range(_ADAPTER_DEPTH):
         if outer is None:
@@ -308,13 +364,18 @@ def _defined_in_jax(fun: Any) -> bool:
 
 def call_site(frame: types.FrameType | None) -> str | None:
     """``file:line`` of the first frame, from ``frame`` outward, outside ``WRAPPER_PACKAGES``."""
+    return call_site_and_function(frame)[0]
+
+
+def call_site_and_function(frame: types.FrameType | None) -> tuple[str | None, str | None]:
+    """``call_site``, and the name of the function that line is in."""
     while frame is not None:
         module = frame.f_globals.get("__name__") or ""
         if (module.partition(".")[0] not in WRAPPER_PACKAGES
                 and not frame.f_code.co_filename.startswith("<frozen")):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}", frame.f_code.co_name
         frame = frame.f_back
-    return None
+    return None, None
 
 
 # --- signatures with static fields ---------------------------------------------------
@@ -326,6 +387,7 @@ def call_signature(
     static_argnames: tuple[str, ...] = (),
     *,
     static_leaves: bool = False,
+    batch_axes: Mapping[int, int] | None = None,
 ) -> tuple[tuple[ArgSignature, ...], str]:
     """One signature per leaf, as ``signature.signature_of``, plus modules' static fields.
 
@@ -338,13 +400,14 @@ def call_signature(
       args, kwargs: the call's arguments.
       static_argnums, static_argnames: the call's static arguments (``jit``'s).
       static_leaves: treat every non-array leaf as static (``eqx.filter_jit``).
+      batch_axes: ``id`` of a leaf -> the axis ``jax.vmap`` added to it.
 
     Returns:
       The leaf signatures and the text of the argument tree.
     """
     max_repr = DEFAULT_THRESHOLDS.max_static_repr
     static_pos = {i % len(args) for i in static_argnums if -len(args) <= i < len(args)}
-    walker = _Walker(static_leaves, max_repr)
+    walker = _Walker(static_leaves, max_repr, batch_axes)
     dyn_args, dyn_kwargs = [], {}
     for i, arg in enumerate(args):
         if i in static_pos:
@@ -368,8 +431,10 @@ def call_signature(
 class _Walker:
     """Collects leaf signatures and tree text, descending into nodes with static fields."""
 
-    def __init__(self, static_leaves: bool, max_repr: int) -> None:
+    def __init__(self, static_leaves: bool, max_repr: int,
+                 batch_axes: Mapping[int, int] | None = None) -> None:
         self.static_leaves, self.max_repr = static_leaves, max_repr
+        self.batch_axes = batch_axes or {}
         self.sigs: list[ArgSignature] = []
         self.segments: list[str] = []
         self.fields = 0
@@ -388,6 +453,9 @@ class _Walker:
                 self._node(path, leaf, fields)
             elif self.static_leaves and not isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
                 self.sigs.append(signature.static_signature(path, leaf, self.max_repr))
+            elif id(leaf) in self.batch_axes:
+                self.sigs.append(dataclasses.replace(signature.leaf_signature(path, leaf),
+                                                     batch_axis=self.batch_axes[id(leaf)]))
             else:
                 self.sigs.append(signature.leaf_signature(path, leaf))
 

@@ -22,7 +22,13 @@ import jax
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import budget, compile_log, listener, signature
-from jaxdiag.recording.records import CompileRecord, Explanation
+from jaxdiag.recording.records import (
+    JAX_INTERNAL_ORIGIN,
+    CompileRecord,
+    Explanation,
+    history_key,
+    history_variant,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NOT_GIVEN: Any = object()
@@ -115,6 +121,11 @@ class _Target:
     def key(self) -> tuple[str, str | None]:
         return self.qualname, self.source
 
+    def history_key(self, pending: listener.Pending) -> tuple[str, str | None, str]:
+        """A jit object's compiles: this function with these jit options (see ``history_key``)."""
+        site = pending.context[2][0] if self.origin == JAX_INTERNAL_ORIGIN else None
+        return self.qualname, self.source, history_variant(pending.jit_options, pending.transform, site)
+
     def owns(self, fun: Any) -> bool:
         """Whether ``fun`` is this target's ``_Traced`` (for ``origin="watch"``, any ``fun``
         the watch factory matched)."""
@@ -129,15 +140,21 @@ class _Target:
             args, tree = signature.traced_signature(pending.args, pending.kwargs, max_repr)
         else:
             args, tree = signature.signature_of(pending.args, pending.kwargs, *pending.static,
-                                                max_static_repr=max_repr)
-        pending.context = (args, tree, signature.call_site())
+                                                max_static_repr=max_repr,
+                                                batch_axes=pending.batch_axes)
+        args = signature.with_labels(args, self._fun())
+        pending.context = (args, tree, signature.call_site_and_function())
         if self.max_compiles is not None and self.on_exceed == "raise":
-            index, history = compile_log.LOG.peek(self.key)
+            index, history = compile_log.LOG.peek(self.history_key(pending))
             budget.enforce(self._record(pending, index, history), self.max_compiles,
                            self.on_exceed, starting=True)
 
+    def _fun(self) -> Any:
+        traced = self._traced() if self._traced is not None else None
+        return None if traced is None else traced._ref()
+
     def end(self, pending: listener.Pending) -> None:
-        index, history = compile_log.LOG.reserve(self.key)
+        index, history = compile_log.LOG.reserve(self.history_key(pending))
         record = self._record(pending, index, history)
         if pending.executable is not None:
             try:
@@ -152,7 +169,7 @@ class _Target:
         budget.enforce(record, self.max_compiles, self.on_exceed, starting=False)
 
     def _record(self, p: listener.Pending, index: int, history: list[CompileRecord]) -> CompileRecord:
-        args, tree, site = p.context
+        args, tree, (site, site_function) = p.context
         record = CompileRecord(
             function=self.name, qualname=self.qualname, source=self.source, call_site=site,
             compile_index=index, time_unix=p.start_unix,
@@ -161,10 +178,60 @@ class _Target:
             trace_s=p.trace_s, lower_s=p.lower_s, backend_compile_s=p.backend_compile_s,
             persistent_cache_hit=p.persistent_cache_hit, args=args, in_tree=tree,
             function_id=self.function_id, origin=self.origin, pid=os.getpid(), thread=p.thread,
-            sharding=p.sharding)
-        if index > 1:
+            sharding=p.sharding, call_function=site_function, transform=p.transform,
+            jit_options=p.jit_options, config=p.config)
+        if index == 1 and p.transform is None and self.origin != "jit":
+            record = dataclasses.replace(record, earlier_unseen=_earlier_unseen(p, record))
+            if record.earlier_unseen and p.earlier:
+                return dataclasses.replace(record, explanation=_explain_unseen(p.earlier, record))
+        if index > 1 or p.jit_options is not None:
             record = dataclasses.replace(record, explanation=_explain(history, record))
         return record
+
+
+def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Explanation | None:
+    """A late watch's first compile, diffed against the calls JAX traced before recording."""
+    try:
+        from jaxdiag.recording.explain import explain
+    except ImportError:
+        return None
+    stand_ins = [dataclasses.replace(record, args=args, in_tree=tree, compile_index=0, explanation=None,
+                                     call_site=None, config=None)
+                 for args, tree in earlier
+                 if (args, tree) != (_types_only(record.args), record.in_tree)]  # not this trace
+    if not stand_ins:
+        return None
+    try:
+        found = explain(stand_ins, record)
+    except Exception:
+        return None
+    if found is None or not found.changes:
+        return None
+    return dataclasses.replace(
+        found, compared_to=None,
+        summary=f"first compile seen (JAX already held {record.earlier_unseen} trace(s) of this function "
+                f"from before recording started); against the closest of them: "
+                f"{found.summary.split(': ', 1)[-1]}")
+
+
+def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Signatures without placement: what a trace cache key holds of them."""
+    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None) for a in args)
+
+
+def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:
+    """For a first compile seen by a late ``watch``: how many traces JAX already held, if any."""
+    if any(r.qualname == record.qualname and r.source == record.source
+           for r in compile_log.LOG.records()):
+        return None  # the same function with other jit options: seen, a sibling history
+    from jaxdiag.recording import internals_reads
+
+    held = internals_reads.earlier_traces(p.fun)
+    if held is not None and p.trace_s is not None:
+        held -= 1  # the trace this compile made
+    if p.trace_s is None and p.static is not None:
+        held = max(held or 0, 1)  # lowered from a trace made before recording started
+    return held
 
 
 def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation | None:
@@ -173,6 +240,16 @@ def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation
     except ImportError:
         return None
     try:
+        if record.compile_index == 1:  # a new history: say what sets it apart from the others
+            if record.origin == JAX_INTERNAL_ORIGIN:
+                return None  # the first call from this line
+            key = history_key(record)
+            others = [r for r in compile_log.LOG.records()
+                      if (r.qualname, r.source) == (record.qualname, record.source) and history_key(r) != key]
+            siblings = [r for r in others if (r.jit_options or "") != (record.jit_options or "")]
+            if siblings:  # a new jit object: compared as if of this transformation, options differ
+                return explain([dataclasses.replace(r, transform=record.transform) for r in siblings], record)
+            return explain(others, record) if others else None  # a transformation's first
         return explain(history, record)
     except Exception as exc:
         listener.warn_once("explain", f"jaxdiag could not explain a recompile: "
@@ -190,10 +267,11 @@ class _Traced:
     never keeps a function alive.
     """
 
-    __slots__ = ("_ref", "__jaxdiag_hooks__", "__dict__", "__weakref__")
+    __slots__ = ("_ref", "_held", "__jaxdiag_hooks__", "__dict__", "__weakref__")
 
     def __init__(self, fun: Any, target: _Target, on_death: Any = None) -> None:
         self._ref = weakref.ref(fun, on_death)
+        self._held: Any = None  # the function itself, for a copy made by unpickling
         self.__jaxdiag_hooks__ = target
         target._traced = weakref.ref(self)
         name = signature.fun_name(fun)
@@ -233,7 +311,25 @@ class _Traced:
 
     def __reduce__(self) -> Any:
         target = self.__jaxdiag_hooks__
-        return _traced_for, (self._ref(), target.max_compiles, target.on_exceed, target.analysis)
+        return _unpickled, (self._ref(), target.max_compiles, target.on_exceed, target.analysis)
+
+
+def _unpickled(fun: Any, max_compiles: int | None, on_exceed: str, analysis: bool | None) -> _Traced:
+    """The ``_Traced`` of an unpickled (or copied) ``jaxdiag.jit`` function.
+
+    When ``fun`` already has a shared ``_Traced`` (a copy in the same process), that
+    one is used. Otherwise ``fun`` was rebuilt by the unpickler (cloudpickle sends
+    functions by value) and nothing else holds it: like ``jax.jit``'s unpickled
+    object, this ``_Traced`` holds it strongly, outside the shared cache.
+    """
+    key = (id(fun), max_compiles, on_exceed, analysis)
+    with _cache_lock:
+        traced = _cache.get(key)
+    if traced is not None and traced._ref() is fun:
+        return traced
+    traced = _Traced(fun, _Target(fun, max_compiles, on_exceed, analysis))
+    traced._held = fun
+    return traced
 
 
 _cache_lock = threading.Lock()

@@ -13,7 +13,9 @@ JSON (``to_json``), schema ``jaxdiag.compiles/1``:
   ``function`` (name), ``qualname``, ``source``, ``compiles``, ``recompiles``,
   ``compile_s``, ``causes`` (``[{"what", "path", "axis", "label", "count"}]``, one per
   distinct cause, most frequent first) and ``records`` (per compile:
-  ``compile_index``, ``time_unix``, ``call_site``, ``compile_s``, ``trace_s``,
+  ``compile_index``, ``time_unix``, ``call_site``, ``call_function`` (the function the
+  call site is in), ``transform`` (``"grad-forward"``, ``"grad-backward"``, ``"vmap"``...
+  or ``null``), ``jit_options``, ``compile_s``, ``trace_s``,
   ``lower_s``, ``backend_compile_s``, ``persistent_cache_hit``, ``pid``, and
   ``explanation`` as ``{"summary", "changes", "compared_to"}`` or ``null`` for a first
   compile).
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -42,6 +45,19 @@ SAME_SIGNATURE = "same_signature"
 UNKNOWN_CAUSE = "unknown"
 _JAX_INTERNAL = "(jax internal)"
 _MAX_CAUSES = 6
+_MAX_SITES = 2
+
+
+def call_site_text(record: CompileRecord) -> str:
+    """``train.py:42 (train)``: the call site (relative to the working folder, else the file's
+    name; JSON keeps the full path) and the function it is in."""
+    site = record.call_site or "?"
+    try:
+        rel = os.path.relpath(site)
+        site = rel if not rel.startswith("..") else os.path.basename(site)
+    except ValueError:
+        site = os.path.basename(site)
+    return f"{site} ({record.call_function})" if record.call_function else site
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,9 +68,11 @@ class Cause:
     path: str
     axis: int | None
     count: int
+    name: str | None = None  # the path as the user wrote it (parameter names)
 
     @property
     def label(self) -> str:
+        path = self.name or self.path
         if self.what == SAME_SIGNATURE:
             return "same signature (context, cache or committed devices)"
         if self.what == UNKNOWN_CAUSE:
@@ -62,14 +80,22 @@ class Cause:
         if self.what == "function":
             return "new function object / closure"
         if self.what == "shape":
-            return f"{self.path} shape" + (f" axis {self.axis}" if self.axis is not None else " (rank)")
+            return f"{path} shape" + (f" axis {self.axis}" if self.axis is not None else " (rank)")
         if self.what == "weak_type":
-            return f"{self.path} Python scalar <-> typed array"
+            return f"{path} Python scalar <-> typed array"
         if self.what == "static":
-            return f"static {self.path}"
+            return f"static {path}"
         if self.what == "structure":
-            return f"{self.path or 'argument tree'} structure"
-        return f"{self.path} {self.what.replace('_', ' ')}"
+            return f"{path or 'argument tree'} structure"
+        if self.what == "container":
+            return f"{path} container type"
+        if self.what == "config":
+            return f"jax config {path}"
+        if self.what == "jit_options":
+            return f"jit option {path} (another jit object)"
+        if self.what == "transform":
+            return "first compile under a transformation (grad/vmap)"
+        return f"{path} {self.what.replace('_', ' ')}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,7 +114,7 @@ class FunctionRow:
 
     @property
     def recompiles(self) -> int:
-        return sum(r.explanation is not None for r in self.records)
+        return sum(r.compile_index > 1 for r in self.records)
 
     @property
     def compile_s(self) -> float:
@@ -105,6 +131,7 @@ def function_rows(records: Sequence[CompileRecord]) -> list[FunctionRow]:
     rows = []
     for (qualname, source), recs in groups.items():
         counts: Counter[tuple[str, str, int | None]] = Counter()
+        names: dict[tuple[str, str, int | None], str] = {}
         for r in recs:
             if r.explanation is None:
                 continue
@@ -115,7 +142,8 @@ def function_rows(records: Sequence[CompileRecord]) -> list[FunctionRow]:
                 counts[(SAME_SIGNATURE, "", None)] += 1
             # Several axes of one leaf, or one leaf in several fields, count once per kind.
             counts.update({(c.what, c.path, c.axis) for c in changes})
-        causes = tuple(Cause(w, p, a, n) for (w, p, a), n in counts.most_common())
+            names.update({(c.what, c.path, c.axis): c.label for c in changes if c.label})
+        causes = tuple(Cause(w, p, a, n, names.get((w, p, a))) for (w, p, a), n in counts.most_common())
         name = recs[0].function
         if qualname == _JAX_INTERNAL:
             top = Counter(r.function for r in recs).most_common(3)
@@ -154,8 +182,12 @@ def render(log: "CompileLog", advice: Sequence["Advice"], *, width: int | None =
             causes.append(f"... {len(row.causes) - _MAX_CAUSES} more")
         tips = [f"{escape(a.message.removeprefix(row.function + ': '))}\n[bold]->[/bold] {escape(a.suggestion)}"
                 for a in by_function.get((row.qualname, row.source), [])]
+        sites = list(dict.fromkeys(call_site_text(r) for r in row.records if r.call_site))
+        shown = "\n".join(f"called at {escape(s)}" for s in sites[:_MAX_SITES])
+        if len(sites) > _MAX_SITES:
+            shown += f"\n... {len(sites) - _MAX_SITES} more call sites"
         table.add_row(
-            escape(name), str(row.compiles), f"{row.compile_s:.2f}",
+            escape(name) + (f"\n[dim]{shown}[/dim]" if shown else ""), str(row.compiles), f"{row.compile_s:.2f}",
             "\n".join(causes) or "—", "\n\n".join(tips) or "—",
         )
     console.print(table)
@@ -207,6 +239,9 @@ def _function_json(row: FunctionRow) -> dict[str, Any]:
                 "compile_index": r.compile_index,
                 "time_unix": r.time_unix,
                 "call_site": r.call_site,
+                "call_function": r.call_function,
+                "transform": r.transform,
+                "jit_options": r.jit_options,
                 "compile_s": round(r.compile_s, 6),
                 "trace_s": r.trace_s,
                 "lower_s": r.lower_s,

@@ -88,8 +88,8 @@ def test_summary_on_stderr_and_the_scripts_args_untouched(scripts, capsys):
     assert out.splitlines()[0] == "argv ['--lr', '3', '--log-dir', 'x']"
     assert out.splitlines()[1].startswith("sum ") and len(out.splitlines()) == 2
     assert "4 compile(s) of 1 function(s)" in err
-    assert "train_step" in err and "3x args[1] shape axis 0" in err
-    assert "pad args[1] axis 0 up to buckets" in err
+    assert "train_step" in err and "3x x shape axis 0" in err
+    assert "pad x axis 0 up to buckets" in err
     assert "of JAX's own jitted helpers (eager jnp ops" in err
     assert (sys.argv, sys.path) == (argv, path)
     from jaxdiag.recording.watch import watching
@@ -108,7 +108,7 @@ def test_log_dir_gets_the_records_and_the_compiles_command_reads_them(scripts, t
     records = read_compile_log(logs).records
     assert [(r.function, r.origin, r.compile_index) for r in records] == [
         ("train_step", "watch", i) for i in (1, 2, 3, 4)]
-    assert records[1].explanation.summary == "train_step: args[1] shape axis 0 changed 8 -> 12"
+    assert records[1].explanation.summary.startswith("train_step: x shape axis 0 changed 8 -> 12; called at ")
     assert records[1].call_site == f"{scripts / 'train.py'}:16"
 
 

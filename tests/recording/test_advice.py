@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxdiag.config import DEFAULT_THRESHOLDS
+from jaxdiag.recording import advice
 from jaxdiag.recording.advice import (
     Advice,
     advise,
@@ -54,7 +55,8 @@ def test_padding_buckets_for_a_varying_axis() -> None:
     assert ev["padding_overhead"] == pytest.approx(expected, abs=1e-6)
     assert ev["pow2_buckets"] == [128, 256]
     assert a.compiles == 5 and a.compile_s == pytest.approx(5.0)
-    assert "2 compiles instead of 5" in a.suggestion and "powers of two" in a.suggestion
+    assert "2 sizes instead of 5 (up to 3 fewer compiles)" in a.suggestion and "powers of two" in a.suggestion
+    assert ev["recompiles_from_axis"] == 4 and "4 recompile(s) came from a size change" in a.message
     assert [p["buckets"] for p in ev["plans"]] == [[256], [128, 256]]
 
 
@@ -180,3 +182,17 @@ def test_power_of_two_plan_covers_every_size(sizes: dict[int, int]) -> None:
 def test_weights_pull_edges_toward_frequent_sizes() -> None:
     assert padding_buckets({10: 1, 11: 1, 100: 1}, 2).edges == (11, 100)
     assert padding_buckets({10: 1, 90: 50, 100: 1}, 2).edges == (90, 100)
+
+
+def test_bucket_counts_leave_out_compiles_other_changes_caused() -> None:
+    sizes = [tok(n) for n in (100, 120, 128)]
+    other = tuple(dataclasses.replace(a, dtype="int16") if a.path == "args[0]" else a for a in tok(128))
+    recs = run(*sizes, other)  # the fourth compile: a dtype change at a size seen before
+    a = only(advise(recs), "padding")
+    assert a.evidence["recompiles_from_axis"] == 2 and a.evidence["distinct_sizes"] == 3
+    assert "2 recompile(s) came from a size change" in a.message
+
+
+def test_sharding_advice_never_names_in_shardings() -> None:
+    for rule in advice._RULES.values():
+        assert "in_shardings" not in rule[2]

@@ -45,8 +45,7 @@ def test_starts_empty(jaxdiag_compiles):
     step(jnp.ones(2))  # compiled by the test before: a cache hit
     assert jaxdiag_compiles.count() == 0
 """)
-    # test_starts_empty relies on test_counts having run first: keep the file's order
-    result = pytester.runpytest("-q", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result = pytester.runpytest("-q", "-p", "no:cacheprovider", "-p", "no:randomly")  # tests run in order
     result.assert_outcomes(passed=2)
 
 

@@ -157,14 +157,25 @@ def test_nested_jit_is_part_of_the_outer_compile():
     assert len(records()) == 2
 
 
-def test_grad_of_jitted_function_records_its_forward_compile():
-    f = jaxdiag.jit(lambda x: jnp.sum(jnp.sin(x)))
-    jax.grad(f)(jnp.ones(3))
-    (r,) = records()
-    assert (r.lowered, r.compiled) == (True, True)
-    # Traced inside grad's trace (JAX 0.9 on), or traced again for the compile (JAX 0.8).
-    assert r.traced == (r.trace_s is not None)
-    assert r.args[0].shape == (3,) and r.args[0].dtype == "float32"
+def test_grad_of_jitted_function_records_forward_and_backward_compiles():
+    def loss(w, x):
+        return jnp.sum(jnp.sin(w * x))
+
+    f = jaxdiag.jit(loss)
+    jax.grad(f)(jnp.ones(3), jnp.ones(3))
+    forward, backward = records()
+    assert (forward.transform, backward.transform) == ("grad-forward", "grad-backward")
+    # JAX times no trace made inside another transformation's trace (grad's JVP here).
+    assert [(r.traced, r.lowered, r.compiled) for r in (forward, backward)] == [(False, True, True)] * 2
+    assert [(a.path, a.label, a.shape) for a in forward.args] == [
+        ("args[0]", "w", (3,)), ("args[1]", "x", (3,))]
+    assert "backward pass" in backward.explanation.summary
+    jax.grad(f)(jnp.ones(4), jnp.ones(4))
+    again = records()[2:]
+    assert [r.transform for r in again] == ["grad-forward", "grad-backward"]
+    assert again[0].explanation.changes[0].what == "shape"
+    assert again[0].explanation.compared_to == forward.compile_index
+    assert again[1].explanation.compared_to == backward.compile_index
 
 
 def test_aot_stages_are_not_recorded_but_a_later_call_is():
@@ -265,7 +276,7 @@ def test_listener_failure_warns_once_and_the_call_proceeds(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("planted failure")
 
-    monkeypatch.setattr(signature, "call_site", broken)
+    monkeypatch.setattr(signature, "call_site_and_function", broken)
     monkeypatch.setattr(listener, "_warned", set())
     f = jaxdiag.jit(lambda x: x - 1)
     with pytest.warns(JaxdiagWarning, match="planted failure"):
@@ -335,7 +346,7 @@ def test_internal_failure_never_fails_the_call_even_under_warnings_as_errors(mon
     def broken(*args, **kwargs):
         raise RuntimeError("planted failure")
 
-    monkeypatch.setattr(signature, "call_site", broken)
+    monkeypatch.setattr(signature, "call_site_and_function", broken)
     monkeypatch.setattr(listener, "_warned", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")

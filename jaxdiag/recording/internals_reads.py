@@ -1,0 +1,251 @@
+"""The private JAX reads that recording adds to ``listener``'s, one small function each.
+
+Each function reads one thing JAX does not publish (a frame's locals, a private
+field of a jit object or a config holder) and returns plain Python values, or
+``None`` when this JAX has no such thing: a caller then records less, never
+something wrong. Kept apart so that every private read can sit behind one door.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+#: Frames of JAX's rules for ``jit_p`` that tell which transformation made a compile.
+_TRANSFORM_FRAMES = {
+    "_pjit_linearize": "grad-forward",
+    "_pjit_transpose_fancy": "grad-backward",
+    "_pjit_transpose": "grad-backward",
+    "_pjit_batcher": "vmap",
+    "_pjit_jvp": "jvp",
+}
+_TRANSFORM_DEPTH = 12
+
+
+def impl_cache_miss_code() -> types.CodeType | None:
+    """The code of ``call_impl_cache_miss``: the compile of a ``jit_p`` equation run eagerly.
+
+    ``jax.grad`` and ``jax.vmap`` of a jitted function do not compile through the
+    function's own ``cache_miss``: they bind ``jit_p`` with a transformed jaxpr
+    (forward with residuals, transpose, batched), which compiles here.
+    """
+    try:
+        from jax._src import pjit
+
+        for const in pjit._pjit_call_impl.__code__.co_consts:
+            if isinstance(const, types.CodeType) and const.co_name == "call_impl_cache_miss":
+                return const
+    except Exception:
+        pass
+    return None
+
+
+def impl_call(frame: types.FrameType) -> tuple[tuple[Any, ...], str | None, str] | None:
+    """``(flat arguments, func_src_info, transform)`` of a ``call_impl_cache_miss`` frame.
+
+    ``func_src_info`` is the ``"name at file:line"`` JAX stores in the jaxpr's debug
+    info, matching the jitted function's ``jit_info.fun_sourceinfo``.
+    """
+    try:
+        local = frame.f_locals
+        args = tuple(local["args"])
+        info = getattr(getattr(local["jaxpr"], "jaxpr", None), "debug_info", None)
+        source = getattr(info, "func_src_info", None)
+        return args, source if isinstance(source, str) else None, transform_of(frame)
+    except Exception:
+        return None
+
+
+def transform_of(frame: types.FrameType) -> str:
+    """Which transformation bound the ``jit_p`` that compiles in ``frame`` (nearest rule wins)."""
+    outer = frame.f_back
+    for _ in range(_TRANSFORM_DEPTH):
+        if outer is None:
+            break
+        found = _TRANSFORM_FRAMES.get(outer.f_code.co_name)
+        if found is not None and outer.f_globals.get("__name__") == "jax._src.pjit":
+            return found
+        outer = outer.f_back
+    return "transformed"
+
+
+def batch_dims(frame: types.FrameType) -> tuple[int | None, ...] | None:
+    """The vmapped axis of each flat input, from the nearest ``_pjit_batcher`` frame outward."""
+    outer = frame.f_back
+    for _ in range(_TRANSFORM_DEPTH):
+        if outer is None:
+            return None
+        if outer.f_code.co_name == "_pjit_batcher":
+            try:
+                dims = outer.f_locals["dims_in"]
+                return tuple(d if isinstance(d, int) else None for d in dims)
+            except Exception:
+                return None
+        outer = outer.f_back
+    return None
+
+
+def fun_sourceinfo(jit_info: Any) -> str | None:
+    """``jit_info.fun_sourceinfo``: the key that ties a transformed compile to its jitted function."""
+    value = getattr(jit_info, "fun_sourceinfo", None)
+    return value if isinstance(value, str) else None
+
+
+#: ``jit_info`` fields that are jit options, with their defaults; each names its own cache.
+_JIT_OPTION_DEFAULTS: dict[str, Any] = {
+    "static_argnums": (), "static_argnames": (), "donate_argnums": (), "donate_argnames": (),
+    "device": None, "backend": None, "keep_unused": False, "inline": False,
+    "compiler_options_kvs": (),
+}
+
+
+def jit_options(jit_info: Any) -> str | None:
+    """The jit options of ``jit_info`` that are not at their default, as ``"k=v, ..."`` text.
+
+    ``""`` when all are at their defaults, ``None`` when ``jit_info`` is unknown.
+    Shardings and layouts count only when the user gave them.
+    """
+    if jit_info is None:
+        return None
+    parts = []
+    try:
+        for name, default in _JIT_OPTION_DEFAULTS.items():
+            value = getattr(jit_info, name, default)
+            if name.endswith("_argnames") and parts and parts[-1].startswith(name[:-5] + "nums="):
+                continue  # jit derives the names from the positions given
+            if value != default and not (default == () and not value):
+                parts.append(f"{name}={_option_text(value)}")
+        for name in ("in_shardings", "out_shardings", "in_layouts", "out_layouts"):
+            leaves = getattr(jit_info, f"{name}_leaves", ())
+            given = [x for x in leaves or () if x is not None and type(x).__name__ != "UnspecifiedValue"]
+            if given:
+                parts.append(f"{name}={_option_text(tuple(leaves))}")
+    except Exception:
+        return None
+    return ", ".join(parts)
+
+
+def _option_text(value: Any) -> str:
+    text = repr(tuple(value) if isinstance(value, list) else value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def config_state() -> dict[str, str] | None:
+    """Every jax config state in the jit cache key (``trace_context``), by name, as text.
+
+    Values without a readable ``repr`` (an object address) are left out: they could
+    not be compared across records anyway.
+    """
+    try:
+        from jax._src import config
+
+        names, values = config.trace_context_names(), config.trace_context()
+    except Exception:
+        return None
+    out = {}
+    for name, value in zip(names, values):
+        text = value if isinstance(value, str) else repr(value)
+        if " at 0x" not in text and len(text) <= 400:
+            out[str(name)] = text
+    return out
+
+
+def earlier_traces(fun: Any) -> int | None:
+    """How many traces of ``fun`` JAX's jit trace cache holds (``None``: cannot tell)."""
+    try:
+        from jax._src import pjit
+
+        keys = pjit._infer_params_cached.cache_keys()
+    except Exception:
+        return None
+    count = 0
+    for key in keys:
+        ref = key[0] if isinstance(key, tuple) and key else None
+        try:
+            if ref is not None and ref() is fun:
+                count += 1
+        except TypeError:
+            continue
+    return count
+
+
+def aot_compile_code() -> types.CodeType | None:
+    """The code of ``Lowered.compile``: an ahead-of-time compile the user asked for."""
+    try:
+        import inspect
+
+        from jax._src import stages
+
+        return inspect.unwrap(stages.Lowered.compile).__code__
+    except Exception:
+        return None
+
+
+def aot_arguments(frame: types.FrameType) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The lowered call's arguments as ``jax.ShapeDtypeStruct`` leaves, from ``Lowered.args_info``."""
+    try:
+        import jax
+
+        lowered = frame.f_locals["self"]
+        args, kwargs = lowered.args_info
+
+        def struct(info: Any) -> Any:
+            weak = bool(getattr(getattr(info, "_aval", None), "weak_type", False))
+            return jax.ShapeDtypeStruct(info.shape, info.dtype, weak_type=weak)
+
+        is_info = lambda x: hasattr(x, "donated") and hasattr(x, "shape")  # noqa: E731
+        return (tuple(jax.tree_util.tree_map(struct, tuple(args), is_leaf=is_info)),
+                dict(jax.tree_util.tree_map(struct, dict(kwargs), is_leaf=is_info)))
+    except Exception:
+        return None
+
+
+def cached_calls(fun: Any, jit_info: Any, limit: int = 8) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The calls of ``fun`` (with ``jit_info``) that JAX's jit trace cache holds, newest last.
+
+    Each is rebuilt from the cache key: static values as they were, array leaves as
+    ``jax.ShapeDtypeStruct`` of the traced types. Lets a late ``watch`` compare a
+    first compile with the compiles made before it started. Empty when unknown.
+    """
+    try:
+        import jax
+        from jax._src import pjit
+
+        keys = pjit._infer_params_cached.cache_keys()
+    except Exception:
+        return []
+    out = []
+    for key in keys:
+        try:
+            if not (isinstance(key, tuple) and len(key) >= 3 and key[0]() is fun):
+                continue
+            info, sig, avals = key[2][0], key[2][1], key[2][2]
+            if info is not jit_info and info != jit_info:
+                continue
+            out.append(_rebuild_call(jax, sig, avals, tuple(getattr(jit_info, "static_argnums", ()) or ())))
+        except Exception:
+            continue
+    return out[-limit:]
+
+
+def _rebuild_call(jax: Any, sig: Any, avals: Any, static_argnums: tuple[int, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    treedefs, names = list(sig.dynamic_arg_treedefs), list(sig.dynamic_arg_names)
+    statics, static_names = list(sig.static_args), list(sig.static_arg_names)
+    leaves = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=bool(getattr(a, "weak_type", False)))
+              for a in avals]
+    dynamic, start = [], 0
+    for treedef in treedefs:
+        dynamic.append(jax.tree_util.tree_unflatten(treedef, leaves[start:start + treedef.num_leaves]))
+        start += treedef.num_leaves
+    if start != len(leaves):
+        raise ValueError("leaf count")
+    n_dyn_pos, n_static_pos = len(treedefs) - len(names), len(statics) - len(static_names)
+    total = n_dyn_pos + n_static_pos
+    static_pos = sorted({i % total for i in static_argnums if total and -total <= i < total})
+    if len(static_pos) != n_static_pos:
+        raise ValueError("static positions")
+    dyn_iter, static_iter = iter(dynamic[:n_dyn_pos]), iter(statics[:n_static_pos])
+    args = tuple(next(static_iter) if i in static_pos else next(dyn_iter) for i in range(total))
+    kwargs = dict(zip(names, dynamic[n_dyn_pos:]))
+    kwargs.update(zip(static_names, statics[n_static_pos:]))
+    return args, kwargs

@@ -1,0 +1,143 @@
+"""Compiles JAX makes for a jitted function without its own ``cache_miss``: transformed and ahead of time.
+
+``jax.grad`` and ``jax.vmap`` of a jitted function bind ``jit_p`` with a transformed
+jaxpr (the forward pass with residuals, its transpose, the batched program), which
+compiles in ``call_impl_cache_miss``; ``.lower(...).compile()`` compiles in
+``Lowered.compile``. ``listener`` finds those frames and hands them here, where each
+becomes a ``Pending`` tied to the user's function: through the user's call still on
+the stack, or (grad's backward pass, which compiles after that call returned) through
+the source info JAX keeps in the jaxpr.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+import weakref
+from typing import Any
+
+import jax
+
+from jaxdiag import jax_internals
+from jaxdiag.recording import internals_reads, listener
+
+_MAX_SOURCES = 1024
+# ``jit_info.fun_sourceinfo`` -> (the jitted callable, its jit_info), for the backward
+# pass of a grad, which compiles after the user's call returned.
+_by_source: dict[str, Any] = {}
+
+
+def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending | None:
+    """A compile of a transformed ``jit_p`` (grad's forward and backward, vmap's batched).
+
+    Its arguments are what the compiled program receives: the user's argument tree
+    with the transformed call's flat arrays for leaves when the counts agree (vmap,
+    grad's forward), the flat arrays otherwise (grad's backward: residuals and
+    cotangents). The user's call, when still on the stack, names the function and
+    holds the trace that led here; otherwise the function is found by the source
+    info JAX keeps in the jaxpr.
+    """
+    call = internals_reads.impl_call(frame)
+    if call is None:
+        return None
+    flat, source, transform = call
+    outer = outer_call_frame(frame)
+    local = outer.f_locals if outer is not None else {}
+    if outer is not None:
+        fun, info = local.get("fun"), local.get("jit_info")
+    else:
+        ref, info = _by_source.get(source or "", (lambda: None, None))
+        fun = ref()
+    hooks = listener._hooks_of(fun)
+    if hooks is None:
+        return None
+    pending = listener._pendings()
+    listener._drop_dead(pending)
+    args, kwargs, static = tuple(flat), {}, ((), ())
+    if outer is not None:
+        remember_source(info, fun)
+        tree = _with_leaves(tuple(local.get("args", ())), dict(local.get("kwargs", {})),
+                            jax_internals.jit_static(info), flat)
+        if tree is not None:
+            args, kwargs = tree
+            static = jax_internals.jit_static(info)
+    p = listener.Pending(hooks, args, kwargs, static, start_unix, threading.current_thread().name,
+                frame=frame, fun=fun, transform=transform, user_frame=outer, jit_info=info)
+    listener._add_context(p)
+    if transform == "vmap":
+        dims = internals_reads.batch_dims(frame)
+        if dims is not None and len(dims) == len(flat):
+            p.batch_axes = {id(a): d for a, d in zip(flat, dims) if d is not None}
+    for q in list(pending):  # the user's call traced, then handed its compile to this one
+        if outer is not None and q.frame is outer:
+            p.trace_s, p.start_unix = q.trace_s, q.start_unix
+            pending.remove(q)
+    pending.append(p)
+    listener._call(hooks.begin, p, on_error=lambda: pending.remove(p))
+    return p
+
+
+def aot_pending(frame: types.FrameType, start_unix: float) -> listener.Pending | None:
+    """An ahead-of-time ``.lower(...).compile()`` while ``watch`` records: named, not tied to a function."""
+    call = internals_reads.aot_arguments(frame)
+    aot = getattr(listener._watch, "aot", None)
+    if call is None or aot is None:
+        return None
+    try:
+        name = str(frame.f_locals["self"]._lowering._name)
+    except Exception:
+        name = "<lowered>"
+    hooks = aot(listener._strip_jit(name))
+    pending = listener._pendings()
+    listener._drop_dead(pending)
+    p = listener.Pending(hooks, call[0], call[1], ((), ()), start_unix, threading.current_thread().name,
+                frame=frame, transform="aot")
+    listener._add_context(p)
+    pending.append(p)
+    listener._call(hooks.begin, p, on_error=lambda: pending.remove(p))
+    return p
+
+
+def _with_leaves(args: tuple[Any, ...], kwargs: dict[str, Any],
+                 static: tuple[tuple[int, ...], tuple[str, ...]],
+                 flat: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The call's arguments with their dynamic leaves replaced by ``flat`` (jit's flattening order)."""
+    nums, names = static
+    static_pos = {i % len(args) for i in nums if -len(args) <= i < len(args)}
+    dyn = (tuple(a for i, a in enumerate(args) if i not in static_pos),
+           {k: v for k, v in kwargs.items() if k not in names})
+    try:
+        leaves, tree = jax.tree_util.tree_flatten(dyn)
+        if len(leaves) != len(flat):
+            return None
+        dyn_args, dyn_kwargs = jax.tree_util.tree_unflatten(tree, flat)
+    except Exception:
+        return None
+    it = iter(dyn_args)
+    new_args = tuple(a if i in static_pos else next(it) for i, a in enumerate(args))
+    return new_args, {k: (v if k in names else dyn_kwargs[k]) for k, v in kwargs.items()}
+
+
+
+def remember_source(info: Any, fun: Any) -> None:
+    source = internals_reads.fun_sourceinfo(info)
+    if source is None or fun is None:
+        return
+    try:
+        ref = weakref.ref(fun)
+    except TypeError:
+        return
+    if len(_by_source) >= _MAX_SOURCES:
+        del _by_source[next(iter(_by_source))]
+    _by_source[source] = (ref, info)
+
+
+def outer_call_frame(frame: types.FrameType) -> types.FrameType | None:
+    """The user's ``cache_miss`` frame outward from ``frame``, if the call is still running."""
+    assert listener._internals is not None
+    outer = frame.f_back
+    while outer is not None:
+        if listener._is_cache_miss(outer.f_code):
+            return outer
+        outer = outer.f_back
+    return None
