@@ -297,6 +297,12 @@ def test_flax_nnx_static_fields():
     assert flags is not None and flags["act"] is False and flags["w"] is True
 
 
+def test_distributed_state():
+    # A process that never called jax.distributed.initialize has the holder, and no client in it.
+    assert J.distributed_state() is not None
+    assert J.distributed_client() is None  # tests/recording/test_host_check.py reaches a real one
+
+
 def test_missing_capability_is_said_once_with_what_is_lost(monkeypatch):
     monkeypatch.setattr(J, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:

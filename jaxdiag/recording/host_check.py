@@ -109,9 +109,10 @@ class HostCheck(Collector):
             return self._count > 1
         try:
             import jax
-            from jax._src import distributed
 
-            client = self._client or distributed.global_state.client
+            from jaxdiag import jax_internals
+
+            client = self._client or jax_internals.distributed_client()
             if client is None:
                 return False
             self._client = client

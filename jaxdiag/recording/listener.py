@@ -16,7 +16,7 @@ compiles of the user's function.
 
 The private JAX internals it reads are found by ``jaxdiag.jax_internals`` (and, for
 transformed calls, jit options and config states, by the small functions of
-``internals_reads``). Without them (another JAX version), it falls back to matching
+``jax_internals.transforms``). Without them (another JAX version), it falls back to matching
 events by function name, recording only compiles that trace, and says so once;
 ``jaxdiag.watch()`` then records names, counts and durations only. Both paths live here, beside the internals
 they use, which is why this module runs past 400 lines. Cache hits never reach
@@ -38,7 +38,8 @@ from jax import monitoring
 
 from jaxdiag import jax_internals
 from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError, JaxdiagWarning
-from jaxdiag.recording import internals_reads, transformed
+from jaxdiag.jax_internals import transforms as internals_reads
+from jaxdiag.recording import transformed
 from jaxdiag.recording.explain import CONFIG_DEFAULTS
 from jaxdiag.sharding.collect import collect as collect_sharding
 

@@ -19,7 +19,8 @@ from typing import Any
 import jax
 
 from jaxdiag import jax_internals
-from jaxdiag.recording import internals_reads, listener
+from jaxdiag.jax_internals import transforms as internals_reads
+from jaxdiag.recording import listener
 
 _MAX_SOURCES = 1024
 # ``jit_info.fun_sourceinfo`` -> (the jitted callable, its jit_info), for the backward

@@ -227,7 +227,7 @@ def p_fun(pending: listener.Pending) -> Any:
 
 def _earlier_calls(pending: listener.Pending, call: "_Call") -> list[tuple[Any, str]]:
     """Signatures of the calls JAX traced before this first compile recording saw."""
-    from jaxdiag.recording import internals_reads
+    from jaxdiag.jax_internals import transforms as internals_reads
 
     out = []
     for args, kwargs in internals_reads.cached_calls(pending.fun, pending.jit_info):

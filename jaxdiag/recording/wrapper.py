@@ -224,7 +224,7 @@ def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:
     if any(r.qualname == record.qualname and r.source == record.source
            for r in compile_log.LOG.records()):
         return None  # the same function with other jit options: seen, a sibling history
-    from jaxdiag.recording import internals_reads
+    from jaxdiag.jax_internals import transforms as internals_reads
 
     held = internals_reads.earlier_traces(p.fun)
     if held is not None and p.trace_s is not None:

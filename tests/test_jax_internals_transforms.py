@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 import jaxdiag
-from jaxdiag.recording import compile_log, internals_reads, listener
+from jaxdiag.jax_internals import transforms as internals_reads
+from jaxdiag.recording import compile_log, listener
 
 
 def test_code_objects_are_found() -> None:

@@ -1,9 +1,13 @@
-"""The private JAX reads that recording adds to ``listener``'s, one small function each.
+"""The private JAX reads behind transformed compiles, jit options and config states, one small function each.
+
+Part of the one door to JAX's internals (``jaxdiag.jax_internals``): recording reads
+these through it (``recording.listener``, ``transformed``, ``watch``, ``wrapper``), and
+``tests/test_jax_internals_transforms.py`` tests each on a real program.
 
 Each function reads one thing JAX does not publish (a frame's locals, a private
 field of a jit object or a config holder) and returns plain Python values, or
 ``None`` when this JAX has no such thing: a caller then records less, never
-something wrong. Kept apart so that every private read can sit behind one door.
+something wrong. Kept in a module of its own to keep the door's first module short.
 """
 
 from __future__ import annotations

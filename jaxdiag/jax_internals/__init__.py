@@ -116,6 +116,11 @@ CAPABILITIES: dict[str, Capability] = {
             "nnx.jit compiles are named after flax's wrapper",
         ),
         Capability(
+            "distributed_state",
+            "jax._src.distributed.global_state.client (the key-value store jax.distributed starts)",
+            "the run-time host check (watch(check_hosts=...)) cannot reach the other processes",
+        ),
+        Capability(
             "flax_nnx_static_fields",
             "a flax nnx module's _pytree__nodes",
             "static attributes of nnx modules are not named in recompile causes",
@@ -373,7 +378,25 @@ def flax_nnx_static_fields() -> str | None:
         return None
 
 
+@functools.cache
+def distributed_state() -> Any:
+    """``jax._src.distributed.global_state``: the holder of ``jax.distributed``'s client."""
+    try:
+        from jax._src import distributed
+
+        state = distributed.global_state
+    except Exception:
+        return None
+    return state if hasattr(state, "client") else None
+
+
 _PROBES: dict[str, Callable[[], Any]] = {name: globals()[name] for name in CAPABILITIES}
+
+
+def distributed_client() -> Any:
+    """The ``jax.distributed`` key-value client of this process, or ``None`` (not initialized, or no such state)."""
+    state = distributed_state()
+    return getattr(state, "client", None) if state is not None else None
 
 
 # --- reads -----------------------------------------------------------------------------
