@@ -111,7 +111,7 @@ def jit_options(jit_info: Any) -> str | None:
     """
     if jit_info is None:
         return None
-    parts = []
+    parts: list[str] = []
     try:
         for name, default in _JIT_OPTION_DEFAULTS.items():
             value = getattr(jit_info, name, default)

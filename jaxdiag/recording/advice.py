@@ -398,7 +398,7 @@ def _eager(function: str, site: str | None, recs: list[CompileRecord]) -> Advice
     return Advice(
         f"jax.{function}", "eager_op",
         f"eager {function} at {where} compiled {len(recs)} times, {len(again)} for new argument "
-        f"shapes or dtypes ({again[-1].explanation.summary.split(': ', 1)[-1]})",
+        f"shapes or dtypes ({_summary_tail(again[-1])})",
         f"move the {function} at {where} inside the jitted step, so that it is part of that "
         "compile, or give it arguments of one shape and dtype",
         len(again), sum(r.compile_s for r in again),
@@ -416,3 +416,9 @@ def _leaf_dtype(rec: CompileRecord, path: str) -> str | None:
 def _listing(values: Sequence[Any]) -> str:
     shown = ", ".join(str(v) for v in values[:_MAX_LISTED])
     return shown + (f", ... {len(values) - _MAX_LISTED} more" if len(values) > _MAX_LISTED else "")
+
+
+def _summary_tail(record: Any) -> str:
+    """The change part of a record's explanation ("x shape axis 0 changed 2 -> 3")."""
+    summary = record.explanation.summary if record.explanation is not None else "cause unknown"
+    return summary.split(": ", 1)[-1]

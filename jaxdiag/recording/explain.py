@@ -21,7 +21,7 @@ import operator
 import os
 import re
 import threading
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from jaxdiag.recording import treedef_text
 from jaxdiag.recording.records import ArgSignature, Change, CompileRecord, Explanation
@@ -426,7 +426,7 @@ def _count_leaf_fields(o: ArgSignature, n: ArgSignature) -> tuple[int, int]:
 
 def _leaf_changes(o: ArgSignature, n: ArgSignature) -> Iterable[Change]:
     for change in _leaf_changes_by_path(o, n):
-        extra = {}
+        extra: dict[str, Any] = {}
         if n.label:
             extra["label"] = n.label
         if change.what == "shape" and change.axis is not None and n.batch_axis == change.axis:

@@ -54,7 +54,9 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
         return None
     pending = listener._pendings()
     listener._drop_dead(pending)
-    args, kwargs, static = tuple(flat), {}, ((), ())
+    args: tuple[Any, ...] = tuple(flat)
+    kwargs: dict[str, Any] = {}
+    static: tuple[tuple[int, ...], tuple[str, ...]] = ((), ())
     if outer is not None:
         remember_source(info, fun)
         tree = _with_leaves(tuple(local.get("args", ())), dict(local.get("kwargs", {})),

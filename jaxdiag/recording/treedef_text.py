@@ -83,7 +83,7 @@ class _Parser:
 
     def _items(self, open_: str, close: str) -> tuple[tuple[str, Node], ...]:
         self.eat(open_)
-        out = []
+        out: list[tuple[str, Node]] = []
         while not self.peek(close):
             out.append((f"[{len(out)}]", self.node()))
             if self.peek(", "):

@@ -34,6 +34,7 @@ import hashlib
 import os
 import sys
 import types
+from collections.abc import Mapping
 from typing import Any
 
 import jax
