@@ -26,7 +26,7 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
-from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
+from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds, current
 from jaxdiag.sharding.facts import ShardingFacts, format_bytes
 from jaxdiag.sharding.hlo import Collective
 
@@ -243,7 +243,7 @@ def _resharding_findings(functions: Sequence[FunctionSharding], wall_ms: float) 
     for f in functions:
         uses = sorted((u for u in f.collectives if u.origin == "resharding"),
                       key=lambda u: -u.collective.bytes * u.collective.count)
-        for use in uses[:_MAX_RESHARD_FINDINGS]:
+        for use in uses[:current().max_reshard_findings]:
             out.append(_resharding_finding(f, use, wall_ms))
     return out
 

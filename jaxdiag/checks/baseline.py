@@ -152,7 +152,7 @@ class Baseline:
                 module_device_ms={str(k): _num(v) for k, v in dict(d.get("module_device_ms") or {}).items()},
                 version=version,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BaselineError(f"baseline has a malformed figure ({type(exc).__name__}: {exc})") from None
 
     def save(self, path: str | Path) -> None:
@@ -170,22 +170,18 @@ def load_baseline(path: str | Path) -> Baseline:
     Raises:
       BaselineError: the file is missing, not JSON, of another version or lacks figures.
     """
+    from jaxdiag.files import read_json
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise BaselineError(f"{p}: cannot read baseline ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BaselineError(f"{p}: not a JSON baseline ({exc.msg} at line {exc.lineno})") from None
+    data = read_json(p, "a jaxdiag baseline (JSON)", BaselineError)
     if isinstance(data, dict) and _VERSION_KEY not in data and "schema_version" in data:
-        from jaxdiag.reporting.model import Report, ReportFormatError
+        from jaxdiag.checks.inputs import read_report
+        from jaxdiag.reporting.model import ReportFormatError
 
         try:
-            return baseline_from_report(Report.from_dict(data))
+            return baseline_from_report(read_report(p))
         except ReportFormatError as exc:
-            raise BaselineError(f"{p}: {exc}") from None
+            raise BaselineError(str(exc)) from None
     try:
         return Baseline.from_dict(data)
     except BaselineError as exc:

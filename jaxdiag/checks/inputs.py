@@ -47,9 +47,50 @@ def open_report(path: str | Path, **report_options: Any) -> "Report":
         if options:
             names = ", ".join("--" + k.replace("_", "-") for k in options)
             raise ConfigError(f"{path} is a saved report; {names} only apply to a trace folder")
-        from jaxdiag.reporting.model import Report
-
-        return Report.open(path)
+        return read_report(path)
     from jaxdiag.reporting.build import report
 
     return report(path, **options)
+
+
+#: Top-level keys of a saved report and the JSON type each must have.
+_SHAPES: dict[str, type] = {
+    "source": dict, "steps": list, "recompiles": list, "host_waits": dict, "small_ops": dict,
+    "collectives": dict, "throughput": dict, "findings": list,
+}
+_OPTIONAL_SHAPES: dict[str, type] = {"device_time": dict, "sharding": dict, "notes": list}
+
+
+def read_report(path: str | Path) -> "Report":
+    """The report saved at ``path``, its top-level shape checked so later figures can be read.
+
+    Raises:
+      ReportFormatError: one line naming the file and the problem (not text, not JSON,
+        another schema, a section of the wrong kind).
+    """
+    from jaxdiag.files import read_json
+    from jaxdiag.reporting.model import Report, ReportFormatError
+
+    p = Path(path)
+    data = read_json(p, "a saved jaxdiag report (JSON)", ReportFormatError)
+    if isinstance(data, dict):
+        wrong = [f"{key} ({_json_kind(data[key])}, not {_JSON_NAMES[kind]})"
+                 for key, kind in (*_SHAPES.items(), *_OPTIONAL_SHAPES.items())
+                 if key in data and not (isinstance(data[key], kind) or (key in _OPTIONAL_SHAPES and data[key] is None))]
+        rows = [key for key in ("steps", "recompiles") if isinstance(data.get(key), list)
+                and not all(isinstance(row, dict) for row in data[key])]
+        if wrong or rows:
+            listed = ", ".join([*wrong, *(f"{k} (a row that is not an object)" for k in rows)])
+            raise ReportFormatError(f"{p}: not a jaxdiag report: malformed {listed}")
+    try:
+        return Report.from_dict(data)
+    except ReportFormatError as exc:
+        raise ReportFormatError(f"{p}: {exc}") from None
+
+
+_JSON_NAMES = {dict: "an object", list: "a list"}
+
+
+def _json_kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
+    return names.get(type(value), "a number")

@@ -17,7 +17,10 @@ from typing import Any, Optional, Sequence, Union, get_args, get_origin
 import typer
 
 from jaxdiag.cli.app import app
-from jaxdiag.errors import ConfigError, JaxdiagError
+from jaxdiag.cli.options import (
+    CONFIG_HELP, SET_HELP, check_steps_found, parse_steps, positive, settings_from,
+)
+from jaxdiag.errors import JaxdiagError
 
 
 @app.command("report")
@@ -34,20 +37,21 @@ def report_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the terminal or JSON report to this file instead of stdout."),
     html: Optional[Path] = typer.Option(None, help="Also write a self-contained HTML report to this file."),
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help=SET_HELP),
+    config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
 ) -> None:
     """Break a capture down step by step, and say what to change, by time lost."""
-    from jaxdiag.config import DEFAULT_THRESHOLDS
     from jaxdiag.reporting.build import report
 
-    thresholds = DEFAULT_THRESHOLDS
-    if small_op_us is not None:
-        if small_op_us <= 0:
-            raise ConfigError(f"--small-op-us must be positive, got {small_op_us}")
-        thresholds = thresholds.replace(small_op_us=small_op_us)
+    settings = settings_from(set_, config=config, small_op_us=positive("--small-op-us", small_op_us))
+    wanted = parse_steps(steps)
     result = report(
-        trace_dir, run=run, host=host, steps=parse_steps(steps), tokens_per_step=tokens_per_step,
-        flops_per_step=flops_per_step, compile_log=compile_log, thresholds=thresholds,
+        trace_dir, run=run, host=host, steps=wanted,
+        tokens_per_step=positive("--tokens-per-step", tokens_per_step),
+        flops_per_step=positive("--flops-per-step", flops_per_step), compile_log=compile_log, settings=settings,
     )
+    if wanted is not None and result.frames is not None:
+        check_steps_found(steps, wanted, result.frames.steps["step"], trace_dir)
     if html is not None:
         from jaxdiag.render.html import render as render_html
 
@@ -66,23 +70,6 @@ def report_command(
         _write(output, text)
     else:
         typer.echo(text, nl=False, color=color)
-
-
-def parse_steps(spec: str | None) -> list[int] | None:
-    """``'3:10'`` -> 3..9, ``'2,5'`` -> [2, 5], ``'4'`` -> [4]; ``ConfigError`` otherwise."""
-    if spec is None or not spec.strip():
-        return None
-    try:
-        if ":" in spec:
-            lo, hi = spec.split(":", 1)
-            start = int(lo) if lo.strip() else 0
-            stop = int(hi)
-            if stop <= start:
-                raise ValueError
-            return list(range(start, stop))
-        return [int(s) for s in spec.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--steps {spec!r} is not a step list: use '3:10', '2,5,7' or '4'") from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -158,7 +145,8 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
         if name not in options or options[name][0] in given:
             return None
         param, kind = options[name]
-        given.add(param)
+        if kind is not list:  # a list option (``--set``) may be repeated
+            given.add(param)
         if kind is bool:
             if eq:
                 return None
@@ -168,10 +156,10 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
             if i >= len(args):
                 return None
             attached, i = args[i], i + 1
-        value = _plain_value(attached, kind)
+        value = _plain_value(attached, str if kind is list else kind)
         if value is None:
             return None
-        values[param] = value
+        values[param] = [*(values[param] or []), value] if kind is list else value
     if len(rest) != len(positional) or any(not r for r in rest):
         return None
     values.update((p, Path(r)) for p, r in zip(positional, rest))
@@ -179,10 +167,12 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
 
 
 def _plain_type(annotation: Any) -> type | None:
-    """``str``, ``int``, ``float``, ``bool`` or ``Path`` from an annotation, unwrapping ``Optional``."""
+    """``str``, ``int``, ``float``, ``bool``, ``Path`` or ``list`` (of ``str``) from an annotation, unwrapping ``Optional``."""
     if get_origin(annotation) is Union:
         inner = [a for a in get_args(annotation) if a is not type(None)]
         annotation = inner[0] if len(inner) == 1 else None
+    if get_origin(annotation) is list:
+        return list if get_args(annotation) == (str,) else None
     return annotation if annotation in (str, int, float, bool, Path) else None
 
 

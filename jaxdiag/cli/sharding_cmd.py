@@ -70,9 +70,9 @@ def _section(path: Path, compile_log: Path | None, thresholds: Any) -> tuple[dic
     if is_report_file(path):
         if compile_log is not None:
             raise ConfigError(f"{path} is a saved report; --compile-log only applies to a trace folder")
-        from jaxdiag.reporting.model import Report
+        from jaxdiag.checks.inputs import read_report
 
-        report = Report.open(path)
+        report = read_report(path)
         return dict(report.sharding), list(report.findings)
     try:
         from jaxdiag.trace.discover import discover

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
-from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
+from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds, using
 from jaxdiag.reporting.model import Report
 
 #: Compile logs written next to the trace (by ``jaxdiag.configure(log_dir=...)``
@@ -31,6 +31,7 @@ def report(
     flops_per_step: float | None = None,
     compile_log: str | Path | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    settings: Settings | None = None,
 ) -> Report:
     """Load the capture at ``path`` and diagnose it.
 
@@ -45,14 +46,16 @@ def report(
       flops_per_step: model flops per step, for MFU (default: from the sidecar).
       compile_log: a ``jaxdiag.jit`` compile log (file or folder); by default the
         capture sidecar's, else a ``compiles*.jsonl`` in the run folder or the logdir.
-      thresholds: analysis tunables.
+      thresholds: analysis tunables (older name of ``settings``).
+      settings: every threshold and heuristic (``jaxdiag.config.Settings``, see docs/settings.md).
 
     Raises:
       TraceFormatError: the path holds no readable trace.
       CompileLogError: an explicitly given compile log cannot be read.
     """
-    with _collector_paused():
-        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, thresholds)
+    settings = settings if settings is not None else thresholds
+    with _collector_paused(), using(settings):
+        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, settings)
 
 
 @contextlib.contextmanager
@@ -113,7 +116,8 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = ()) -> Rep
     from jaxdiag.analyses import run_all
 
     frames = inputs.frames
-    results = run_all(inputs)
+    with using(inputs.thresholds):
+        results = run_all(inputs)
     notes = tuple(frames.notes) + tuple(extra_notes)
     findings: list[Finding] = [f for r in results.values() for f in r.findings]
     findings += [

@@ -13,6 +13,8 @@ import dataclasses
 from collections import defaultdict
 from typing import TYPE_CHECKING, Sequence
 
+from jaxdiag import config
+
 from jaxdiag.trace.frames import (
     CATEGORY, DEVICE, DUR_NS, HLO_MODULE, HOST, LINE_KIND, START_NS, STEP, STEP_COLUMNS,
 )
@@ -152,7 +154,7 @@ def _executions(device_events: "pd.DataFrame", module: str) -> list[tuple[int, i
                 executions.append((current[0], current[1]))
                 current = None
             continue
-        if current is not None and start - current[1] > EXECUTION_GAP_NS:
+        if current is not None and start - current[1] > config.current().step_gap_us * 1000:
             executions.append((current[0], current[1]))
             current = None
         if current is None:

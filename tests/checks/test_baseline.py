@@ -121,8 +121,12 @@ def _good(tmp_path: Path) -> dict:
 @pytest.mark.parametrize(
     "content, message",
     [
-        (None, "cannot read baseline"),
-        ("{not json", "not a JSON baseline"),
+        (None, r"cannot read \(No such file or directory\); expected a jaxdiag baseline"),
+        ("{not json", r"not JSON \(Expecting property name"),
+        ('{"baseline_version": "1.0", "steps": [1, 2', "truncated JSON: the file ends after 42 bytes"),
+        (b"\x1f\x8b\x08\x00", "gzip-compressed"),
+        (b'{"steps": "\xff"}', "not UTF-8 text \\(byte 0xff at offset 11 of 14 bytes\\)"),
+        ("", r"the file is empty \(0 bytes\)"),
         ("[1, 2]", "a baseline must be a JSON object"),
         ({"steps": 3}, "not a jaxdiag baseline"),
         ("version:2.0", "baseline version 2.0 is not supported"),
@@ -131,7 +135,7 @@ def _good(tmp_path: Path) -> dict:
         ("set:steady_steps=2.5", "malformed figure"),
         ({"schema_version": "9.0", "steps": []}, "report schema version 9.0 is not supported"),
     ],
-    ids=["missing file", "not json", "not an object", "no version", "wrong version", "missing keys",
+    ids=["missing file", "not json", "truncated", "gzip", "not utf-8", "empty", "not an object", "no version", "wrong version", "missing keys",
          "bad spread", "bad count", "report of another schema"],
 )
 def test_bad_baselines_raise_one_clear_error(tmp_path: Path, content, message: str) -> None:
@@ -150,6 +154,8 @@ def test_bad_baselines_raise_one_clear_error(tmp_path: Path, content, message: s
         path.write_text(json.dumps(d))
     elif isinstance(content, (dict, list)):
         path.write_text(json.dumps(content))
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
     elif content is not None:
         path.write_text(content)
     with pytest.raises(BaselineError, match=message) as info:

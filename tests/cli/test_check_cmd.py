@@ -93,7 +93,7 @@ def test_markdown_goes_to_the_step_summary(files, tmp_path: Path, capsys, monkey
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["{same}", "--baseline", "{tmp}/nope.json"], "nope.json: cannot read baseline"),
+        (["{same}", "--baseline", "{tmp}/nope.json"], "nope.json: cannot read (No such file or directory)"),
         (["{same}", "--baseline", "{bad_version}"], "baseline version 7.0 is not supported"),
         (["{same}", "--baseline", "{missing_keys}"], "baseline is missing step_time_ms"),
         (["{tmp}/no_trace_here"], "no_trace_here"),
