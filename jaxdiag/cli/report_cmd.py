@@ -124,7 +124,7 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
         if isinstance(info, typer.models.ArgumentInfo):
             positional.append(param.name)
             continue
-        values[param.name] = info.default
+        values[param.name] = () if kind is list and info.default is None else info.default
         names = info.param_decls or (f"--{param.name.replace('_', '-')}",)
         if any("/" in n for n in names):
             return None
@@ -159,7 +159,7 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
         value = _plain_value(attached, str if kind is list else kind)
         if value is None:
             return None
-        values[param] = [*(values[param] or []), value] if kind is list else value
+        values[param] = [*values[param], value] if kind is list else value
     if len(rest) != len(positional) or any(not r for r in rest):
         return None
     values.update((p, Path(r)) for p, r in zip(positional, rest))

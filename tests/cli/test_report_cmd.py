@@ -19,6 +19,7 @@ PLAIN = [
     ["trace", "--run", "r1", "--host", "h0", "--steps", "3:10", "--compile-log", "logs", "--html", "r.html"],
     ["trace", "--tokens-per-step", "1e3", "--flops-per-step", "2.5E12", "--small-op-us", ".5"],
     ["--", "-trace-starting-with-a-dash"],
+    ["trace", "--set", "small_op_us=5", "--set=check.step_time_regression=10%", "--config", "p.toml"],
 ]
 NOT_PLAIN = [
     [],
@@ -77,7 +78,7 @@ def test_bad_input_is_one_line_on_the_plain_path(tmp_path: Path, capsys: pytest.
     assert main(["report", str(tmp_path), "--small-op-us", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("jaxdiag: error: ") for line in err)
-    assert str(missing) in err[0] and "--small-op-us must be positive" in err[1]
+    assert str(missing) in err[0] and "--small-op-us must be a positive number" in err[1]
 
 
 def test_the_program_flushes_its_report_and_exit_status(cpu_trace_dir, tmp_path: Path) -> None:
