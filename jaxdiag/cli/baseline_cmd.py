@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from jaxdiag.cli.app import app
+from jaxdiag.cli.options import positive
 
 SOURCE_HELP = "A trace (logdir, plugins/profile/<run> folder or .xplane.pb) or a saved report JSON."
 TOKENS_HELP = "Tokens (or samples) per step, for tokens/s (trace folders only)."
@@ -25,7 +26,7 @@ def baseline_command(
     from jaxdiag.checks.baseline import baseline_from_report
     from jaxdiag.checks.inputs import open_report
 
-    report = open_report(source, tokens_per_step=tokens_per_step, compile_log=compile_log)
+    report = open_report(source, tokens_per_step=positive("--tokens-per-step", tokens_per_step), compile_log=compile_log)
     baseline = baseline_from_report(report)
     baseline.save(output)
     st = baseline.step_time_ms

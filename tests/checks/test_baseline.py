@@ -105,7 +105,17 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     b = baseline_from_report(report)
     b.save(tmp_path / "b.json")
     assert load_baseline(tmp_path / "b.json") == b
-    assert json.loads((tmp_path / "b.json").read_text())["baseline_version"] == "1.0"
+    saved = json.loads((tmp_path / "b.json").read_text())
+    assert saved["baseline_version"] == "1.1" and saved["steady_wall_ms"] == [10.0, 11.0, 12.0, 14.0]  # step 3 compiled
+
+
+def test_a_baseline_of_format_1_0_still_reads(tmp_path: Path) -> None:
+    d = baseline_from_report(make_report(steps=[step(i, 10.0) for i in range(3)], findings=())).to_dict()
+    for key in ("steady_wall_ms", "steady_period_ms", "steady_tokens", "internal_recompiles", "throughput_unit"):
+        del d[key]
+    (tmp_path / "old.json").write_text(json.dumps({**d, "baseline_version": "1.0"}))
+    old = load_baseline(tmp_path / "old.json")
+    assert old.version == "1.0" and old.steady_wall_ms == () and old.step_time_ms.median == 10.0
 
 
 def test_a_saved_report_serves_as_a_baseline(tmp_path: Path) -> None:
