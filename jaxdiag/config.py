@@ -174,6 +174,15 @@ def documented() -> list[tuple[str, Any, str, str]]:
     return rows
 
 
+def settings_table() -> str:
+    """The markdown table of ``docs/settings.md``: name, default, unit and meaning of every setting."""
+    lines = ["| setting | default | unit | meaning |", "|---|---|---|---|"]
+    for name, default, unit, doc in documented():
+        shown = "off" if default is None else (f"{default:,}" if isinstance(default, int) else f"{default:g}")
+        lines.append(f"| `{name}` | {shown} | {unit} | {doc} |")
+    return "\n".join(lines) + "\n"
+
+
 # --- parsing ------------------------------------------------------------------
 def parse_setting(name: str, value: Any) -> Any:
     """``value`` as the setting ``name`` takes it; ``ConfigError`` naming the setting otherwise."""
