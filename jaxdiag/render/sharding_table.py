@@ -6,11 +6,18 @@ Formatting only: it reads the section dict of ``analyses.sharding``
 JSON (``to_json``), schema ``jaxdiag.sharding/1``: ``functions`` and ``timeline``
 as in ``docs/report-schema.md`` (``sharding``), and ``findings`` (the
 ``implicit_resharding``, ``replicated_param`` and ``sharding_recompile`` findings).
+
+Each distinct compile of a function is shown (``distinct_compiles``), the steady
+one first: compiles whose placements are equal (``P('model', None)`` and
+``P('model',)`` place an array the same way) are one. The steady compile is the
+one that ran most on the timeline; without a capture it is unknown which ran
+most, and the latest compile comes first, marked so (``steady_by``).
 """
 
 from __future__ import annotations
 
 import io
+import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from jaxdiag.sharding.facts import format_bytes
@@ -28,7 +35,7 @@ _MAX_LEAVES = 12
 
 
 def to_json(section: Mapping[str, Any], findings: Sequence["Finding"]) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "functions": list(section.get("functions") or ()),
+    return {"schema_version": SCHEMA_VERSION, "functions": distinct_compiles(section.get("functions")),
             "timeline": list(section.get("timeline") or ()),
             "findings": [f.to_dict() for f in findings if f.kind in FINDING_KINDS]}
 
@@ -47,6 +54,79 @@ def render(section: Mapping[str, Any], findings: Sequence["Finding"], *, width: 
     return buf.getvalue()
 
 
+def distinct_compiles(functions: Any) -> list[dict[str, Any]]:
+    """Each distinct compile of each function, the steady one first, equal placements merged.
+
+    Adds ``steady`` (the compile that ran most on the timeline, or the latest when
+    nothing ran on it) and ``steady_by`` (``"timeline"``, ``"latest compile"``, or
+    ``None`` for a function compiled once) to each entry; keeps first-seen function order.
+    """
+    groups: dict[str, dict[str, dict[str, Any]]] = {}
+    for fn in functions if isinstance(functions, (list, tuple)) else ():
+        if not isinstance(fn, Mapping):
+            continue
+        merged = groups.setdefault(str(fn.get("qualname") or fn.get("function")), {})
+        key = _placement_key(fn)
+        if key in merged:
+            seen = merged[key]
+            seen["compiles"] = sorted({*_ints(seen.get("compiles")), *_ints(fn.get("compiles"))})
+        else:
+            merged[key] = {**fn, "compiles": sorted(_ints(fn.get("compiles")))}
+    out: list[dict[str, Any]] = []
+    for merged in groups.values():
+        entries = list(merged.values())
+        by_runs = any(_runs(e) for e in entries)
+        entries.sort(key=lambda e: (-_runs(e), -max(e["compiles"], default=-1)))
+        for i, e in enumerate(entries):
+            e["steady"] = i == 0
+            e["steady_by"] = None if len(entries) == 1 else ("timeline" if by_runs else "latest compile")
+        out += entries
+    return out
+
+
+def _ints(values: Any) -> list[int]:
+    return [v for v in values if isinstance(v, int)] if isinstance(values, (list, tuple)) else []
+
+
+def _runs(fn: Mapping[str, Any]) -> int:
+    """How often a compile's collectives ran on the timeline (0 without a capture)."""
+    colls = fn.get("collectives")
+    return sum(c.get("timeline_count") or 0 for c in colls if isinstance(c, Mapping)
+               and isinstance(c.get("timeline_count"), int)) if isinstance(colls, list) else 0
+
+
+_TIMELINE_KEYS = frozenset({"compiles", "timeline_count", "timeline_ms", "steady", "steady_by"})
+
+
+def _placement_key(fn: Mapping[str, Any]) -> str:
+    """The facts of a compile with equivalent specs written one way, for telling distinct compiles apart."""
+    def norm(value: Any, key: str = "") -> Any:
+        if key == "spec" and isinstance(value, list):
+            return normal_spec(value)
+        if isinstance(value, Mapping):
+            return {k: norm(v, str(k)) for k, v in value.items() if k not in _TIMELINE_KEYS}
+        if isinstance(value, (list, tuple)):
+            return [norm(v) for v in value]
+        return value
+
+    return json.dumps(norm(fn), sort_keys=True, default=str)
+
+
+def normal_spec(spec: Sequence[Any]) -> list[Any]:
+    """A spec written one way: ``('model',)`` -> ``'model'``, ``()`` -> ``None``, trailing ``None``s dropped.
+
+    ``P('model', None)``, ``P('model',)`` and ``P(('model',), None)`` place an array the same way.
+    """
+    out: list[Any] = []
+    for entry in spec:
+        if isinstance(entry, (list, tuple)):
+            entry = None if not entry else (entry[0] if len(entry) == 1 else list(entry))
+        out.append(entry)
+    while out and out[-1] is None:
+        out.pop()
+    return out
+
+
 def mesh_line(fn: Mapping[str, Any]) -> str:
     mesh = fn.get("mesh") or {}
     axes = ", ".join(f"{n}={s}" for n, s in zip(mesh.get("axis_names") or (), mesh.get("axis_sizes") or ()))
@@ -59,9 +139,10 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
     """Per function: a header line, its leaves (with ``detail``) and its collectives."""
     from rich.table import Table
 
-    for fn in section.get("functions") or ():
+    for fn in distinct_compiles(section.get("functions")):
         compiles = ", ".join(str(c) for c in fn.get("compiles") or ())
-        console.print(f"[bold]{fn.get('function')}[/bold] ({fn.get('module') or '?'}, compile {compiles})  "
+        console.print(f"[bold]{fn.get('function')}[/bold] ({fn.get('module') or '?'}, compile {compiles})"
+                      f"{_steady_text(fn)}  "
                       f"{mesh_line(fn)}   communication {format_bytes(fn.get('comm_bytes_per_call'))} per call"
                       + ("" if fn.get("hlo", True) else "   (optimized HLO not read)"))
         if detail:
@@ -95,6 +176,17 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
                       str(c.get("op_name") or ""), _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—")
         console.print(t)
         console.print()
+
+
+def _steady_text(fn: Mapping[str, Any]) -> str:
+    by = fn.get("steady_by")
+    if by is None:
+        return ""
+    if not fn.get("steady"):
+        return " [dim]another compile[/dim]"
+    if by == "timeline":
+        return f" [green]steady[/green]: ran most on the timeline ({_runs(fn)} collective runs)"
+    return " [yellow]latest[/yellow]: which compile ran most is unknown without a capture"
 
 
 def print_timeline(section: Mapping[str, Any], console: "Console") -> None:

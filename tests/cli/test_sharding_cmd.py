@@ -107,3 +107,14 @@ def test_subprocess_smoke_without_jax(log_file: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["functions"]
+
+
+def test_each_distinct_compile_is_shown_latest_first_without_a_capture(log_file: Path, capsys) -> None:
+    assert main(["sharding", str(log_file), "--function", "moved", "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)["functions"]
+    assert [(f["compiles"], f["steady"], f["steady_by"]) for f in moved] == [
+        ([2], True, "latest compile"), ([1], False, "latest compile")]
+    assert main(["sharding", str(log_file), "--function", "moved", "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("moved (jit_moved, compile 2) latest: which compile ran most is unknown without a capture") < \
+        out.index("moved (jit_moved, compile 1) another compile")
