@@ -149,6 +149,23 @@ def _problem(d: Any) -> str | None:
     return None
 
 
+def records_from_dicts(dicts: Any, source: str) -> tuple[list[CompileRecord], list[tuple[str, int, str]]]:
+    """Compile records from dicts (a capture sidecar's ``compile_log``), and ``(source, index, reason)``
+    for each that is not one (indices count from 1)."""
+    out: list[CompileRecord] = []
+    skipped: list[tuple[str, int, str]] = []
+    for number, d in enumerate(dicts if isinstance(dicts, (list, tuple)) else (), start=1):
+        problem = _problem(d)
+        if problem is None:
+            try:
+                out.append(CompileRecord.from_dict(d))
+                continue
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                problem = f"not a compile record ({type(exc).__name__}: {exc})"
+        skipped.append((source, number, problem))
+    return out, skipped
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
