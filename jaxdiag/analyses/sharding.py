@@ -182,7 +182,7 @@ def _functions(records: Iterable[Mapping[str, Any]],
             continue
         try:
             facts = ShardingFacts.from_dict(raw)
-        except (KeyError, TypeError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError):  # a hand-edited record: no facts
             continue
         key = (str(r.get("qualname", r.get("function", ""))), repr(facts.to_dict()))
         entry = by_key.setdefault(key, (dict(r), [], facts))
@@ -356,5 +356,5 @@ def _leaf(record: Mapping[str, Any] | None, path: str) -> Any:
     raw = (record or {}).get("sharding")
     try:
         return ShardingFacts.from_dict(raw).input_named(path) if isinstance(raw, dict) else None
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):
         return None

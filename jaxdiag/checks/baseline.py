@@ -217,9 +217,9 @@ def baseline_from_report(report: "Report") -> Baseline:
     per_step_small = {r.get("step"): r for r in small.get("per_step") or []}
     steady_small = [per_step_small[s.get("step")] for s in steady if s.get("step") in per_step_small]
     if steady_small:
-        small_count: float | None = float(statistics.median(float(r.get("count") or 0) for r in steady_small))
+        small_count: float | None = float(statistics.median(_or_zero(r.get("count")) for r in steady_small))
         busy = {s.get("step"): s.get("device_busy_ms") for s in steady}
-        small_share = _trimmed_share([(float(r.get("time_ms") or 0.0), busy.get(r.get("step"))) for r in steady_small])
+        small_share = _trimmed_share([(_or_zero(r.get("time_ms")), busy.get(r.get("step"))) for r in steady_small])
     else:
         n = len(report.steps)
         small_count = float(small["count"]) / n if _is_num(small.get("count")) and n else None
@@ -363,6 +363,10 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"), float("-inf"))
 
 
+def _or_zero(v: Any) -> float:
+    return float(v) if _is_num(v) else 0.0
+
+
 def _num(v: Any) -> float:
     if not _is_num(v):
         raise ValueError(f"expected a number, got {v!r}")
@@ -391,7 +395,10 @@ def _unit(value: Any) -> str:
 def _spread(d: Any) -> Spread:
     if not isinstance(d, dict):
         raise TypeError(f"expected a spread object, got {d!r}")
-    return Spread(_opt(d["median"]), _opt(d["iqr"]), _opt(d["mad"]), _int(d["n"]))
+    spread = Spread(_opt(d["median"]), _opt(d["iqr"]), _opt(d["mad"]), _int(d["n"]))
+    if spread.n < 0 or (spread.n > 0) != (spread.median is not None):
+        raise ValueError(f"a spread of {spread.n} value(s) with median {spread.median!r}")
+    return spread
 
 
 def _version() -> str:

@@ -146,6 +146,8 @@ def _problem(d: Any) -> str | None:
     exp = d.get("explanation")
     if exp is not None and not (isinstance(exp, dict) and isinstance(exp.get("changes", []), list)):
         return "field 'explanation' is not an object with a 'changes' list"
+    if exp is not None and exp.get("compared_to") is not None and not _is_int(exp["compared_to"]):
+        return "field 'explanation.compared_to' is not an integer"
     return None
 
 

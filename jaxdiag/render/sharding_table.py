@@ -20,6 +20,8 @@ import io
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from rich.markup import escape
+
 from jaxdiag.sharding.facts import format_bytes
 from jaxdiag.sharding.tiles import spec_text
 
@@ -130,7 +132,7 @@ def normal_spec(spec: Sequence[Any]) -> list[Any]:
 def mesh_line(fn: Mapping[str, Any]) -> str:
     mesh = fn.get("mesh") or {}
     axes = ", ".join(f"{n}={s}" for n, s in zip(mesh.get("axis_names") or (), mesh.get("axis_sizes") or ()))
-    kinds = ", ".join(mesh.get("device_kinds") or ())
+    kinds = ", ".join(str(k) for k in mesh.get("device_kinds") or ())
     inferred = " (no named mesh)" if mesh.get("inferred") else ""
     return f"mesh({axes}){inferred}" + (f" of {kinds}" if kinds else "")
 
@@ -141,9 +143,9 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
 
     for fn in distinct_compiles(section.get("functions")):
         compiles = ", ".join(str(c) for c in fn.get("compiles") or ())
-        console.print(f"[bold]{fn.get('function')}[/bold] ({fn.get('module') or '?'}, compile {compiles})"
-                      f"{_steady_text(fn)}  "
-                      f"{mesh_line(fn)}   communication {format_bytes(fn.get('comm_bytes_per_call'))} per call"
+        console.print(f"[bold]{escape(str(fn.get('function')))}[/bold] ({escape(str(fn.get('module') or '?'))}, "
+                      f"compile {compiles}){_steady_text(fn)}  "
+                      f"{escape(mesh_line(fn))}   communication {_bytes(fn.get('comm_bytes_per_call'))} per call"
                       + ("" if fn.get("hlo", True) else "   (optimized HLO not read)"))
         if detail:
             leaves = [("in", x) for x in fn.get("inputs") or ()] + [("out", x) for x in fn.get("outputs") or ()]
@@ -152,8 +154,8 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
                               ("per device", "right"), ("chosen by", "left")):
                 t.add_column(col, justify=just, overflow="fold")
             for side, leaf in leaves[:_MAX_LEAVES]:
-                t.add_row(side, str(leaf.get("name") or leaf.get("path")), _shape(leaf), _spec(leaf),
-                          format_bytes(leaf.get("bytes_per_device")), str(leaf.get("chosen_by", "")))
+                t.add_row(side, *map(escape, (str(leaf.get("name") or leaf.get("path")), _shape(leaf), _spec(leaf),
+                                              _bytes(leaf.get("bytes_per_device")), str(leaf.get("chosen_by", "")))))
             if len(leaves) > _MAX_LEAVES:
                 t.add_row("…", f"{len(leaves) - _MAX_LEAVES} more", "", "", "", "")
             console.print(t)
@@ -169,11 +171,12 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
         for c in colls:
             origin = str(c.get("origin"))
             style = "yellow" if origin == "resharding" else ""
-            runs = f" ×{c.get('count')}" if (c.get("count") or 1) > 1 else ""
-            t.add_row(str(c.get("name")), str(c.get("kind")), _axes(c.get("mesh_axes")),
-                      format_bytes(c.get("bytes_per_call")) + runs,
-                      f"[{style}]{origin}[/{style}]" if style else origin, _arrays(c),
-                      str(c.get("op_name") or ""), _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—")
+            runs = f" ×{c.get('count')}" if _is_num(c.get("count")) and c["count"] > 1 else ""
+            origin = escape(origin)
+            t.add_row(*map(escape, (str(c.get("name")), str(c.get("kind")), _axes(c.get("mesh_axes")),
+                                    _bytes(c.get("bytes_per_call")) + runs)),
+                      f"[{style}]{origin}[/{style}]" if style else origin, escape(_arrays(c)),
+                      escape(str(c.get("op_name") or "")), _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—")
         console.print(t)
         console.print()
 
@@ -201,9 +204,10 @@ def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
                       ("count", "right"), ("ms / device", "right"), ("origin", "left")):
         t.add_column(col, justify=just, overflow="fold")
     for r in rows:
-        t.add_row(f"{r.get('module')}/{r.get('op')}", str(r.get("function") or "—"),
-                  ", ".join(r.get("arrays") or ()) or "—", _axes(r.get("mesh_axes")) if r.get("function") else "—",
-                  str(r.get("count")), _ms(r.get("total_ms")), str(r.get("origin") or "—"))
+        t.add_row(escape(f"{r.get('module')}/{r.get('op')}"), escape(str(r.get("function") or "—")),
+                  escape(", ".join(str(a) for a in r.get("arrays") or ()) or "—"),
+                  escape(_axes(r.get("mesh_axes"))) if r.get("function") else "—",
+                  escape(str(r.get("count"))), _ms(r.get("total_ms")), escape(str(r.get("origin") or "—")))
     console.print(t)
     console.print()
 
@@ -211,9 +215,17 @@ def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
 def print_findings(findings: Sequence["Finding"], console: "Console") -> None:
     mine = [f for f in findings if f.kind in FINDING_KINDS]
     for f in mine:
-        console.print(f"[bold]{f.severity.value}[/bold] {f.message}\n  [dim]→ {f.suggestion}[/dim]")
+        console.print(f"[bold]{f.severity.value}[/bold] {escape(f.message)}\n  [dim]→ {escape(f.suggestion)}[/dim]")
     if mine:
         console.print()
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _bytes(v: Any) -> str:
+    return format_bytes(v) if _is_num(v) else "?"
 
 
 def _shape(leaf: Mapping[str, Any]) -> str:
@@ -229,11 +241,11 @@ def _spec(leaf: Mapping[str, Any]) -> str:
 def _axes(axes: Any) -> str:
     if axes is None:
         return "?"
-    return ", ".join(axes) if axes else "—"
+    return ", ".join(str(a) for a in axes) if axes else "—"
 
 
 def _arrays(c: Mapping[str, Any]) -> str:
-    arrays = ", ".join(c.get("arrays") or ())
+    arrays = ", ".join(str(a) for a in c.get("arrays") or ())
     if not arrays:
         return "—"
     return {"update": f"update of {arrays}", "output": f"→ {arrays}"}.get(str(c.get("array_role")), arrays)
