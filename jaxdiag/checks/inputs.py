@@ -44,6 +44,7 @@ def open_report(path: str | Path, **report_options: Any) -> "Report":
     """
     options = {k: v for k, v in report_options.items() if v is not None}
     if is_report_file(path):
+        options.pop("settings", None)  # the command's settings from pyproject.toml: nothing to analyse
         if options:
             names = ", ".join("--" + k.replace("_", "-") for k in options)
             raise ConfigError(f"{path} is a saved report; {names} only apply to a trace folder")

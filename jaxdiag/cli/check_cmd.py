@@ -14,7 +14,7 @@ import typer
 from jaxdiag.cli.app import app
 from jaxdiag.cli.baseline_cmd import COMPILE_LOG_HELP, SOURCE_HELP, TOKENS_HELP
 from jaxdiag.cli.options import SET_HELP, positive
-from jaxdiag.errors import JaxdiagError
+from jaxdiag.errors import ConfigError, JaxdiagError
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.checks.compare import CheckResult
@@ -50,8 +50,9 @@ def check_command(
     """Check a capture against a baseline and thresholds (flags, or the tool.jaxdiag.check table of pyproject.toml)."""
     from jaxdiag.checks.baseline import load_baseline
     from jaxdiag.checks.compare import compare
-    from jaxdiag.checks.inputs import open_report
+    from jaxdiag.checks.inputs import is_report_file, open_report
     from jaxdiag.checks.thresholds import load_thresholds
+    from jaxdiag.config import load_settings
 
     flags = {
         "max_steady_recompiles": max_steady_recompiles, "step_time_regression": step_time_regression,
@@ -61,9 +62,16 @@ def check_command(
         "mean_step_time_regression": mean_step_time_regression,
         "tail_step_time_regression": tail_step_time_regression, "steps_per_s_drop": steps_per_s_drop,
     }
-    thresholds, table = load_thresholds(_with_set(flags, set_), pyproject=config)
+    check_flags, analysis = _with_set(flags, set_)
+    thresholds, table = load_thresholds(check_flags, pyproject=config)
     base = load_baseline(baseline) if baseline is not None else None
-    report = open_report(source, tokens_per_step=positive("--tokens-per-step", tokens_per_step), compile_log=compile_log)
+    settings = None
+    if not is_report_file(source):  # a trace is analysed here, with the [tool.jaxdiag] and --set settings
+        settings, _ = load_settings(analysis, pyproject=config)
+    elif analysis:
+        raise ConfigError(f"{source} is a saved report; --set {', '.join(analysis)} only apply to a trace folder")
+    report = open_report(source, tokens_per_step=positive("--tokens-per-step", tokens_per_step), compile_log=compile_log,
+                         settings=settings)
     result = compare(report, base, thresholds)
     if table is not None:
         result = dataclasses.replace(result, notes=(*result.notes, f"thresholds from {table} [tool.jaxdiag.check]"))
@@ -72,21 +80,21 @@ def check_command(
         raise typer.Exit(EXIT_REGRESSION)
 
 
-def _with_set(flags: dict[str, Optional[str]], assignments: Optional[list[str]]) -> dict[str, Optional[str]]:
-    """``flags`` with ``--set check.NAME=VALUE`` (or ``NAME=VALUE``) folded in; a flag of its own wins."""
+def _with_set(flags: dict[str, Optional[str]], assignments: Optional[list[str]]) -> tuple[dict[str, Optional[str]], dict[str, str]]:
+    """``flags`` with ``--set check.NAME=VALUE`` folded in (a flag of its own wins), and the other settings."""
     from jaxdiag.config import parse_assignment
-    from jaxdiag.errors import ConfigError
 
     out = dict(flags)
+    analysis: dict[str, str] = {}
     for text in assignments or ():
         name, value = parse_assignment(text)
-        name = name.removeprefix("check.")
-        if name not in out and name not in _check_names():
-            raise ConfigError(f"--set {text!r}: `jaxdiag check` takes check thresholds (check.NAME), "
-                              f"not {name!r}; see docs/settings.md")
-        if out.get(name) is None:
-            out[name] = value
-    return out
+        short = name.removeprefix("check.")
+        if name.startswith("check.") or short in _check_names():
+            if out.get(short) is None:
+                out[short] = value
+        else:
+            analysis[name] = value
+    return out, analysis
 
 
 def _check_names() -> set[str]:

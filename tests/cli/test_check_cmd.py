@@ -124,3 +124,13 @@ def test_real_capture_with_a_planted_recompile(cpu_trace_dir, capsys, tmp_path: 
     out = capsys.readouterr().out
     assert f"train_step at step {cpu_trace_dir.recompile_step}" in out and "FAILED: 1 of 1 checks" in out
     assert main(["check", str(cpu_trace_dir.logdir), "--max-steady-recompiles", "off"]) == 0
+
+
+def test_analysis_settings_apply_to_a_trace_and_are_refused_for_a_saved_report(files, cpu_trace_dir, capsys) -> None:
+    assert main(["check", str(cpu_trace_dir.logdir), "--set", "small_op_us=1000", "--set", "check.small_op_share=1%",
+                 "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    small = next(o for o in data["outcomes"] if o["name"] == "small_op_share")
+    assert small["observed"] > 0.01  # with every op under 1 ms small, small ops take most of the device time
+    assert main(["check", str(files["same"]), "--set", "small_op_us=5"]) == 2
+    assert "is a saved report; --set small_op_us only apply to a trace folder" in capsys.readouterr().err
