@@ -54,9 +54,9 @@ def open_report(path: str | Path, **report_options: Any) -> "Report":
     return report(path, **options)
 
 
-_STEP = {"step": int}
-_LEAF = {"shape": [], "spec": []}
-_COLLECTIVE = {"mesh_axes": [], "arrays": []}
+_STEP: dict[str, Any] = {"step": int}
+_LEAF: dict[str, Any] = {"shape": [], "spec": []}
+_COLLECTIVE: dict[str, Any] = {"mesh_axes": [], "arrays": []}
 #: The containers of a saved report that readers walk: ``{}`` an object (its keys as given), ``[X]`` a list
 #: of X, ``[]`` a list of anything, ``int`` a whole number (step numbers are keys). A key may be absent or
 #: null below the top level.
