@@ -101,14 +101,15 @@ def recompile_capture(tmp_path_factory: pytest.TempPathFactory) -> Capture:
     return _make(tmp_path_factory, "recompile", recompile_step=RECOMPILE_STEP)
 
 
-#: The stall of issue 13: 30 ms on every third of 21 steps of about 7 ms: steps/s falls by more than half
-#: while the median step moves by a few percent.
-STALL_STEPS, STALL_S, STEP_S = 21, 0.03, 0.007
+#: A stall on every third step of about 7 ms: steps/s falls by more than half while the median step
+#: barely moves. 60 ms (the synthetic test plants the 30 ms of the issue) stands clear of the pauses
+#: a loaded shared machine adds to the clean capture's steps.
+STALL_STEPS, STALL_S, STEP_S = 30, 0.06, 0.007
 
 
 @pytest.fixture(scope="session")
 def stall_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Capture, Capture]:
-    """A capture of 21 steps of about 7 ms, and the same loop with a 30 ms stall on every third step."""
+    """A capture of 30 steps of about 7 ms, and the same loop with a 60 ms stall on every third step."""
     clean = _make(tmp_path_factory, "steady7ms", steps=STALL_STEPS, step_sleep_s=STEP_S)
     stalled = _make(tmp_path_factory, "stall3rd", steps=STALL_STEPS, step_sleep_s=STEP_S, sleep_s=STALL_S,
                     stall_every=3)
