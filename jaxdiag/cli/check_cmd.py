@@ -13,7 +13,7 @@ import typer
 
 from jaxdiag.cli.app import app
 from jaxdiag.cli.baseline_cmd import COMPILE_LOG_HELP, SOURCE_HELP, TOKENS_HELP
-from jaxdiag.cli.options import SET_HELP, positive
+from jaxdiag.cli.options import SET_HELP, check_width, positive
 from jaxdiag.errors import ConfigError, JaxdiagError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,6 +48,7 @@ def check_command(
     width: Optional[int] = typer.Option(None, help="Terminal width for the table."),
 ) -> None:
     """Check a capture against a baseline and thresholds (flags, or the tool.jaxdiag.check table of pyproject.toml)."""
+    width = check_width(width)
     from jaxdiag.checks.baseline import load_baseline
     from jaxdiag.checks.compare import compare
     from jaxdiag.checks.inputs import is_report_file, open_report

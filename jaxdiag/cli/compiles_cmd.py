@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from jaxdiag.cli.app import app
+from jaxdiag.cli.options import check_width
 from jaxdiag.errors import CompileLogError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +37,7 @@ def compiles_command(
     width: Optional[int] = typer.Option(None, help="Terminal width for the table."),
 ) -> None:
     """List compiles per function with their causes and advice (padding buckets, typing, hoisting)."""
+    width = check_width(width)
     from jaxdiag.recording.advice import advise, with_explanations
 
     log = read_records(log_path)

@@ -29,6 +29,13 @@ def positive(flag: str, value: float | None) -> float | None:
     return value
 
 
+def check_width(value: int | None) -> int | None:
+    """A ``--width`` of at least 20 columns (or ``None``); ``ConfigError`` otherwise: a table needs room."""
+    if value is not None and value < 20:
+        raise ConfigError(f"--width must be at least 20 columns, got {value}")
+    return value
+
+
 def parse_steps(spec: str | None) -> list[int] | None:
     """``'3:10'`` -> 3..9, ``'2,5'`` -> [2, 5], ``'4'`` -> [4]; ``ConfigError`` otherwise."""
     if spec is None or not spec.strip():

@@ -18,7 +18,7 @@ import typer
 
 from jaxdiag.cli.app import app
 from jaxdiag.cli.options import (
-    CONFIG_HELP, SET_HELP, check_steps_found, parse_steps, positive, settings_from,
+    CONFIG_HELP, SET_HELP, check_steps_found, check_width, parse_steps, positive, settings_from,
 )
 from jaxdiag.errors import JaxdiagError
 
@@ -41,6 +41,7 @@ def report_command(
     config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
 ) -> None:
     """Break a capture down step by step, and say what to change, by time lost."""
+    width = check_width(width)
     from jaxdiag.reporting.build import report
 
     settings = settings_from(set_, config=config, small_op_us=positive("--small-op-us", small_op_us))

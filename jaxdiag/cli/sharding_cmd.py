@@ -16,7 +16,7 @@ from typing import Any, Optional
 import typer
 
 from jaxdiag.cli.app import app
-from jaxdiag.cli.options import CONFIG_HELP, SET_HELP, settings_from
+from jaxdiag.cli.options import CONFIG_HELP, SET_HELP, check_width, settings_from
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagError, TraceFormatError
 
 _NO_FACTS = ("no sharding facts in {where}: jaxdiag.jit records them for functions on more than one "
@@ -40,6 +40,7 @@ def sharding_command(
     config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
 ) -> None:
     """Show what each jitted function moves between devices, and what its specs did not ask for."""
+    width = check_width(width)
     if replicated_param_mb is not None and not (replicated_param_mb > 0 and replicated_param_mb < float("inf")):
         raise ConfigError(f"--replicated-param-mb must be positive, got {replicated_param_mb}")
     thresholds = settings_from(set_, config=config, replicated_param_bytes=None if replicated_param_mb is None

@@ -154,3 +154,11 @@ def test_options_that_match_nothing_or_make_no_sense_exit_2(cpu_trace_dir, capsy
     assert main(["report", str(cpu_trace_dir.logdir), *args]) == 2
     err = capsys.readouterr().err
     assert err == f"jaxdiag: error: {message.format(logdir=cpu_trace_dir.logdir)}\n"
+
+
+@pytest.mark.parametrize("command", [["report", "{trace}"], ["check", "{trace}"], ["diff", "{trace}", "{trace}"],
+                                     ["sharding", "{trace}"], ["compiles", "{trace}"]])
+def test_a_width_too_narrow_for_a_table_is_refused(cpu_trace_dir, capsys, command) -> None:
+    args = [a.format(trace=cpu_trace_dir.logdir) for a in command]
+    assert main([*args, "--width", "-3"]) == 2
+    assert capsys.readouterr().err == "jaxdiag: error: --width must be at least 20 columns, got -3\n"
