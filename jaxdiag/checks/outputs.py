@@ -180,6 +180,8 @@ def _figure(v: float | None, unit: str) -> str:
         return f"{v:g}"
     if unit == "ms":
         return f"{v:.3f} ms"
+    if unit == "steps/s":
+        return f"{v:,.2f} steps/s"
     return f"{v:,.0f} {unit}".strip()
 
 
