@@ -10,8 +10,9 @@ as in ``docs/report-schema.md`` (``sharding``), and ``findings`` (the
 Each distinct compile of a function is shown (``distinct_compiles``), the steady
 one first: compiles whose placements are equal (``P('model', None)`` and
 ``P('model',)`` place an array the same way) are one. The steady compile is the
-one that ran most on the timeline; without a capture it is unknown which ran
-most, and the latest compile comes first, marked so (``steady_by``).
+one that ran most on the timeline, when the timeline can tell (the compiles share no
+op name, see ``_timeline_tells``); otherwise it is unknown which ran most, and the
+latest compile comes first, marked so (``steady_by``).
 """
 
 from __future__ import annotations
@@ -77,13 +78,40 @@ def distinct_compiles(functions: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for merged in groups.values():
         entries = list(merged.values())
-        by_runs = any(_runs(e) for e in entries)
-        entries.sort(key=lambda e: (-_runs(e), -max(e["compiles"], default=-1)))
+        by_runs = _timeline_tells(entries)
+        entries.sort(key=lambda e: (-_runs(e) if by_runs else 0, -max(e["compiles"], default=-1)))
         for i, e in enumerate(entries):
             e["steady"] = i == 0
             e["steady_by"] = None if len(entries) == 1 else ("timeline" if by_runs else "latest compile")
         out += entries
     return out
+
+
+def _timeline_tells(entries: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the timeline's runs tell these compiles apart.
+
+    The timeline names a collective by module and op, which compiles of one function
+    share; runs can only be told apart when no two compiles have an op name in
+    common, and one ran more than every other.
+    """
+    seen: set[str] = set()
+    for e in entries:
+        names = _op_names(e)
+        if names & seen:
+            return False
+        seen |= names
+    runs = sorted((_runs(e) for e in entries), reverse=True)
+    return len(runs) > 1 and runs[0] > runs[1]
+
+
+def _op_names(fn: Mapping[str, Any]) -> set[str]:
+    colls = fn.get("collectives")
+    names: set[str] = set()
+    for c in colls if isinstance(colls, list) else ():
+        if isinstance(c, Mapping):
+            aliases = c.get("aliases")
+            names |= {str(c.get("name")), *(str(a) for a in (aliases if isinstance(aliases, list) else ()))}
+    return names
 
 
 def _ints(values: Any) -> list[int]:
@@ -189,7 +217,7 @@ def _steady_text(fn: Mapping[str, Any]) -> str:
         return " [dim]another compile[/dim]"
     if by == "timeline":
         return f" [green]steady[/green]: ran most on the timeline ({_runs(fn)} collective runs)"
-    return " [yellow]latest[/yellow]: which compile ran most is unknown without a capture"
+    return " [yellow]latest[/yellow]: which compile ran most is unknown (no capture, or one that cannot tell them apart)"
 
 
 def print_timeline(section: Mapping[str, Any], console: "Console") -> None:

@@ -10,8 +10,8 @@ def leaf(spec) -> dict:
             "bytes_per_device": 128, "chosen_by": "user"}
 
 
-def compile_(index: int, spec, *, runs: int = 0, function: str = "f") -> dict:
-    colls = [{"name": "all-reduce", "kind": "all-reduce", "mesh_axes": ["model"], "bytes": 64, "count": 1,
+def compile_(index: int, spec, *, runs: int = 0, function: str = "f", op: str = "all-reduce") -> dict:
+    colls = [{"name": op, "kind": "all-reduce", "mesh_axes": ["model"], "bytes": 64, "count": 1,
               "origin": "reduction", "arrays": ["x"], "op_name": "jit(f)/reduce_sum", "timeline_count": runs,
               "timeline_ms": runs * 0.1}]
     return {"function": function, "qualname": f"m.{function}", "compiles": [index], "module": f"jit_{function}",
@@ -33,7 +33,7 @@ def test_compiles_with_equal_placements_merge_and_the_latest_leads_without_a_tim
 
 
 def test_the_compile_that_ran_most_on_the_timeline_is_steady() -> None:
-    functions = [compile_(1, ["model"], runs=12), compile_(2, [None, "model"], runs=3),
+    functions = [compile_(1, ["model"], runs=12, op="all-reduce.1"), compile_(2, [None, "model"], runs=3, op="all-reduce.2"),
                  compile_(1, ["model"], function="g")]
     out = distinct_compiles(functions)
     assert [(e["function"], e["compiles"], e["steady"], e["steady_by"]) for e in out] == [
@@ -47,3 +47,10 @@ def test_malformed_entries_are_left_out() -> None:
     assert distinct_compiles([None, 3, "x", {"function": "f", "compiles": "1"}]) == [
         {"function": "f", "compiles": [], "steady": True, "steady_by": None}]
     assert distinct_compiles("nope") == []
+
+
+def test_compiles_that_share_an_op_name_cannot_be_told_apart_by_the_timeline() -> None:
+    # Both programs have an `all-reduce.1` in module jit_f: the timeline's 12 runs belong to either.
+    functions = [compile_(1, ["model"], runs=12, op="all-reduce.1"), compile_(2, [None, "model"], runs=12, op="all-reduce.1")]
+    out = distinct_compiles(functions)
+    assert [(e["compiles"], e["steady_by"]) for e in out] == [([2], "latest compile"), ([1], "latest compile")]
