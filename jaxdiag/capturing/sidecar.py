@@ -104,6 +104,8 @@ def read_sidecars(run_dir: str | Path) -> RunFacts | None:
 
 def merge(docs: Iterable[Mapping[str, Any]], files: tuple[str, ...] = ()) -> RunFacts:
     """Merge sidecar documents of several processes into one ``RunFacts``."""
+    from jaxdiag.recording.log_reader import record_problem
+
     totals: dict[int, dict[str, float | None]] = {}
     records: list[dict[str, Any]] = []
     processes: list[dict[str, Any]] = []
@@ -114,7 +116,7 @@ def merge(docs: Iterable[Mapping[str, Any]], files: tuple[str, ...] = ()) -> Run
                 value = facts.get(field) if isinstance(facts, Mapping) else None
                 if isinstance(value, (int, float)) and not isinstance(value, bool):  # a hand-edited value is left out
                     step[field] = (step[field] or 0.0) + float(value)
-        records += [r for r in doc.get("compile_log") or () if isinstance(r, dict)]
+        records += [r for r in doc.get("compile_log") or () if record_problem(r) is None]  # hand-edited ones: left out
         processes.append({k: v for k, v in doc.items() if k not in ("steps", "compile_log")})
     records.sort(key=lambda r: r.get("time_unix") or 0.0)
     steps = {s: StepFacts(**v) for s, v in sorted(totals.items())}

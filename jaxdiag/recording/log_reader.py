@@ -155,7 +155,19 @@ def _problem(d: Any) -> str | None:
         return "field 'explanation' is not an object with a 'changes' list"
     if exp is not None and exp.get("compared_to") is not None and not _is_int(exp["compared_to"]):
         return "field 'explanation.compared_to' is not an integer"
+    if exp is not None and not isinstance(exp.get("summary", ""), str):
+        return "field 'explanation.summary' is not text"
+    for change in (exp or {}).get("changes") or ():
+        if not (isinstance(change, dict) and isinstance(change.get("what"), str) and isinstance(change.get("path"), str)
+                and all(change.get(k) is None or isinstance(change[k], str) for k in ("old", "new"))
+                and (change.get("axis") is None or _is_int(change["axis"]))):
+            return "not a compile record (an entry of 'explanation.changes' lacks text 'what' and 'path')"
     return None
+
+
+def record_problem(d: Any) -> str | None:
+    """Why the dict ``d`` is not a readable compile record, or ``None`` (what the reader checks per line)."""
+    return _problem(d)
 
 
 def records_from_dicts(dicts: Any, source: str) -> tuple[list[CompileRecord], list[tuple[str, int, str]]]:
