@@ -11,7 +11,7 @@ import dataclasses
 import enum
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
-from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
+from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds, current
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
@@ -26,13 +26,13 @@ class Severity(str, enum.Enum):
 
 
 def severity_for(time_lost_ms: float, total_ms: float) -> Severity:
-    """Critical above 10% of the run's wall time, warning above 2%, else info."""
+    """Critical from ``severity_critical_share`` of the run's wall time (10%), warning from 2%, else info."""
     if total_ms <= 0:
         return Severity.INFO
     share = time_lost_ms / total_ms
-    if share >= 0.10:
+    if share >= current().severity_critical_share:
         return Severity.CRITICAL
-    if share >= 0.02:
+    if share >= current().severity_warning_share:
         return Severity.WARNING
     return Severity.INFO
 

@@ -30,6 +30,7 @@ from jaxdiag.analyses.device_work import (
     END_NS, classify_names, host_events, hosts_of, step_of, step_windows, strings_at,
 )
 from jaxdiag.analyses.shared import once
+from jaxdiag.config import current
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,9 +126,9 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
     # trace that kept only XLA's threads.
     loose = iv.subtract(np.stack([starts[thread], ends[thread]], axis=1), covered)
     if loose.size:
-        loose[:, 1] += _JOIN_NS
+        loose[:, 1] += (join_ns := int(current().compile_join_us * 1000))
         for s, e in iv.union(loose):
-            found.append(("<compile threads>", int(s), int(e) - _JOIN_NS))
+            found.append(("<compile threads>", int(s), int(e) - join_ns))
     if not found:
         return ()
     named = _module_mentions(ev)

@@ -65,7 +65,7 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
         })
     by_module.sort(key=lambda m: -m["total_ms"])
     top = ops.groupby(["_op", "_module"], observed=True, sort=False)["_ms"].agg(["count", "sum"])
-    top = top.sort_values("sum", ascending=False).head(TOP_OPS)
+    top = top.sort_values("sum", ascending=False).head(inputs.thresholds.top_ops)
     top_ops = tuple(
         {"name": str(op), "module": str(module), "count": int(row["count"]), "total_ms": round(float(row["sum"]), 4)}
         for (op, module), row in top.iterrows()

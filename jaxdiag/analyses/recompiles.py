@@ -33,6 +33,7 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.compile_spans import CompileSpan, compile_spans, function_name
 from jaxdiag.analyses.device_work import hosts_of, step_windows
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
+from jaxdiag.config import current
 from jaxdiag.trace import frames as F
 
 #: ``origin`` of compile records of JAX's own jitted helpers (``recording.records.JAX_INTERNAL_ORIGIN``).
@@ -224,7 +225,7 @@ def _match(
 
 def _nearest(recs: Sequence[Mapping[str, Any]], span: CompileSpan, start_ns: int, taken: set[int]) -> int | None:
     """The untaken record whose start lies nearest the span, within the tolerance."""
-    best, best_d = None, MATCH_TOLERANCE_S * 1e9
+    best, best_d = None, current().log_match_tolerance_s * 1e9
     for j, rec in enumerate(recs):
         if j in taken:
             continue

@@ -29,7 +29,7 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
-from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
+from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds, current
 from jaxdiag.sharding.facts import ShardingFacts, format_bytes
 from jaxdiag.sharding.hlo import Collective
 
@@ -197,7 +197,7 @@ def _functions(records: Iterable[Mapping[str, Any]],
             continue
         try:
             facts = ShardingFacts.from_dict(raw)
-        except (KeyError, TypeError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError):  # a hand-edited record: no facts
             continue
         key = (str(r.get("qualname", r.get("function", ""))), repr(facts.to_dict()))
         entry = by_key.setdefault(key, (dict(r), [], facts))
@@ -258,7 +258,7 @@ def _resharding_findings(functions: Sequence[FunctionSharding], wall_ms: float) 
     for f in functions:
         uses = sorted((u for u in f.collectives if u.origin == "resharding"),
                       key=lambda u: -u.collective.bytes * u.collective.count)
-        for use in uses[:_MAX_RESHARD_FINDINGS]:
+        for use in uses[:current().max_reshard_findings]:
             out.append(_resharding_finding(f, use, wall_ms))
     return out
 
@@ -371,5 +371,5 @@ def _leaf(record: Mapping[str, Any] | None, path: str) -> Any:
     raw = (record or {}).get("sharding")
     try:
         return ShardingFacts.from_dict(raw).input_named(path) if isinstance(raw, dict) else None
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):
         return None

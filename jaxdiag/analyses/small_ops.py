@@ -25,6 +25,7 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import END_NS, OP_KIND, device_ops, hosts_of, intervals_of, step_of, step_windows
 from jaxdiag.analyses.step_pattern import describe_steps
+from jaxdiag.config import current
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -258,14 +259,14 @@ def _top(small: "pd.DataFrame | None") -> tuple[Offender, ...]:
         )
     ]
     g = small.assign(_label=labels).groupby(["_label", F.HLO_MODULE], sort=False, observed=True)[F.DUR_NS].agg(["size", "sum"])
-    g = g.sort_values("sum", ascending=False, kind="stable").head(_TOP)
+    g = g.sort_values("sum", ascending=False, kind="stable").head(current().small_op_top)
     return tuple(Offender(str(label), str(module), int(n), s / 1e6) for (label, module), (n, s) in g.iterrows())
 
 
 def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tuple[Finding, ...]:
     """One finding per module whose small ops cost enough, costliest first."""
     out = []
-    for m in r.by_module[:_MAX_FINDINGS]:
+    for m in r.by_module[:inputs.thresholds.max_small_op_findings]:
         lost = m.time_ms + m.launch_gap_ms
         if lost < inputs.thresholds.min_finding_ms:
             continue

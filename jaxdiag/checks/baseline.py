@@ -4,7 +4,9 @@ Every figure is taken over *steady* steps, the steps in which nothing compiled:
 compiles are checked on their own, and a step that compiled says nothing about
 how fast the program runs. Times are medians with their spread, so one noisy
 step cannot move them; shares are totals over steady steps leaving out the one
-step with the largest share, for the same reason.
+step with the largest share, for the same reason. Each steady step's wall time,
+period (start to the next step's start) and tokens are kept too (format 1.1), for
+the mean, tail and throughput checks, which a median cannot stand in for.
 
 The same extraction gives the figures of a new capture, so ``compare`` and
 ``diff`` only ever compare two ``Baseline``s taken the same way.
@@ -25,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.reporting.model import Report
 
 #: Major.minor: a new major breaks readers; a new minor only adds figures.
-BASELINE_VERSION = "1.0"
+BASELINE_VERSION = "1.1"
 _VERSION_KEY = "baseline_version"
 
 
@@ -91,6 +93,11 @@ class Baseline:
       small_op_count: small ops per steady step (median).
       small_op_share: small ops' share of device busy time in steady steps.
       module_device_ms: device time per step by module, when the report has it.
+      steady_wall_ms: each steady step's wall time, in step order.
+      steady_period_ms: each steady step's period (to the next step's start), in step order.
+      steady_tokens: each steady step's tokens (or samples), ``None`` where unknown.
+      internal_recompiles: compiles of JAX's own helpers after warm-up, counted apart.
+      throughput_unit: what ``steady_tokens`` counts: ``tokens`` or ``samples``.
       version: the baseline format version.
     """
 
@@ -106,6 +113,11 @@ class Baseline:
     small_op_count: float | None
     small_op_share: float | None
     module_device_ms: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    steady_wall_ms: tuple[float, ...] = ()
+    steady_period_ms: tuple[float, ...] = ()
+    steady_tokens: tuple[float | None, ...] = ()
+    internal_recompiles: tuple[Recompile, ...] = ()
+    throughput_unit: str = "tokens"
     version: str = BASELINE_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,7 +140,8 @@ class Baseline:
                 f"baseline version {version} is not supported (this jaxdiag reads "
                 f"{BASELINE_VERSION.split('.')[0]}.x); make it again with `jaxdiag baseline`"
             )
-        required = [f.name for f in dataclasses.fields(cls) if f.name not in ("version", "module_device_ms")]
+        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING]
         missing = [k for k in required if k not in d]
         if missing:
             raise BaselineError(f"baseline is missing {', '.join(missing)}; make it again with `jaxdiag baseline`")
@@ -140,19 +153,20 @@ class Baseline:
                 step_time_ms=_spread(d["step_time_ms"]),
                 tokens_per_s=_spread(d["tokens_per_s"]),
                 compiles=_int(d["compiles"]),
-                steady_recompiles=tuple(
-                    Recompile(str(r["function"]), None if r.get("step") is None else _int(r["step"]),
-                              _num(r["compile_ms"]), r.get("cause"))
-                    for r in d["steady_recompiles"]
-                ),
+                steady_recompiles=tuple(_recompile(r) for r in d["steady_recompiles"]),
                 host_wait_share=_opt(d["host_wait_share"]),
                 exposed_collective_share=_opt(d["exposed_collective_share"]),
                 small_op_count=_opt(d["small_op_count"]),
                 small_op_share=_opt(d["small_op_share"]),
                 module_device_ms={str(k): _num(v) for k, v in dict(d.get("module_device_ms") or {}).items()},
+                steady_wall_ms=tuple(_num(v) for v in d.get("steady_wall_ms") or ()),
+                steady_period_ms=tuple(_num(v) for v in d.get("steady_period_ms") or ()),
+                steady_tokens=tuple(_opt(v) for v in d.get("steady_tokens") or ()),
+                internal_recompiles=tuple(_recompile(r) for r in d.get("internal_recompiles") or ()),
+                throughput_unit=_unit(d.get("throughput_unit")),
                 version=version,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BaselineError(f"baseline has a malformed figure ({type(exc).__name__}: {exc})") from None
 
     def save(self, path: str | Path) -> None:
@@ -170,22 +184,18 @@ def load_baseline(path: str | Path) -> Baseline:
     Raises:
       BaselineError: the file is missing, not JSON, of another version or lacks figures.
     """
+    from jaxdiag.files import read_json
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise BaselineError(f"{p}: cannot read baseline ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BaselineError(f"{p}: not a JSON baseline ({exc.msg} at line {exc.lineno})") from None
+    data = read_json(p, "a jaxdiag baseline (JSON)", BaselineError)
     if isinstance(data, dict) and _VERSION_KEY not in data and "schema_version" in data:
-        from jaxdiag.reporting.model import Report, ReportFormatError
+        from jaxdiag.checks.inputs import read_report
+        from jaxdiag.reporting.model import ReportFormatError
 
         try:
-            return baseline_from_report(Report.from_dict(data))
+            return baseline_from_report(read_report(p))
         except ReportFormatError as exc:
-            raise BaselineError(f"{p}: {exc}") from None
+            raise BaselineError(str(exc)) from None
     try:
         return Baseline.from_dict(data)
     except BaselineError as exc:
@@ -201,13 +211,15 @@ def baseline_from_report(report: "Report") -> Baseline:
         for s in steady
         if _is_num(s.get("tokens")) and _is_num(s.get("wall_ms")) and float(s["wall_ms"]) > 0
     ]
+    periods = _periods(report)
+    timed = [s for s in steady if _is_num(s.get("wall_ms"))]
     small = report.small_ops or {}
     per_step_small = {r.get("step"): r for r in small.get("per_step") or []}
     steady_small = [per_step_small[s.get("step")] for s in steady if s.get("step") in per_step_small]
     if steady_small:
-        small_count: float | None = float(statistics.median(float(r.get("count") or 0) for r in steady_small))
+        small_count: float | None = float(statistics.median(_or_zero(r.get("count")) for r in steady_small))
         busy = {s.get("step"): s.get("device_busy_ms") for s in steady}
-        small_share = _trimmed_share([(float(r.get("time_ms") or 0.0), busy.get(r.get("step"))) for r in steady_small])
+        small_share = _trimmed_share([(_or_zero(r.get("time_ms")), busy.get(r.get("step"))) for r in steady_small])
     else:
         n = len(report.steps)
         small_count = float(small["count"]) / n if _is_num(small.get("count")) and n else None
@@ -233,6 +245,11 @@ def baseline_from_report(report: "Report") -> Baseline:
         small_op_count=None if small_count is None else round(small_count, 3),
         small_op_share=small_share,
         module_device_ms=module_device_ms(report),
+        steady_wall_ms=tuple(round(float(s["wall_ms"]), 6) for s in timed),
+        steady_period_ms=tuple(round(periods.get(s.get("step"), float(s["wall_ms"])), 6) for s in timed),
+        steady_tokens=tuple(float(s["tokens"]) if _is_num(s.get("tokens")) else None for s in timed),
+        internal_recompiles=tuple(r for r, internal in _compiles_after_warmup(report) if internal),
+        throughput_unit=_unit((report.throughput or {}).get("unit")),
     )
 
 
@@ -246,23 +263,43 @@ def steady_steps(report: "Report") -> list[dict[str, Any]]:
 
 
 def steady_recompiles(report: "Report") -> list[Recompile]:
-    """Compiles of functions that had compiled before, in timeline order.
+    """Compiles of the user's functions that had compiled before, in timeline order.
 
     A compile counts when the report marks it (``recompile``), when a ``recompile``
     finding names its function and step (the analysis also knows functions that ran
     before the capture), or when the same function compiled earlier in the capture.
+    Compiles the report marks as JAX's own (``origin: "jax-internal"``) are left out:
+    see ``internal_recompiles``.
     """
+    return [r for r, internal in _compiles_after_warmup(report) if not internal]
+
+
+def internal_recompiles(report: "Report") -> list[Recompile]:
+    """Compiles of JAX's own helpers after warm-up (counted apart from the user's)."""
+    return [r for r, internal in _compiles_after_warmup(report) if internal]
+
+
+#: Keys with which a report's compile row may say the function is JAX's own, not the user's.
+_INTERNAL_KEYS = ("jax_internal", "internal")
+
+
+def is_internal(row: Mapping[str, Any]) -> bool:
+    """Whether a compile row of a report names one of JAX's own helpers."""
+    return row.get("origin") == "jax-internal" or any(row.get(k) is True for k in _INTERNAL_KEYS)
+
+
+def _compiles_after_warmup(report: "Report") -> list[tuple[Recompile, bool]]:
     flagged: dict[tuple[str, Any], int] = {}
     for f in report.findings:
         if f.kind == "recompile":
             ev = f.evidence or {}
             step = ev.get("step")
-            key = (str(ev.get("function")), None if step is None or step == -1 else step)
+            key = (str(ev.get("function")), step if isinstance(step, int) and step != -1 else None)
             flagged[key] = flagged.get(key, 0) + 1
     seen: set[str] = set()
     out = []
     for r in report.recompiles:
-        fn, step = str(r.get("function")), r.get("step")
+        fn, step = str(r.get("function")), r.get("step") if isinstance(r.get("step"), int) else None
         if "recompile" in r:
             is_re = bool(r["recompile"])
         else:
@@ -272,8 +309,17 @@ def steady_recompiles(report: "Report") -> list[Recompile]:
         seen.add(fn)
         if is_re:
             ms = float(r["compile_ms"]) if _is_num(r.get("compile_ms")) else 0.0
-            out.append(Recompile(fn, step, round(ms, 3), r.get("cause")))
+            cause = r.get("cause") if isinstance(r.get("cause"), str) else None
+            out.append((Recompile(fn, step if isinstance(step, int) else None, round(ms, 3), cause), is_internal(r)))
     return out
+
+
+def _periods(report: "Report") -> dict[Any, float]:
+    """Step -> period in ms (start to the next step's start), from the report's throughput section."""
+    rows = (report.throughput or {}).get("per_step") if isinstance(report.throughput, dict) else None
+    return {r["step"]: float(r["period_ms"]) for r in (rows if isinstance(rows, list) else ())
+            if isinstance(r, dict) and isinstance(r.get("step"), int) and _is_num(r.get("period_ms"))
+            and float(r["period_ms"]) > 0}
 
 
 def module_device_ms(report: "Report") -> dict[str, float]:
@@ -317,6 +363,10 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"), float("-inf"))
 
 
+def _or_zero(v: Any) -> float:
+    return float(v) if _is_num(v) else 0.0
+
+
 def _num(v: Any) -> float:
     if not _is_num(v):
         raise ValueError(f"expected a number, got {v!r}")
@@ -333,10 +383,22 @@ def _int(v: Any) -> int:
     return v
 
 
+def _recompile(r: Any) -> Recompile:
+    return Recompile(str(r["function"]), None if r.get("step") is None else _int(r["step"]),
+                     _num(r["compile_ms"]), None if r.get("cause") is None else str(r["cause"]))
+
+
+def _unit(value: Any) -> str:
+    return value if value in ("tokens", "samples") else "tokens"
+
+
 def _spread(d: Any) -> Spread:
     if not isinstance(d, dict):
         raise TypeError(f"expected a spread object, got {d!r}")
-    return Spread(_opt(d["median"]), _opt(d["iqr"]), _opt(d["mad"]), _int(d["n"]))
+    spread = Spread(_opt(d["median"]), _opt(d["iqr"]), _opt(d["mad"]), _int(d["n"]))
+    if spread.n < 0 or (spread.n > 0) != (spread.median is not None):
+        raise ValueError(f"a spread of {spread.n} value(s) with median {spread.median!r}")
+    return spread
 
 
 def _version() -> str:

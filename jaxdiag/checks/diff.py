@@ -4,16 +4,21 @@ Per-op and per-module figures are device milliseconds *per step* (the report's
 totals over its step count), so captures of different lengths compare. What the
 report breaks device time down by decides what can be named: modules and ops from
 its ``device_time`` section when it has one, small ops (``small_ops.top``) and
-collective kinds (``collectives.by_kind``) always.
+collective kinds (``collectives.by_kind``) always. Ops and modules are matched by
+their names without XLA's numbering (``fusion.4`` and ``fusion.5`` are both
+``fusion.*``), which changes from one compile to the next; ops that share such a
+name are summed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from jaxdiag.checks import stats
 from jaxdiag.checks.baseline import Baseline, Recompile, baseline_from_report, module_device_ms, steady_steps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,11 +150,16 @@ def _summary(a: "Report", b: "Report", fa: Baseline, fb: Baseline) -> list[Figur
         vals = [float(s["device_busy_ms"]) for s in steady_steps(r) if isinstance(s.get("device_busy_ms"), (int, float))]
         return round(statistics.median(vals), 4) if vals else None
 
+    unit = fb.throughput_unit
     return [
         FigureChange("steps", float(fa.steps), float(fb.steps), "count"),
         FigureChange("steady steps", float(fa.steady_steps), float(fb.steady_steps), "count"),
         FigureChange("median steady step", fa.step_time_ms.median, fb.step_time_ms.median, "ms"),
+        FigureChange("mean steady step", _mean(fa), _mean(fb), "ms"),
+        FigureChange("p90 steady step", _p90(fa), _p90(fb), "ms"),
         FigureChange("step time IQR", fa.step_time_ms.iqr, fb.step_time_ms.iqr, "ms"),
+        FigureChange("steady steps/s", _rate(fa, "steps"), _rate(fb, "steps"), "steps/s"),
+        FigureChange(f"steady {unit}/s", _rate(fa, unit), _rate(fb, unit), f"{unit}/s"),
         FigureChange("median device busy", busy(a), busy(b), "ms"),
         FigureChange("median tokens/s", fa.tokens_per_s.median, fb.tokens_per_s.median, "tokens/s"),
         FigureChange("compiles", float(fa.compiles), float(fb.compiles), "count"),
@@ -159,6 +169,26 @@ def _summary(a: "Report", b: "Report", fa: Baseline, fb: Baseline) -> list[Figur
         FigureChange("small ops per step", fa.small_op_count, fb.small_op_count, "count"),
         FigureChange("small-op share", fa.small_op_share, fb.small_op_share, "share"),
     ]
+
+
+def _mean(f: Baseline) -> float | None:
+    m = stats.mean(f.steady_wall_ms)
+    return None if m is None else round(m.value, 4)
+
+
+def _p90(f: Baseline) -> float | None:
+    q = stats.quantile(f.steady_wall_ms, 0.9) if len(f.steady_wall_ms) >= 10 else None
+    return None if q is None else round(q, 4)
+
+
+def _rate(f: Baseline, what: str) -> float | None:
+    """Steady steps/s (``what="steps"``) or tokens (samples)/s over the steps' periods."""
+    if what == "steps":
+        r = stats.rate([1.0] * len(f.steady_period_ms), f.steady_period_ms)
+    else:
+        known = [(t, p) for t, p in zip(f.steady_tokens, f.steady_period_ms) if t is not None]
+        r = stats.rate([t for t, _ in known], [p for _, p in known])
+    return None if r is None else round(r.per_s, 4)
 
 
 def _steps(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> list[StepPair]:
@@ -178,15 +208,31 @@ def _device_times(r: "Report") -> dict[tuple[str, str], float]:
     n = max(len(r.steps), 1)
     out: dict[tuple[str, str], float] = {}
     section = getattr(r, "device_time", None) or {}
+    def add(key: tuple[str, str], ms: float) -> None:
+        out[key] = round(out.get(key, 0.0) + ms, 4)
+
     for name, ms in module_device_ms(r).items():
-        out[("module", name)] = ms
-    for row in section.get("top_ops") or []:
-        out[("op", _op_name(row))] = _per_step(row.get("total_ms"), n)
-    for row in (r.small_ops or {}).get("top") or []:
-        out[("small_op", _op_name(row))] = _per_step(row.get("total_ms"), n)
-    for row in (r.collectives or {}).get("by_kind") or []:
-        out[("collective", str(row.get("kind")))] = _per_step(row.get("total_ms"), n)
+        add(("module", stable_name(name)), ms)
+    for row in _rows(section.get("top_ops")):
+        add(("op", _op_name(row)), _per_step(row.get("total_ms"), n))
+    for row in _rows((r.small_ops or {}).get("top")):
+        add(("small_op", _op_name(row)), _per_step(row.get("total_ms"), n))
+    for row in _rows((r.collectives or {}).get("by_kind")):
+        add(("collective", str(row.get("kind"))), _per_step(row.get("total_ms"), n))
     return out
+
+
+def _rows(value: Any) -> list[Mapping[str, Any]]:
+    return [row for row in value if isinstance(row, Mapping)] if isinstance(value, list) else []
+
+
+#: XLA's numbering: ``.4`` in ``fusion.4``, ``.1`` twice in ``add.1.1``; not a version-like ``v1.5``.
+_NUMBERING = re.compile(r"(?<=[A-Za-z_\-])(?:\.\d+)+(?=$|[.\s/)])")
+
+
+def stable_name(name: str) -> str:
+    """``name`` without XLA's instruction numbering, which changes between compiles: ``fusion.4`` -> ``fusion.*``."""
+    return _NUMBERING.sub(".*", str(name).lstrip("%"))
 
 
 def _host_waits(a: "Report", b: "Report") -> list[TimeChange]:
@@ -226,7 +272,8 @@ def _recompile_changes(
 
 def _op_name(row: Mapping[str, Any]) -> str:
     module = row.get("module")
-    return f"{row.get('name')} ({module})" if module else str(row.get("name"))
+    name = stable_name(str(row.get("name")))
+    return f"{name} ({stable_name(str(module))})" if module else name
 
 
 def _per_step(total: Any, n: int) -> float:

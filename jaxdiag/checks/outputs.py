@@ -38,12 +38,19 @@ def render_table(result: "CheckResult", *, width: int | None = None, color: bool
     for o in result.outcomes:
         style = _STATUS_STYLE[o.status]
         t.add_row(o.name, f"[{style}]{o.status}[/{style}]", _value(o, o.observed), _value(o, o.limit),
-                  _value(o, o.expected), o.message)
+                  _value(o, o.expected), escape(o.message))
     console.print(t)
     for note in result.notes:
-        console.print(f"[yellow]note: {note}[/yellow]")
+        console.print(f"[yellow]note: {escape(note)}[/yellow]")
     console.print(_verdict(result))
     return buf.getvalue()
+
+
+def escape(text: object) -> str:
+    """``text`` with rich's markup characters escaped: names and messages come from files."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(str(text))
 
 
 def render_markdown(result: "CheckResult") -> str:
@@ -103,7 +110,7 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
     from rich.table import Table
 
     console, buf = _console(width, color)
-    console.print(f"[bold]jaxdiag diff[/bold]  A: {d.a_source}  B: {d.b_source}")
+    console.print(f"[bold]jaxdiag diff[/bold]  A: {escape(d.a_source)}  B: {escape(d.b_source)}")
     t = Table(title="Steady state", title_justify="left", show_edge=False)
     for col, just in (("figure", "left"), ("A", "right"), ("B", "right"), ("change", "right")):
         t.add_column(col, justify=just)
@@ -118,13 +125,13 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
             for col, just in (("kind", "left"), ("name", "left"), ("A", "right"), ("B", "right"), ("delta", "right")):
                 ct.add_column(col, justify=just, overflow="fold")
             for c in rows[:_MAX_CHANGES]:
-                ct.add_row(c.kind, c.name, f"{c.a_ms:.3f}", f"{c.b_ms:.3f}", f"{c.delta_ms:+.3f}")
+                ct.add_row(c.kind, escape(c.name), f"{c.a_ms:.3f}", f"{c.b_ms:.3f}", f"{c.delta_ms:+.3f}")
             console.print(ct)
     for title, recs in (("New recompiles in B", d.new_recompiles), ("Recompiles gone from B", d.gone_recompiles)):
         if recs:
             console.print(f"[bold]{title}[/bold]")
             for r in recs:
-                console.print(f"  {r.describe()}")
+                console.print(f"  {escape(r.describe())}")
     st = Table(title="Steps (wall / device busy / host wait / compile, ms)", title_justify="left", show_edge=False)
     for col in ("step", "A", "B", "wall change"):
         st.add_column(col, justify="right")
@@ -137,7 +144,7 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
     if len(d.steps) > _MAX_STEPS:
         console.print(f"... {len(d.steps) - _MAX_STEPS} more steps in --json")
     for note in d.notes:
-        console.print(f"[yellow]note: {note}[/yellow]")
+        console.print(f"[yellow]note: {escape(note)}[/yellow]")
     return buf.getvalue()
 
 
@@ -173,6 +180,8 @@ def _figure(v: float | None, unit: str) -> str:
         return f"{v:g}"
     if unit == "ms":
         return f"{v:.3f} ms"
+    if unit == "steps/s":
+        return f"{v:,.2f} steps/s"
     return f"{v:,.0f} {unit}".strip()
 
 

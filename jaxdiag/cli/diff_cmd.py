@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from jaxdiag.cli.app import app
+from jaxdiag.cli.options import check_width
 from jaxdiag.cli.baseline_cmd import SOURCE_HELP
 
 
@@ -19,6 +20,7 @@ def diff_command(
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
 ) -> None:
     """Compare two captures: per-step figures, modules and ops that got slower or faster, new recompiles, host waits."""
+    width = check_width(width)
     from jaxdiag.checks.diff import diff
     from jaxdiag.checks.inputs import open_report
 

@@ -20,6 +20,9 @@ from typing import Any, Optional, Sequence, Union, get_args, get_origin
 import typer
 
 from jaxdiag.cli.app import app
+from jaxdiag.cli.options import (
+    CONFIG_HELP, SET_HELP, check_steps_found, check_width, parse_steps, positive, settings_from,
+)
 from jaxdiag.errors import ConfigError, JaxdiagError
 
 
@@ -40,17 +43,19 @@ def report_command(
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
     deep: bool = typer.Option(False, "--deep", help="Also run XProf's converters: FLOPs, bytes and roofline bound per top op, measured memory peaks, GPU kernel facts (slower; see the README)."),
     scheduler: Optional[str] = typer.Option(None, help="Read the host files on a Dask cluster: its scheduler, tcp://HOST:PORT (the workers must see TRACE_DIR)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help=SET_HELP),
+    config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
 ) -> None:
     """Break a capture down step by step, and say what to change, by time lost."""
+    width = check_width(width)
     from jaxdiag.checks.inputs import is_report_file
-    from jaxdiag.config import DEFAULT_THRESHOLDS
 
     if is_report_file(trace_dir):
         from jaxdiag.reporting.model import Report
 
         trace_options = {"run": run, "host": host, "steps": steps, "tokens_per_step": tokens_per_step,
                          "flops_per_step": flops_per_step, "small_op_us": small_op_us, "compile_log": compile_log,
-                         "deep": deep or None, "scheduler": scheduler}
+                         "deep": deep or None, "scheduler": scheduler, "set": set_ or None, "config": config}
         given = ["--" + k.replace("_", "-") for k, v in trace_options.items() if v is not None]
         if given:
             raise ConfigError(f"{trace_dir} is a saved report; {', '.join(given)} only apply to a trace folder")
@@ -58,16 +63,16 @@ def report_command(
     else:
         from jaxdiag.reporting.build import report
 
-        thresholds = DEFAULT_THRESHOLDS
-        if small_op_us is not None:
-            if small_op_us <= 0:
-                raise ConfigError(f"--small-op-us must be positive, got {small_op_us}")
-            thresholds = thresholds.replace(small_op_us=small_op_us)
+        settings = settings_from(set_, config=config, small_op_us=positive("--small-op-us", small_op_us))
+        wanted = parse_steps(steps)
         result = report(
-            trace_dir, run=run, host=host, steps=parse_steps(steps), tokens_per_step=tokens_per_step,
-            flops_per_step=flops_per_step, compile_log=compile_log, thresholds=thresholds, deep=deep,
-            scheduler=scheduler,
+            trace_dir, run=run, host=host, steps=wanted,
+            tokens_per_step=positive("--tokens-per-step", tokens_per_step),
+            flops_per_step=positive("--flops-per-step", flops_per_step), compile_log=compile_log, settings=settings,
+            deep=deep, scheduler=scheduler,
         )
+        if wanted is not None and result.frames is not None:
+            check_steps_found(steps, wanted, result.frames.steps["step"], trace_dir)
     if html is not None:
         from jaxdiag.render.html import render as render_html
 
@@ -86,23 +91,6 @@ def report_command(
         _write(output, text)
     else:
         typer.echo(text, nl=False, color=color)
-
-
-def parse_steps(spec: str | None) -> list[int] | None:
-    """``'3:10'`` -> 3..9, ``'2,5'`` -> [2, 5], ``'4'`` -> [4]; ``ConfigError`` otherwise."""
-    if spec is None or not spec.strip():
-        return None
-    try:
-        if ":" in spec:
-            lo, hi = spec.split(":", 1)
-            start = int(lo) if lo.strip() else 0
-            stop = int(hi)
-            if stop <= start:
-                raise ValueError
-            return list(range(start, stop))
-        return [int(s) for s in spec.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--steps {spec!r} is not a step list: use '3:10', '2,5,7' or '4'") from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -157,7 +145,7 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
         if isinstance(info, typer.models.ArgumentInfo):
             positional.append(param.name)
             continue
-        values[param.name] = info.default
+        values[param.name] = () if kind is list and info.default is None else info.default
         names = info.param_decls or (f"--{param.name.replace('_', '-')}",)
         if any("/" in n for n in names):
             return None
@@ -178,7 +166,8 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
         if name not in options or options[name][0] in given:
             return None
         param, kind = options[name]
-        given.add(param)
+        if kind is not list:  # a list option (``--set``) may be repeated
+            given.add(param)
         if kind is bool:
             if eq:
                 return None
@@ -188,10 +177,10 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
             if i >= len(args):
                 return None
             attached, i = args[i], i + 1
-        value = _plain_value(attached, kind)
+        value = _plain_value(attached, str if kind is list else kind)
         if value is None:
             return None
-        values[param] = value
+        values[param] = [*values[param], value] if kind is list else value
     if len(rest) != len(positional) or any(not r for r in rest):
         return None
     values.update((p, Path(r)) for p, r in zip(positional, rest))
@@ -199,10 +188,12 @@ def _plain_values(args: list[str]) -> dict[str, Any] | None:
 
 
 def _plain_type(annotation: Any) -> type | None:
-    """``str``, ``int``, ``float``, ``bool`` or ``Path`` from an annotation, unwrapping ``Optional``."""
+    """``str``, ``int``, ``float``, ``bool``, ``Path`` or ``list`` (of ``str``) from an annotation, unwrapping ``Optional``."""
     if get_origin(annotation) is Union:
         inner = [a for a in get_args(annotation) if a is not type(None)]
         annotation = inner[0] if len(inner) == 1 else None
+    if get_origin(annotation) is list:
+        return list if get_args(annotation) == (str,) else None
     return annotation if annotation in (str, int, float, bool, Path) else None
 
 

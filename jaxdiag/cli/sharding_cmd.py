@@ -16,6 +16,7 @@ from typing import Any, Optional
 import typer
 
 from jaxdiag.cli.app import app
+from jaxdiag.cli.options import CONFIG_HELP, SET_HELP, check_width, settings_from
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagError, TraceFormatError
 
 _NO_FACTS = ("no sharding facts in {where}: jaxdiag.jit records them for functions on more than one "
@@ -35,15 +36,15 @@ def sharding_command(
     replicated_param_mb: Optional[float] = typer.Option(
         None, help="Report inputs replicated on every device from this size (MiB, default 64)."),
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help=SET_HELP),
+    config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
 ) -> None:
     """Show what each jitted function moves between devices, and what its specs did not ask for."""
-    from jaxdiag.config import DEFAULT_THRESHOLDS
-
-    thresholds = DEFAULT_THRESHOLDS
-    if replicated_param_mb is not None:
-        if replicated_param_mb <= 0:
-            raise ConfigError(f"--replicated-param-mb must be positive, got {replicated_param_mb}")
-        thresholds = thresholds.replace(replicated_param_bytes=int(replicated_param_mb * 2**20))
+    width = check_width(width)
+    if replicated_param_mb is not None and not (replicated_param_mb > 0 and replicated_param_mb < float("inf")):
+        raise ConfigError(f"--replicated-param-mb must be positive, got {replicated_param_mb}")
+    thresholds = settings_from(set_, config=config, replicated_param_bytes=None if replicated_param_mb is None
+                               else max(1, int(replicated_param_mb * 2**20)))
     section, findings = _section(path, compile_log, thresholds)
     if function is not None:
         section, findings = _only(section, findings, function, path)
@@ -70,9 +71,9 @@ def _section(path: Path, compile_log: Path | None, thresholds: Any) -> tuple[dic
     if is_report_file(path):
         if compile_log is not None:
             raise ConfigError(f"{path} is a saved report; --compile-log only applies to a trace folder")
-        from jaxdiag.reporting.model import Report
+        from jaxdiag.checks.inputs import read_report
 
-        report = Report.open(path)
+        report = read_report(path)
         return dict(report.sharding), list(report.findings)
     try:
         from jaxdiag.trace.discover import discover

@@ -17,7 +17,7 @@ import dataclasses
 from collections import Counter, defaultdict
 from typing import Any, Mapping, Sequence
 
-from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
+from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds, current
 from jaxdiag.recording.explain import explain, function_key
 from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN, Change, CompileRecord
 
@@ -234,7 +234,7 @@ def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int,
     for (path, rank), shapes in seen.items():
         for axis in range(rank):
             series = tuple((idx, shape[axis]) for idx, shape in shapes)
-            if len({s for _, s in series}) >= MIN_DISTINCT:
+            if len({s for _, s in series}) >= current().min_distinct_values:
                 # Leaves sharing one varying axis (tokens and their mask) get one piece of advice.
                 groups.setdefault(series, []).append((path, axis))
     name = recs[0].function
@@ -285,7 +285,7 @@ def _static_values(qualname: str, recs: list[CompileRecord]) -> list[Advice]:
                 values[a.path][str(a.value)].append(rec)
     out = []
     for path, by_value in values.items():
-        if len(by_value) < MIN_DISTINCT:
+        if len(by_value) < current().min_distinct_values:
             continue
         involved = [r for rs in by_value.values() for r in rs]
         label = next((a.label for r in recs for a in r.args if a.path == path and a.label), path)

@@ -134,19 +134,66 @@ def _problem(d: Any) -> str | None:
     for name in ("trace_s", "lower_s", "backend_compile_s"):
         if d.get(name) is not None and not _is_number(d[name]):
             return f"field {name!r} is not a number"
+    for name, kind in _OPTIONAL_FIELDS.items():
+        value = d.get(name)
+        if value is not None and not (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+            return f"field {name!r} is not {_KIND_NAMES[kind]}"
     args = d.get("args") or []
     if not isinstance(args, list):
         return "field 'args' is not a list"
     for a in args:
         if not isinstance(a, dict) or not isinstance(a.get("path"), str):
             return "an entry of 'args' has no text 'path'"
+        for name in ("kind", "dtype", "sharding", "memory_kind", "value"):
+            if a.get(name) is not None and not isinstance(a[name], str):
+                return f"args {a['path']!r}: {name!r} is not text"
         shape = a.get("shape")
         if shape is not None and not (isinstance(shape, list) and all(type(x) is int for x in shape)):
             return f"args {a['path']!r}: 'shape' is not a list of integers"
     exp = d.get("explanation")
     if exp is not None and not (isinstance(exp, dict) and isinstance(exp.get("changes", []), list)):
         return "field 'explanation' is not an object with a 'changes' list"
+    if exp is not None and exp.get("compared_to") is not None and not _is_int(exp["compared_to"]):
+        return "field 'explanation.compared_to' is not an integer"
+    if exp is not None and not isinstance(exp.get("summary", ""), str):
+        return "field 'explanation.summary' is not text"
+    for change in (exp or {}).get("changes") or ():
+        if not (isinstance(change, dict) and isinstance(change.get("what"), str) and isinstance(change.get("path"), str)
+                and all(change.get(k) is None or isinstance(change[k], str) for k in ("old", "new"))
+                and (change.get("axis") is None or _is_int(change["axis"]))):
+            return "not a compile record (an entry of 'explanation.changes' lacks text 'what' and 'path')"
     return None
+
+
+def record_problem(d: Any) -> str | None:
+    """Why the dict ``d`` is not a readable compile record, or ``None`` (what the reader checks per line)."""
+    return _problem(d)
+
+
+def records_from_dicts(dicts: Any, source: str) -> tuple[list[CompileRecord], list[tuple[str, int, str]]]:
+    """Compile records from dicts (a capture sidecar's ``compile_log``), and ``(source, index, reason)``
+    for each that is not one (indices count from 1)."""
+    out: list[CompileRecord] = []
+    skipped: list[tuple[str, int, str]] = []
+    for number, d in enumerate(dicts if isinstance(dicts, (list, tuple)) else (), start=1):
+        problem = _problem(d)
+        if problem is None:
+            try:
+                out.append(CompileRecord.from_dict(d))
+                continue
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                problem = f"not a compile record ({type(exc).__name__}: {exc})"
+        skipped.append((source, number, problem))
+    return out, skipped
+
+
+#: Fields a record may leave out, and the JSON type each has when present.
+_OPTIONAL_FIELDS: dict[str, type] = {
+    "source": str, "call_site": str, "in_tree": str, "origin": str, "thread": str, "function_id": int, "pid": int,
+    "traced": bool, "lowered": bool, "compiled": bool, "persistent_cache_hit": bool, "cost": dict, "memory": dict,
+    "sharding": dict,
+}
+_KIND_NAMES = {str: "text", int: "an integer", bool: "true or false", dict: "an object"}
 
 
 def _is_int(x: Any) -> bool:

@@ -6,12 +6,22 @@ Formatting only: it reads the section dict of ``analyses.sharding``
 JSON (``to_json``), schema ``jaxdiag.sharding/1``: ``functions`` and ``timeline``
 as in ``docs/report-schema.md`` (``sharding``), and ``findings`` (the
 ``implicit_resharding``, ``replicated_param`` and ``sharding_recompile`` findings).
+
+Each distinct compile of a function is shown (``distinct_compiles``), the steady
+one first: compiles whose placements are equal (``P('model', None)`` and
+``P('model',)`` place an array the same way) are one. The steady compile is the
+one that ran most on the timeline, when the timeline can tell (the compiles share no
+op name, see ``_timeline_tells``); otherwise it is unknown which ran most, and the
+latest compile comes first, marked so (``steady_by``).
 """
 
 from __future__ import annotations
 
 import io
+import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from rich.markup import escape
 
 from jaxdiag.sharding.facts import format_bytes
 from jaxdiag.sharding.tiles import spec_text
@@ -28,7 +38,7 @@ _MAX_LEAVES = 12
 
 
 def to_json(section: Mapping[str, Any], findings: Sequence["Finding"]) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "functions": list(section.get("functions") or ()),
+    return {"schema_version": SCHEMA_VERSION, "functions": distinct_compiles(section.get("functions")),
             "timeline": list(section.get("timeline") or ()),
             "findings": [f.to_dict() for f in findings if f.kind in FINDING_KINDS]}
 
@@ -47,10 +57,110 @@ def render(section: Mapping[str, Any], findings: Sequence["Finding"], *, width: 
     return buf.getvalue()
 
 
+def distinct_compiles(functions: Any) -> list[dict[str, Any]]:
+    """Each distinct compile of each function, the steady one first, equal placements merged.
+
+    Adds ``steady`` (the compile that ran most on the timeline, or the latest when
+    nothing ran on it) and ``steady_by`` (``"timeline"``, ``"latest compile"``, or
+    ``None`` for a function compiled once) to each entry; keeps first-seen function order.
+    """
+    groups: dict[str, dict[str, dict[str, Any]]] = {}
+    for fn in functions if isinstance(functions, (list, tuple)) else ():
+        if not isinstance(fn, Mapping):
+            continue
+        merged = groups.setdefault(str(fn.get("qualname") or fn.get("function")), {})
+        key = _placement_key(fn)
+        if key in merged:
+            seen = merged[key]
+            seen["compiles"] = sorted({*_ints(seen.get("compiles")), *_ints(fn.get("compiles"))})
+        else:
+            merged[key] = {**fn, "compiles": sorted(_ints(fn.get("compiles")))}
+    out: list[dict[str, Any]] = []
+    for merged in groups.values():
+        entries = list(merged.values())
+        by_runs = _timeline_tells(entries)
+        entries.sort(key=lambda e: (-_runs(e) if by_runs else 0, -max(e["compiles"], default=-1)))
+        for i, e in enumerate(entries):
+            e["steady"] = i == 0
+            e["steady_by"] = None if len(entries) == 1 else ("timeline" if by_runs else "latest compile")
+        out += entries
+    return out
+
+
+def _timeline_tells(entries: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the timeline's runs tell these compiles apart.
+
+    The timeline names a collective by module and op, which compiles of one function
+    share; runs can only be told apart when no two compiles have an op name in
+    common, and one ran more than every other.
+    """
+    seen: set[str] = set()
+    for e in entries:
+        names = _op_names(e)
+        if names & seen:
+            return False
+        seen |= names
+    runs = sorted((_runs(e) for e in entries), reverse=True)
+    return len(runs) > 1 and runs[0] > runs[1]
+
+
+def _op_names(fn: Mapping[str, Any]) -> set[str]:
+    colls = fn.get("collectives")
+    names: set[str] = set()
+    for c in colls if isinstance(colls, list) else ():
+        if isinstance(c, Mapping):
+            aliases = c.get("aliases")
+            names |= {str(c.get("name")), *(str(a) for a in (aliases if isinstance(aliases, list) else ()))}
+    return names
+
+
+def _ints(values: Any) -> list[int]:
+    return [v for v in values if isinstance(v, int)] if isinstance(values, (list, tuple)) else []
+
+
+def _runs(fn: Mapping[str, Any]) -> int:
+    """How often a compile's collectives ran on the timeline (0 without a capture)."""
+    colls = fn.get("collectives")
+    return sum(c.get("timeline_count") or 0 for c in colls if isinstance(c, Mapping)
+               and isinstance(c.get("timeline_count"), int)) if isinstance(colls, list) else 0
+
+
+_TIMELINE_KEYS = frozenset({"compiles", "timeline_count", "timeline_ms", "steady", "steady_by"})
+
+
+def _placement_key(fn: Mapping[str, Any]) -> str:
+    """The facts of a compile with equivalent specs written one way, for telling distinct compiles apart."""
+    def norm(value: Any, key: str = "") -> Any:
+        if key == "spec" and isinstance(value, list):
+            return normal_spec(value)
+        if isinstance(value, Mapping):
+            return {k: norm(v, str(k)) for k, v in value.items() if k not in _TIMELINE_KEYS}
+        if isinstance(value, (list, tuple)):
+            return [norm(v) for v in value]
+        return value
+
+    return json.dumps(norm(fn), sort_keys=True, default=str)
+
+
+def normal_spec(spec: Sequence[Any]) -> list[Any]:
+    """A spec written one way: ``('model',)`` -> ``'model'``, ``()`` -> ``None``, trailing ``None``s dropped.
+
+    ``P('model', None)``, ``P('model',)`` and ``P(('model',), None)`` place an array the same way.
+    """
+    out: list[Any] = []
+    for entry in spec:
+        if isinstance(entry, (list, tuple)):
+            entry = None if not entry else (entry[0] if len(entry) == 1 else list(entry))
+        out.append(entry)
+    while out and out[-1] is None:
+        out.pop()
+    return out
+
+
 def mesh_line(fn: Mapping[str, Any]) -> str:
     mesh = fn.get("mesh") or {}
     axes = ", ".join(f"{n}={s}" for n, s in zip(mesh.get("axis_names") or (), mesh.get("axis_sizes") or ()))
-    kinds = ", ".join(mesh.get("device_kinds") or ())
+    kinds = ", ".join(str(k) for k in mesh.get("device_kinds") or ())
     inferred = " (no named mesh)" if mesh.get("inferred") else ""
     return f"mesh({axes}){inferred}" + (f" of {kinds}" if kinds else "")
 
@@ -59,10 +169,11 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
     """Per function: a header line, its leaves (with ``detail``) and its collectives."""
     from rich.table import Table
 
-    for fn in section.get("functions") or ():
+    for fn in distinct_compiles(section.get("functions")):
         compiles = ", ".join(str(c) for c in fn.get("compiles") or ())
-        console.print(f"[bold]{fn.get('function')}[/bold] ({fn.get('module') or '?'}, compile {compiles})  "
-                      f"{mesh_line(fn)}   communication {format_bytes(fn.get('comm_bytes_per_call'))} per call"
+        console.print(f"[bold]{escape(str(fn.get('function')))}[/bold] ({escape(str(fn.get('module') or '?'))}, "
+                      f"compile {compiles}){_steady_text(fn)}  "
+                      f"{escape(mesh_line(fn))}   communication {_bytes(fn.get('comm_bytes_per_call'))} per call"
                       + ("" if fn.get("hlo", True) else "   (optimized HLO not read)"))
         if detail:
             leaves = [("in", x) for x in fn.get("inputs") or ()] + [("out", x) for x in fn.get("outputs") or ()]
@@ -71,8 +182,8 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
                               ("per device", "right"), ("chosen by", "left")):
                 t.add_column(col, justify=just, overflow="fold")
             for side, leaf in leaves[:_MAX_LEAVES]:
-                t.add_row(side, str(leaf.get("name") or leaf.get("path")), _shape(leaf), _spec(leaf),
-                          format_bytes(leaf.get("bytes_per_device")), str(leaf.get("chosen_by", "")))
+                t.add_row(side, *map(escape, (str(leaf.get("name") or leaf.get("path")), _shape(leaf), _spec(leaf),
+                                              _bytes(leaf.get("bytes_per_device")), str(leaf.get("chosen_by", "")))))
             if len(leaves) > _MAX_LEAVES:
                 t.add_row("…", f"{len(leaves) - _MAX_LEAVES} more", "", "", "", "")
             console.print(t)
@@ -88,13 +199,25 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
         for c in colls:
             origin = str(c.get("origin"))
             style = "yellow" if origin == "resharding" else ""
-            runs = f" ×{c.get('count')}" if (c.get("count") or 1) > 1 else ""
-            t.add_row(str(c.get("name")), str(c.get("kind")), _axes(c.get("mesh_axes")),
-                      format_bytes(c.get("bytes_per_call")) + runs,
-                      f"[{style}]{origin}[/{style}]" if style else origin, _arrays(c),
-                      str(c.get("op_name") or ""), _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—")
+            runs = f" ×{c.get('count')}" if _is_num(c.get("count")) and c["count"] > 1 else ""
+            origin = escape(origin)
+            t.add_row(*map(escape, (str(c.get("name")), str(c.get("kind")), _axes(c.get("mesh_axes")),
+                                    _bytes(c.get("bytes_per_call")) + runs)),
+                      f"[{style}]{origin}[/{style}]" if style else origin, escape(_arrays(c)),
+                      escape(str(c.get("op_name") or "")), _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—")
         console.print(t)
         console.print()
+
+
+def _steady_text(fn: Mapping[str, Any]) -> str:
+    by = fn.get("steady_by")
+    if by is None:
+        return ""
+    if not fn.get("steady"):
+        return " [dim]another compile[/dim]"
+    if by == "timeline":
+        return f" [green]steady[/green]: ran most on the timeline ({_runs(fn)} collective runs)"
+    return " [yellow]latest[/yellow]: which compile ran most is unknown (no capture, or one that cannot tell them apart)"
 
 
 def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
@@ -109,9 +232,10 @@ def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
                       ("count", "right"), ("ms / device", "right"), ("origin", "left")):
         t.add_column(col, justify=just, overflow="fold")
     for r in rows:
-        t.add_row(f"{r.get('module')}/{r.get('op')}", str(r.get("function") or "—"),
-                  ", ".join(r.get("arrays") or ()) or "—", _axes(r.get("mesh_axes")) if r.get("function") else "—",
-                  str(r.get("count")), _ms(r.get("total_ms")), str(r.get("origin") or "—"))
+        t.add_row(escape(f"{r.get('module')}/{r.get('op')}"), escape(str(r.get("function") or "—")),
+                  escape(", ".join(str(a) for a in r.get("arrays") or ()) or "—"),
+                  escape(_axes(r.get("mesh_axes"))) if r.get("function") else "—",
+                  escape(str(r.get("count"))), _ms(r.get("total_ms")), escape(str(r.get("origin") or "—")))
     console.print(t)
     console.print()
 
@@ -119,9 +243,17 @@ def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
 def print_findings(findings: Sequence["Finding"], console: "Console") -> None:
     mine = [f for f in findings if f.kind in FINDING_KINDS]
     for f in mine:
-        console.print(f"[bold]{f.severity.value}[/bold] {f.message}\n  [dim]→ {f.suggestion}[/dim]")
+        console.print(f"[bold]{f.severity.value}[/bold] {escape(f.message)}\n  [dim]→ {escape(f.suggestion)}[/dim]")
     if mine:
         console.print()
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _bytes(v: Any) -> str:
+    return format_bytes(v) if _is_num(v) else "?"
 
 
 def _shape(leaf: Mapping[str, Any]) -> str:
@@ -137,11 +269,11 @@ def _spec(leaf: Mapping[str, Any]) -> str:
 def _axes(axes: Any) -> str:
     if axes is None:
         return "?"
-    return ", ".join(axes) if axes else "—"
+    return ", ".join(str(a) for a in axes) if axes else "—"
 
 
 def _arrays(c: Mapping[str, Any]) -> str:
-    arrays = ", ".join(c.get("arrays") or ())
+    arrays = ", ".join(str(a) for a in c.get("arrays") or ())
     if not arrays:
         return "—"
     return {"update": f"update of {arrays}", "output": f"→ {arrays}"}.get(str(c.get("array_role")), arrays)

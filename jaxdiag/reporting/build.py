@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
-from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
+from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds, using
 from jaxdiag.reporting import sections as registry
 from jaxdiag.reporting.model import REPORT_FIELDS, Report
 
@@ -34,6 +34,7 @@ def report(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     deep: bool = False,
     scheduler: Any = None,
+    settings: Settings | None = None,
 ) -> Report:
     """Load the capture at ``path`` and diagnose it.
 
@@ -48,20 +49,22 @@ def report(
       flops_per_step: model flops per step, for MFU (default: from the sidecar).
       compile_log: a ``jaxdiag.jit`` compile log (file or folder); by default the
         capture sidecar's, else a ``compiles*.jsonl`` in the run folder or the logdir.
-      thresholds: analysis tunables.
+      thresholds: analysis tunables (older name of ``settings``).
       deep: also run XProf's converters (``hlo_stats``, ``roofline_model``,
         ``memory_profile``, ``kernel_stats``) and join their FLOPs, bytes and
         memory peaks to the top-ops and memory sections (costs about as much
         as the report itself; see the README).
       scheduler: read the host files on a Dask ``distributed`` cluster: its
         scheduler address (``tcp://HOST:PORT``) or a ``Client`` (see ``trace.load``).
+      settings: every threshold and heuristic (``jaxdiag.config.Settings``, see docs/settings.md).
 
     Raises:
       TraceFormatError: the path holds no readable trace.
       CompileLogError: an explicitly given compile log cannot be read.
     """
-    with _collector_paused():
-        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, thresholds, deep,
+    settings = settings if settings is not None else thresholds
+    with _collector_paused(), using(settings):
+        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, settings, deep,
                        scheduler)
 
 
@@ -138,7 +141,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
     sections: dict[str, Any] = {}
     results: dict[str, Any] = {}
     deep_notes: list[str] = []
-    with scope(frames):
+    with using(inputs.thresholds), scope(frames):
         for section in registry.SECTIONS:
             if section.view is None:
                 value, result = section.run(inputs, sections)

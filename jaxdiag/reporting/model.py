@@ -27,6 +27,10 @@ if TYPE_CHECKING:  # pragma: no cover
 SCHEMA_VERSION = "1.3"
 
 
+#: What ``Report.open`` expects, in its messages.
+SAVED_REPORT = "a saved report (jaxdiag report --json)"
+
+
 class ReportFormatError(JaxdiagError):
     """A saved report cannot be read (not JSON, wrong schema, missing keys)."""
 
@@ -141,15 +145,10 @@ class Report:
     @classmethod
     def open(cls, path: str | Path) -> "Report":
         """Read a report saved by ``save`` or ``jaxdiag report --json FILE``."""
+        from jaxdiag.files import read_json
+
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise ReportFormatError(f"{p}: cannot read report ({exc.strerror or exc})") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ReportFormatError(f"{p}: not a JSON report ({exc.msg} at line {exc.lineno})") from None
+        data = read_json(p, SAVED_REPORT, ReportFormatError)  # compressed, binary, cut: one line naming the file
         try:
             return cls.from_dict(data)
         except ReportFormatError as exc:

@@ -168,12 +168,36 @@ class ShardingFacts:
         """Rebuild facts from a record's ``sharding`` dict; raises ``KeyError``/``TypeError`` on bad input."""
         if not isinstance(d, dict) or not isinstance(d.get("mesh"), dict):
             raise TypeError("sharding facts must be an object with a mesh object")
-        return cls(
+        facts = cls(
             module=str(d.get("module", "")), mesh=MeshFacts.from_dict(d["mesh"]),
             inputs=tuple(LeafSharding.from_dict(x) for x in d.get("inputs") or ()),
             outputs=tuple(LeafSharding.from_dict(x) for x in d.get("outputs") or ()),
             collectives=tuple(Collective.from_dict(c) for c in d.get("collectives") or ()),
             hlo=bool(d.get("hlo", True)))
+        for part in (facts.mesh, *facts.inputs, *facts.outputs, *facts.collectives):
+            _check_types(part)
+        return facts
+
+
+#: Field types whose values a hand-edited record could get wrong, and the check for each.
+_TYPE_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "tuple[str, ...]": lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
+    "tuple[int, ...]": lambda v: isinstance(v, tuple) and all(isinstance(x, int) for x in v),
+}
+
+
+def _check_types(part: Any) -> None:
+    """``TypeError`` when a field read from JSON has another type than its declared one."""
+    for f in dataclasses.fields(part):
+        value, kind = getattr(part, f.name), str(f.type)
+        if value is None and kind.endswith("| None"):
+            continue
+        check = _TYPE_CHECKS.get(kind.removesuffix(" | None"))
+        if check is not None and not check(value):
+            raise TypeError(f"{type(part).__name__}.{f.name} is {value!r}, not {kind}")
 
 
 def format_bytes(n: float | None) -> str:

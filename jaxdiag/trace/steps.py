@@ -26,6 +26,8 @@ import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from jaxdiag import config
+
 from jaxdiag.trace.frames import (
     CATEGORY, DEVICE, DUR_NS, HLO_MODULE, HOST, LINE_KIND, NAME, START_NS, STEP, STEP_COLUMNS,
 )
@@ -288,7 +290,7 @@ def _executions(device_events: "pd.DataFrame", module: str) -> list[tuple[int, i
                 executions.append((current[0], current[1]))
                 current = None
             continue
-        if current is not None and start - current[1] > EXECUTION_GAP_NS:
+        if current is not None and start - current[1] > config.current().step_gap_us * 1000:
             executions.append((current[0], current[1]))
             current = None
         if current is None:

@@ -128,7 +128,7 @@ def _top_records(data: bytes, source: str) -> Iterator[tuple[int, int, int, int]
         length, pos = _varint(data, pos, source)
         if pos + length > size:
             raise TraceFormatError(
-                f"{source}: truncated: a record at offset {pos} needs {length} bytes but the file ends after {size - pos}"
+                f"{source}: truncated: a record at offset {pos} needs {length} bytes but the file ends {size - pos} bytes after it"
             )
         yield tag >> 3, header, pos, pos + length
         pos += length

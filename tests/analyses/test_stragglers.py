@@ -82,8 +82,9 @@ def test_host_table_alignment_and_who_set_the_step_time(planted):
     assert all(r["late_ms"] > 0 and r["waited_ms"] == 0 for r in late)
     assert all(r["waited_ms"] > 0 and r["late_ms"] == 0 for r in waited)
     assert sum(r["late_ms"] for r in late) >= 5 * 30  # the machine is shared: steps vary, their sum less
-    # with two hosts, one waited as long as the other was late, or less where its op was shorter
-    assert sum(r["waited_ms"] for r in waited) <= sum(r["late_ms"] for r in late) + 0.01
+    # with two hosts, one waited as long as the other was late, or less where its op was shorter;
+    # steps tile the run, so a wait and the lateness behind it may fall either side of a boundary
+    assert sum(r["waited_ms"] for r in waited) <= 1.01 * sum(r["late_ms"] for r in late)
     for entry in section["step_set_by"]:  # the run's step time is the slowest host's
         walls = {r["host"]: r["wall_ms"] for r in rows if r["step"] == entry["step"]}
         assert walls[entry["host"]] == max(walls.values())

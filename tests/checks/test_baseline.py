@@ -105,7 +105,17 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     b = baseline_from_report(report)
     b.save(tmp_path / "b.json")
     assert load_baseline(tmp_path / "b.json") == b
-    assert json.loads((tmp_path / "b.json").read_text())["baseline_version"] == "1.0"
+    saved = json.loads((tmp_path / "b.json").read_text())
+    assert saved["baseline_version"] == "1.1" and saved["steady_wall_ms"] == [10.0, 11.0, 12.0, 14.0]  # step 3 compiled
+
+
+def test_a_baseline_of_format_1_0_still_reads(tmp_path: Path) -> None:
+    d = baseline_from_report(make_report(steps=[step(i, 10.0) for i in range(3)], findings=())).to_dict()
+    for key in ("steady_wall_ms", "steady_period_ms", "steady_tokens", "internal_recompiles", "throughput_unit"):
+        del d[key]
+    (tmp_path / "old.json").write_text(json.dumps({**d, "baseline_version": "1.0"}))
+    old = load_baseline(tmp_path / "old.json")
+    assert old.version == "1.0" and old.steady_wall_ms == () and old.step_time_ms.median == 10.0
 
 
 def test_a_saved_report_serves_as_a_baseline(tmp_path: Path) -> None:
@@ -121,8 +131,12 @@ def _good(tmp_path: Path) -> dict:
 @pytest.mark.parametrize(
     "content, message",
     [
-        (None, "cannot read baseline"),
-        ("{not json", "not a JSON baseline"),
+        (None, r"cannot read \(No such file or directory\); expected a jaxdiag baseline"),
+        ("{not json", r"not JSON \(Expecting property name"),
+        ('{"baseline_version": "1.0", "steps": [1, 2', "truncated JSON: the file ends after 42 bytes"),
+        (b"\x1f\x8b\x08\x00", "gzip-compressed"),
+        (b'{"steps": "\xff"}', "not UTF-8 text \\(byte 0xff at offset 11 of 14 bytes\\)"),
+        ("", r"the file is empty \(0 bytes\)"),
         ("[1, 2]", "a baseline must be a JSON object"),
         ({"steps": 3}, "not a jaxdiag baseline"),
         ("version:2.0", "baseline version 2.0 is not supported"),
@@ -131,7 +145,7 @@ def _good(tmp_path: Path) -> dict:
         ("set:steady_steps=2.5", "malformed figure"),
         ({"schema_version": "9.0", "steps": []}, "report schema version 9.0 is not supported"),
     ],
-    ids=["missing file", "not json", "not an object", "no version", "wrong version", "missing keys",
+    ids=["missing file", "not json", "truncated", "gzip", "not utf-8", "empty", "not an object", "no version", "wrong version", "missing keys",
          "bad spread", "bad count", "report of another schema"],
 )
 def test_bad_baselines_raise_one_clear_error(tmp_path: Path, content, message: str) -> None:
@@ -150,6 +164,8 @@ def test_bad_baselines_raise_one_clear_error(tmp_path: Path, content, message: s
         path.write_text(json.dumps(d))
     elif isinstance(content, (dict, list)):
         path.write_text(json.dumps(content))
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
     elif content is not None:
         path.write_text(content)
     with pytest.raises(BaselineError, match=message) as info:

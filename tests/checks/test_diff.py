@@ -35,10 +35,29 @@ def test_slower_and_faster_ops_per_step() -> None:
     b = report([10.0] * 8, top=[op("fusion.1", 16.0), op("sort.2", 8.0), op("copy.3", 2.02)],
                by_kind=[{"kind": "all-reduce", "count": 8, "total_ms": 4.0}])
     d = diff(a, b)
-    assert [(c.kind, c.name, c.a_ms, c.b_ms) for c in d.slower] == [("small_op", "fusion.1 (jit_step)", 1.0, 2.0)]
-    assert [(c.name, c.a_ms, c.b_ms) for c in d.faster] == [("sort.2 (jit_step)", 2.0, 1.0)]
+    assert [(c.kind, c.name, c.a_ms, c.b_ms) for c in d.slower] == [("small_op", "fusion.* (jit_step)", 1.0, 2.0)]
+    assert [(c.name, c.a_ms, c.b_ms) for c in d.faster] == [("sort.* (jit_step)", 2.0, 1.0)]
     # copy.3 (0.25 -> 0.2525 ms) and the all-reduce (0.5 -> 0.5 ms) did not change enough to list.
     assert any("per-module device time is not in these reports" in n for n in d.notes)
+
+
+def test_ops_renumbered_by_xla_are_matched_across_runs() -> None:
+    # The same program compiled twice: XLA numbered its fusion 4 in A and 5 in B.
+    a = report([10.0] * 4, top=[op("fusion.4", 4.0), op("add.1.1", 2.0)])
+    b = report([10.0] * 4, top=[op("fusion.5", 8.0), op("add.2.1", 2.0)])
+    d = diff(a, b)
+    assert [(c.name, c.a_ms, c.b_ms) for c in d.slower] == [("fusion.* (jit_step)", 1.0, 2.0)]
+    assert d.faster == ()  # neither op vanished: add.1.1 and add.2.1 are one op
+
+
+def test_steps_per_s_and_the_mean_are_in_the_summary() -> None:
+    walls_b = [10.0, 10.0, 40.0] * 4
+    d = diff(report([10.0] * 12), report(walls_b))
+    summary = {f.name: f for f in d.summary}
+    assert summary["median steady step"].change == 0.0
+    assert summary["steady steps/s"].a == 100.0 and summary["steady steps/s"].b == 50.0
+    assert summary["mean steady step"].b == 20.0 and summary["p90 steady step"].b == 40.0
+    assert "steady steps/s" in {row["name"] for row in d.to_dict()["summary"]}
 
 
 def test_new_and_gone_recompiles_and_host_waits() -> None:

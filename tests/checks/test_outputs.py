@@ -28,7 +28,8 @@ def result():
     base = baseline_from_report(report([10.0] * 5))
     recompiles = [{"function": "f", "step": 0, "compile_ms": 50.0, "cause": None},
                   {"function": "f", "step": None, "compile_ms": 40.0, "cause": "static arg 'mode' <a|b>"}]
-    th = CheckThresholds(small_op_share=0.2)
+    th = CheckThresholds(small_op_share=0.2, mean_step_time_regression=None, tail_step_time_regression=None,
+                         steps_per_s_drop=None)
     return compare(report([12.0] * 5, recompiles), base, th)
 
 
@@ -37,9 +38,9 @@ def test_junit_has_one_testcase_per_check(result, tmp_path: Path) -> None:
     path.write_text(outputs.render_junit(result))
     root = ET.parse(path).getroot()
     suite = root.find("testsuite")
-    assert suite is not None and suite.get("tests") == "4" and suite.get("failures") == "2" and suite.get("skipped") == "1"
+    assert suite is not None and suite.get("tests") == "5" and suite.get("failures") == "2" and suite.get("skipped") == "2"
     cases = {c.get("name"): c for c in suite.findall("testcase")}
-    assert list(cases) == ["steady_recompiles", "step_time", "tokens_per_s", "small_op_share"]
+    assert list(cases) == ["steady_recompiles", "step_time", "tokens_per_s", "run_tokens_per_s", "small_op_share"]
     failure = cases["steady_recompiles"].find("failure")
     assert failure is not None and "static arg 'mode' <a|b>" in failure.get("message")
     assert "observed: 1" in failure.text and "limit: 0" in failure.text
@@ -51,11 +52,11 @@ def test_junit_has_one_testcase_per_check(result, tmp_path: Path) -> None:
 def test_markdown_table(result) -> None:
     md = outputs.render_markdown(result)
     rows = [line for line in md.splitlines() if line.startswith("| `")]
-    assert len(rows) == 4
+    assert len(rows) == 5
     assert rows[0].startswith("| `steady_recompiles` | :x: FAIL | 1 | 0 | 0 |")
     assert "<a\\|b>" in rows[0]  # a '|' in a message cannot break the table
     assert rows[2].startswith("| `tokens_per_s` | :warning: skip")
-    assert "**FAILED: 2 of 4 checks (steady_recompiles, step_time), 1 skipped**" in md
+    assert "**FAILED: 2 of 5 checks (steady_recompiles, step_time), 2 skipped**" in md
 
 
 def test_step_summary_is_appended_when_set(result, tmp_path: Path, monkeypatch) -> None:
@@ -78,7 +79,7 @@ def test_rich_table(result) -> None:
     text = outputs.render_table(result, width=160)
     for name in ("steady_recompiles", "step_time", "tokens_per_s", "small_op_share"):
         assert name in text
-    assert "FAILED: 2 of 4 checks" in text and "\x1b[" not in text
+    assert "FAILED: 2 of 5 checks" in text and "\x1b[" not in text
     assert "\x1b[" in outputs.render_table(result, width=160, color=True)
 
 

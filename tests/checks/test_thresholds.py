@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from jaxdiag import config
 from jaxdiag.checks import thresholds as T
 from jaxdiag.checks.thresholds import CheckThresholds, load_thresholds
 from jaxdiag.errors import ConfigError, JaxdiagWarning
@@ -86,7 +87,7 @@ def test_bad_flag_is_named_as_a_flag() -> None:
 def test_without_a_toml_reader_the_file_is_skipped_with_a_warning(tmp_path: Path, monkeypatch) -> None:
     # What Python 3.10 without tomli does.
     path = _pyproject(tmp_path, 'step_time_regression = "50%"\n')
-    monkeypatch.setattr(T, "_toml_loads", lambda: None)
+    monkeypatch.setattr(config, "_toml_loads", lambda: None)
     with pytest.warns(JaxdiagWarning, match="needs `pip install tomli`"):
         th, used = load_thresholds(pyproject=path)
     assert (th, used) == (T.DEFAULT_CHECK_THRESHOLDS, None)

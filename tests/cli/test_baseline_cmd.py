@@ -35,5 +35,5 @@ def test_errors(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "report.json"
     bad.write_text("{truncated")
     assert main(["baseline", str(bad), "-o", str(tmp_path / "b.json")]) == 2
-    assert "not a JSON report" in capsys.readouterr().err
+    assert "report.json: not JSON (Expecting property name" in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()

@@ -43,7 +43,9 @@ def files(tmp_path: Path, monkeypatch) -> dict[str, Path]:
 
 @pytest.mark.parametrize(
     "name, code, failed",
-    [("same", 0, []), ("slow", 1, ["step_time", "tokens_per_s"]), ("recompile", 1, ["steady_recompiles"])],
+    [("same", 0, []),
+     ("slow", 1, ["mean_step_time", "run_tokens_per_s", "step_time", "steps_per_s", "tokens_per_s"]),
+     ("recompile", 1, ["steady_recompiles"])],
 )
 def test_exit_codes_and_junit(files, tmp_path: Path, capsys, name: str, code: int, failed: list[str]) -> None:
     junit = tmp_path / f"{name}.xml"
@@ -66,14 +68,17 @@ def test_without_a_baseline_absolute_checks_only(files, capsys) -> None:
 
 def test_flags_and_pyproject_table(files, tmp_path: Path, capsys) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.jaxdiag.check]\nstep_time_regression = "25%"\n'
+                                            'mean_step_time_regression = "25%"\nsteps_per_s_drop = "25%"\n'
+                                            'tail_step_time_regression = "off"\n'
                                             'tokens_per_s_drop = "off"\nhost_wait_share = "1%"\n')
     args = ["check", str(files["slow"]), "--baseline", str(files["baseline"]), "--json"]
     assert main(args) == 1  # host waits take 4% > 1%; the 20% slowdown is within 25%
     data = json.loads(capsys.readouterr().out)
     outcomes = {o["name"]: o for o in data["outcomes"]}
     assert data["notes"] == [f"thresholds from {tmp_path / 'pyproject.toml'} [tool.jaxdiag.check]"]
-    assert set(outcomes) == {"steady_recompiles", "step_time", "host_wait_share"}
+    assert set(outcomes) == {"steady_recompiles", "step_time", "mean_step_time", "steps_per_s", "host_wait_share"}
     assert outcomes["step_time"]["passed"] and not outcomes["host_wait_share"]["passed"]
+    assert outcomes["mean_step_time"]["passed"] and outcomes["steps_per_s"]["passed"]
     assert main([*args, "--host-wait-share", "off"]) == 0  # a flag wins over the table
     capsys.readouterr()
     other = tmp_path / "other.toml"
@@ -93,7 +98,7 @@ def test_markdown_goes_to_the_step_summary(files, tmp_path: Path, capsys, monkey
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["{same}", "--baseline", "{tmp}/nope.json"], "nope.json: cannot read baseline"),
+        (["{same}", "--baseline", "{tmp}/nope.json"], "nope.json: cannot read (No such file or directory)"),
         (["{same}", "--baseline", "{bad_version}"], "baseline version 7.0 is not supported"),
         (["{same}", "--baseline", "{missing_keys}"], "baseline is missing step_time_ms"),
         (["{tmp}/no_trace_here"], "no_trace_here"),
@@ -119,3 +124,13 @@ def test_real_capture_with_a_planted_recompile(cpu_trace_dir, capsys, tmp_path: 
     out = capsys.readouterr().out
     assert f"train_step at step {cpu_trace_dir.recompile_step}" in out and "FAILED: 1 of 1 checks" in out
     assert main(["check", str(cpu_trace_dir.logdir), "--max-steady-recompiles", "off"]) == 0
+
+
+def test_analysis_settings_apply_to_a_trace_and_are_refused_for_a_saved_report(files, cpu_trace_dir, capsys) -> None:
+    assert main(["check", str(cpu_trace_dir.logdir), "--set", "small_op_us=1000", "--set", "check.small_op_share=1%",
+                 "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    small = next(o for o in data["outcomes"] if o["name"] == "small_op_share")
+    assert small["observed"] > 0.01  # with every op under 1 ms small, small ops take most of the device time
+    assert main(["check", str(files["same"]), "--set", "small_op_us=5"]) == 2
+    assert "is a saved report; --set small_op_us only apply to a trace folder" in capsys.readouterr().err

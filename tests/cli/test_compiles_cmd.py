@@ -79,3 +79,66 @@ def test_console_script_runs_without_importing_jax(log_file: Path) -> None:
     imported = {ln.split("|")[-1].strip() for ln in done.stderr.splitlines() if ln.startswith("import time:")}
     assert "jaxdiag.render.compiles_table" in imported  # the import log is really there
     assert not imported & {"jax", "jaxlib", "pandas", "numpy"}
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real ``jaxdiag.profile`` capture in which ``grow`` compiles for 3 batch sizes; no JSONL log is written."""
+    import jax.numpy as jnp
+
+    import jaxdiag
+
+    @jax_jit_once
+    def grow(x):
+        return (x * 2).sum()
+
+    logdir = tmp_path_factory.mktemp("profiled")
+    with jaxdiag.profile(logdir):
+        for rows in (4, 5, 6, 6):
+            grow(jnp.ones((rows, 3))).block_until_ready()
+    return logdir
+
+
+def jax_jit_once(fn):
+    import jax
+
+    return jax.jit(fn)
+
+
+def test_a_capture_folder_gives_the_compile_records_of_its_sidecar(profiled: Path, capsys) -> None:
+    assert not list(profiled.rglob("*.jsonl"))  # the records are only in the sidecar
+    run_dir = next((profiled / "plugins" / "profile").iterdir())
+    for where in (profiled, run_dir):
+        assert main(["compiles", str(where), "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        grow = next(f for f in data["functions"] if f["function"] == "grow")
+        assert (grow["compiles"], grow["recompiles"]) == (3, 2)
+        assert [c["label"] for c in grow["causes"]] == ["x shape axis 0"]  # named as the parameter is
+        assert [Path(f).name for f in data["files"]] == [p.name for p in run_dir.glob("jaxdiag-*.json")]
+
+
+def test_a_log_in_the_run_folder_and_its_sidecar_count_each_compile_once(profiled: Path, tmp_path: Path, capsys) -> None:
+    import shutil
+
+    copy = tmp_path / "capture"
+    shutil.copytree(profiled, copy)
+    run_dir = next((copy / "plugins" / "profile").iterdir())
+    from jaxdiag.capturing.sidecar import read_sidecars
+
+    records = read_sidecars(run_dir).compile_log
+    (run_dir / "compiles-host.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["compiles", str(copy), "--json"]) == 0
+    once = json.loads(capsys.readouterr().out)
+    assert main(["compiles", str(profiled), "--json"]) == 0
+    assert once["functions"] == json.loads(capsys.readouterr().out)["functions"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x1f\x8b\x08\x00\x00", "gzip-compressed; expected a compile log (JSONL text): decompress it first"),
+    (b'{"a": 1}\n\x00\x01', "binary data (a NUL byte at offset 9); expected a compile log (JSONL text)"),
+])
+def test_compressed_or_binary_logs_are_named(tmp_path: Path, capsys, content: bytes, message: str) -> None:
+    path = tmp_path / "compiles.jsonl"
+    path.write_bytes(content)
+    assert main(["compiles", str(path)]) == 2
+    assert capsys.readouterr().err == f"jaxdiag: error: {path}: {message}\n"

@@ -19,6 +19,7 @@ PLAIN = [
     ["trace", "--run", "r1", "--host", "h0", "--steps", "3:10", "--compile-log", "logs", "--html", "r.html"],
     ["trace", "--tokens-per-step", "1e3", "--flops-per-step", "2.5E12", "--small-op-us", ".5"],
     ["--", "-trace-starting-with-a-dash"],
+    ["trace", "--set", "small_op_us=5", "--set=check.step_time_regression=10%", "--config", "p.toml"],
 ]
 NOT_PLAIN = [
     [],
@@ -77,7 +78,7 @@ def test_bad_input_is_one_line_on_the_plain_path(tmp_path: Path, capsys: pytest.
     assert main(["report", str(tmp_path), "--small-op-us", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("jaxdiag: error: ") for line in err)
-    assert str(missing) in err[0] and "--small-op-us must be positive" in err[1]
+    assert str(missing) in err[0] and "--small-op-us must be a positive number" in err[1]
 
 
 def test_the_program_flushes_its_report_and_exit_status(cpu_trace_dir, tmp_path: Path) -> None:
@@ -128,3 +129,37 @@ def test_the_program_starts_reading_the_trace_before_typer_loads(cpu_trace_dir, 
     from jaxdiag.reporting.build import report
 
     assert json.loads(out.read_text())["steps"] == report(cpu_trace_dir.logdir).to_dict()["steps"]
+
+
+def test_settings_from_set_and_pyproject_reach_the_report(cpu_trace_dir, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.jaxdiag]\nsmall_op_us = 3\ntop_ops = 2\n', encoding="utf-8")
+    assert main(["report", str(cpu_trace_dir.logdir), "--json", "--set", "small_op_us=4"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["small_ops"]["threshold_us"] == 4.0 and len(data["device_time"]["top_ops"]) == 2
+    assert main(["report", str(cpu_trace_dir.logdir), "--json", "--small-op-us", "6", "--set", "small_op_us=4"]) == 0
+    assert json.loads(capsys.readouterr().out)["small_ops"]["threshold_us"] == 6.0  # the flag wins
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "100:200"], "--steps 100:200: no such step in {logdir}; the capture has steps 0-5"),
+        (["--tokens-per-step", "-5"], "--tokens-per-step must be a positive number, got -5"),
+        (["--flops-per-step", "0"], "--flops-per-step must be a positive number, got 0"),
+        (["--set", "small_op_us"], "--set 'small_op_us': expected NAME=VALUE, e.g. small_op_us=5"),
+        (["--set", "padding_buckets=-2"], "--set: padding_buckets: expected a non-negative whole number, got '-2'"),
+    ],
+)
+def test_options_that_match_nothing_or_make_no_sense_exit_2(cpu_trace_dir, capsys, args, message) -> None:
+    assert main(["report", str(cpu_trace_dir.logdir), *args]) == 2
+    err = capsys.readouterr().err
+    assert err == f"jaxdiag: error: {message.format(logdir=cpu_trace_dir.logdir)}\n"
+
+
+@pytest.mark.parametrize("command", [["report", "{trace}"], ["check", "{trace}"], ["diff", "{trace}", "{trace}"],
+                                     ["sharding", "{trace}"], ["compiles", "{trace}"]])
+def test_a_width_too_narrow_for_a_table_is_refused(cpu_trace_dir, capsys, command) -> None:
+    args = [a.format(trace=cpu_trace_dir.logdir) for a in command]
+    assert main([*args, "--width", "-3"]) == 2
+    assert capsys.readouterr().err == "jaxdiag: error: --width must be at least 20 columns, got -3\n"

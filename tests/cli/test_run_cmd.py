@@ -11,6 +11,8 @@ import pytest
 
 from jaxdiag.cli.app import main
 
+#: Its shapes are used by no other test: JAX compiles its eager helpers (``jnp.ones``, ...) once per
+#: process and shape, and this script must see them compile whatever ran before it in the process.
 TRAIN = '''
 import sys
 import jax
@@ -24,9 +26,9 @@ def train_step(w, x):
     return w - 0.1 * jnp.mean(x @ w)
 
 
-w = jnp.ones((4, 4))
-for rows in (8, 8, 12, 16, 20):
-    w = train_step(w, jnp.ones((rows, 4)))
+w = jnp.ones((7, 7))
+for rows in (9, 9, 11, 13, 17):
+    w = train_step(w, jnp.ones((rows, 7)))
 print("sum", float(w.sum()))
 if "--exit" in sys.argv:
     sys.exit(int(sys.argv[-1]))
@@ -108,7 +110,7 @@ def test_log_dir_gets_the_records_and_the_compiles_command_reads_them(scripts, t
     records = read_compile_log(logs).records
     assert [(r.function, r.origin, r.compile_index) for r in records] == [
         ("train_step", "watch", i) for i in (1, 2, 3, 4)]
-    assert records[1].explanation.summary.startswith("train_step: x shape axis 0 changed 8 -> 12; called at ")
+    assert records[1].explanation.summary.startswith("train_step: x shape axis 0 changed 9 -> 11; called at ")
     assert records[1].call_site == f"{scripts / 'train.py'}:16"
 
 

@@ -107,3 +107,25 @@ def test_subprocess_smoke_without_jax(log_file: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["functions"]
+
+
+def test_each_distinct_compile_is_shown_latest_first_without_a_capture(log_file: Path, capsys) -> None:
+    assert main(["sharding", str(log_file), "--function", "moved", "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)["functions"]
+    assert [(f["compiles"], f["steady"], f["steady_by"]) for f in moved] == [
+        ([2], True, "latest compile"), ([1], False, "latest compile")]
+    assert main(["sharding", str(log_file), "--function", "moved", "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("moved (jit_moved, compile 2) latest: which compile ran most is unknown (no capture, or one that cannot tell them apart)") < \
+        out.index("moved (jit_moved, compile 1) another compile")
+
+
+def test_settings_reach_the_replicated_parameter_finding(log_file: Path, tmp_path: Path, capsys) -> None:
+    assert main(["sharding", str(log_file), "--json"]) == 0
+    default = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "replicated_param"]
+    assert main(["sharding", str(log_file), "--json", "--set", "replicated_param_bytes=1KiB"]) == 0
+    small = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "replicated_param"]
+    assert len(small) > len(default)
+    (tmp_path / "pyproject.toml").write_text('[tool.jaxdiag]\nreplicated_param_bytes = "1KiB"\n')
+    assert main(["sharding", str(log_file), "--json", "--config", str(tmp_path / "pyproject.toml")]) == 0
+    assert len([f for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "replicated_param"]) == len(small)

@@ -104,7 +104,7 @@ def test_cli_refuses_trace_options_with_a_saved_report(cpu_trace_dir, tmp_path, 
     broken.write_text('{"schema_version": "1.3", "steps": [')
     assert main(["report", str(broken)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and str(broken) in err[0] and "not a JSON report" in err[0]
+    assert len(err) == 1 and str(broken) in err[0] and "expected a saved report" in err[0]
 
 
 def test_rendering_a_saved_report_imports_neither_jax_nor_the_trace_reader(cpu_trace_dir, tmp_path):
