@@ -36,15 +36,16 @@ MAX_SUMMARY_CHANGES = 3
 _MAX_TREE_TEXT = 80
 _MAX_DIGESTS = 4096
 
+# When the records do not carry config states or jit options (this JAX does not expose them):
 _SAME_SIGNATURE_TRACED = (
-    "traced again with the same signature: a jax config context changed "
-    "(e.g. enable_x64, default_matmul_precision, a mesh), or jax.clear_caches() "
-    "or cache eviction dropped the earlier trace"
+    "cause unknown: traced again with the same argument signature; the jax config states "
+    "(enable_x64, default_matmul_precision, a mesh, ...) and jit options were not compared "
+    "(not readable on this JAX), and jax.clear_caches() or cache eviction can do this too"
 )
 _SAME_SIGNATURE_LOWERED = (
-    "lowered again with the same signature (not re-traced): likely a sharding, layout "
-    "or device of committed inputs that the signature does not show, a jax config "
-    "context, or jax.clear_caches()"
+    "cause unknown: lowered again (not re-traced) with the same argument signature; a "
+    "sharding, layout or device of committed inputs that the signature does not show, a jax "
+    "config state (not readable on this JAX) or jax.clear_caches() can do this"
 )
 # When both records carry their config states and jit options, none of which differ:
 _SAME_ALL_TRACED = (

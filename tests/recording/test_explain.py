@@ -61,7 +61,7 @@ CASES = [
        (Change("args[2]", "memory_kind", "device", "pinned_host"),),
        "train_step: args[2] memory kind changed device -> pinned_host"),
     TC("unknown sharding is no change", (leaf(TOK, sharding=None),), (leaf(TOK, sharding="P('x')"),),
-       (), "train_step: traced again with the same signature"),
+       (), "train_step: cause unknown: traced again with the same argument signature"),
     TC("leaf appeared", (TOK,), (TOK, SCALE),
        (Change("kwargs['scale']", "structure", None, "float32[]{weak}"),),
        "train_step: kwargs['scale'] appeared (float32[]{weak})"),
@@ -118,8 +118,8 @@ def test_new_function_object() -> None:
 
 @pytest.mark.parametrize(
     "traced, lowered, words",
-    [(True, True, ["traced again", "config context", "clear_caches"]),
-     (False, True, ["lowered again", "committed inputs", "clear_caches"])],
+    [(True, True, ["cause unknown", "traced again", "config states", "not compared", "clear_caches"]),
+     (False, True, ["cause unknown", "lowered again", "committed inputs", "clear_caches"])],
 )
 def test_same_signature_gives_reasons(traced: bool, lowered: bool, words: list[str]) -> None:
     got = explain([rec(1, TOK)], rec(2, TOK, traced=traced, lowered=lowered))

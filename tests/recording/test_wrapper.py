@@ -166,7 +166,9 @@ def test_grad_of_jitted_function_records_forward_and_backward_compiles():
     forward, backward = records()
     assert (forward.transform, backward.transform) == ("grad-forward", "grad-backward")
     # JAX times no trace made inside another transformation's trace (grad's JVP here).
-    assert [(r.traced, r.lowered, r.compiled) for r in (forward, backward)] == [(False, True, True)] * 2
+    assert [(r.lowered, r.compiled) for r in (forward, backward)] == [(True, True)] * 2
+    # JAX 0.9 on times no trace made inside grad's; 0.8 traces the forward again for its compile.
+    assert all(r.traced == (r.trace_s is not None) for r in (forward, backward)) and not backward.traced
     assert [(a.path, a.label, a.shape) for a in forward.args] == [
         ("args[0]", "w", (3,)), ("args[1]", "x", (3,))]
     assert "backward pass" in backward.explanation.summary
