@@ -57,8 +57,7 @@ def main() -> None:
         variants = {
             "plain": jax.jit(step_fn),
             "decorated": jaxdiag.step(step_fn, tokens=lambda w, x: x.shape[0]),
-            "capturing": jaxdiag.step(step_fn, tokens=lambda w, x: x.shape[0], logdir=logdir,
-                                      profile_steps=(1, total)),
+            "capturing": jaxdiag.step(step_fn, tokens=lambda w, x: x.shape[0], logdir=logdir, profile_steps=(1, total)),
         }
         for step in variants.values():  # compile, and open the capture window
             run(step, 1, w, x)

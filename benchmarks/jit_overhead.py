@@ -41,12 +41,13 @@ def make_cases() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
 
     plain, ours = jax.jit(tiny), jaxdiag.jit(tiny_copy)
     plain_kw = jax.jit(body, static_argnames="n")
-    ours_kw = jaxdiag.jit(lambda x, y, *, scale, n: body(x, y, scale=scale, n=n),
-                          static_argnames="n")
+    ours_kw = jaxdiag.jit(lambda x, y, *, scale, n: body(x, y, scale=scale, n=n), static_argnames="n")
     return {
         "one array argument": (lambda: plain(x), lambda: ours(x)),
         "two arrays, a keyword and a static argument": (
-            lambda: plain_kw(x, y, scale=2.0, n=3), lambda: ours_kw(x, y, scale=2.0, n=3)),
+            lambda: plain_kw(x, y, scale=2.0, n=3),
+            lambda: ours_kw(x, y, scale=2.0, n=3),
+        ),
     }
 
 
@@ -59,8 +60,9 @@ def time_batch(call: Callable[[], Any], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def measure(plain: Callable[[], Any], ours: Callable[[], Any], batches: int, calls: int
-            ) -> tuple[list[float], list[float]]:
+def measure(
+    plain: Callable[[], Any], ours: Callable[[], Any], batches: int, calls: int
+) -> tuple[list[float], list[float]]:
     """Per-call seconds of each variant, batch by batch, the two alternating in pairs."""
     for call in (plain, ours):  # compile and warm both
         for _ in range(calls):
@@ -81,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     batches, calls = (100, 50) if args.quick else (args.batches, args.calls)
 
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}; {batches} batches x {calls} calls, "
-          "alternating")
+    print(f"jax {jax.__version__}, {jax.devices()[0].platform}; {batches} batches x {calls} calls, alternating")
     worst = 0.0
     for name, (plain, ours) in make_cases().items():
         p, o = measure(plain, ours, batches, calls)
@@ -90,10 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         # pair; the median over pairs drops the pairs a burst of load hit on one side.
         ratio = statistics.median(b / a for a, b in zip(p, o))
         worst = max(worst, ratio)
-        print(f"{name}:\n"
-              f"  jax.jit      median {statistics.median(p) * 1e6:7.2f} us/call, min {min(p) * 1e6:7.2f}\n"
-              f"  jaxdiag.jit  median {statistics.median(o) * 1e6:7.2f} us/call, min {min(o) * 1e6:7.2f}\n"
-              f"  ratio: median of paired batches {ratio:.3f}, of minima {min(o) / min(p):.3f}")
+        print(
+            f"{name}:\n"
+            f"  jax.jit      median {statistics.median(p) * 1e6:7.2f} us/call, min {min(p) * 1e6:7.2f}\n"
+            f"  jaxdiag.jit  median {statistics.median(o) * 1e6:7.2f} us/call, min {min(o) * 1e6:7.2f}\n"
+            f"  ratio: median of paired batches {ratio:.3f}, of minima {min(o) / min(p):.3f}"
+        )
     print(f"worst ratio {worst:.3f} (goal <= {GOAL})")
     return 0
 

@@ -73,8 +73,9 @@ def _pod(trace: Path, hosts: int, root: Path) -> Path:
 def _case(run: Path, workers: int, repeat: int) -> dict[str, float]:
     best: dict[str, float] | None = None
     for _ in range(repeat):
-        done = subprocess.run([sys.executable, "-c", CASE, str(run), str(workers)], capture_output=True, text=True,
-                              env=ENV)
+        done = subprocess.run(
+            [sys.executable, "-c", CASE, str(run), str(workers)], capture_output=True, text=True, env=ENV
+        )
         if done.returncode != 0:
             raise SystemExit(f"case failed: {run} with {workers} workers\n{done.stderr[-2000:]}")
         got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -94,10 +95,14 @@ def main() -> None:
     cores = os.cpu_count() or 1
     counts = [int(h) for h in args.hosts.split(",")]
     core_counts = sorted({1, min(2, cores), cores})
-    print(f"trace: {trace} ({trace.stat().st_size / 2**20:.1f} MB) per host; {cores} cores; "
-          f"load average {os.getloadavg()[0]:.2f} at start")
-    print(f"{'hosts':>5} {'cores':>5} {'events':>11} {'wall s':>8} {'s/M events':>10} {'peak MB':>8} "
-          f"{'worker MB':>9} {'frames MB':>9}")
+    print(
+        f"trace: {trace} ({trace.stat().st_size / 2**20:.1f} MB) per host; {cores} cores; "
+        f"load average {os.getloadavg()[0]:.2f} at start"
+    )
+    print(
+        f"{'hosts':>5} {'cores':>5} {'events':>11} {'wall s':>8} {'s/M events':>10} {'peak MB':>8} "
+        f"{'worker MB':>9} {'frames MB':>9}"
+    )
     results: dict[tuple[int, int], dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for hosts in counts:
@@ -105,16 +110,21 @@ def main() -> None:
             for workers in core_counts:
                 r = _case(run, workers, args.repeat)
                 results[(hosts, workers)] = r
-                print(f"{hosts:>5} {workers:>5} {int(r['events']):>11,} {r['wall']:>8.2f} "
-                      f"{r['wall'] / max(r['events'], 1) * 1e6:>10.3f} {r['rss_mb']:>8.0f} "
-                      f"{r['worker_rss_mb']:>9.0f} {r['frames_mb']:>9.1f}", flush=True)
+                print(
+                    f"{hosts:>5} {workers:>5} {int(r['events']):>11,} {r['wall']:>8.2f} "
+                    f"{r['wall'] / max(r['events'], 1) * 1e6:>10.3f} {r['rss_mb']:>8.0f} "
+                    f"{r['worker_rss_mb']:>9.0f} {r['frames_mb']:>9.1f}",
+                    flush=True,
+                )
     one = results.get((counts[0], core_counts[0]))
     last = results.get((counts[-1], core_counts[0]))
     if one and last and counts[-1] > counts[0]:
         per_host = (last["rss_mb"] - one["rss_mb"]) / (counts[-1] - counts[0])
-        print(f"memory: {one['rss_mb']:.0f} MB for {counts[0]} host(s), {last['rss_mb']:.0f} MB for {counts[-1]}: "
-              f"{per_host:.1f} MB per further host ({last['rss_mb'] / one['rss_mb']:.1f}x for "
-              f"{counts[-1] // counts[0]}x the hosts); frames {last['frames_mb'] / max(one['frames_mb'], 1e-9):.1f}x")
+        print(
+            f"memory: {one['rss_mb']:.0f} MB for {counts[0]} host(s), {last['rss_mb']:.0f} MB for {counts[-1]}: "
+            f"{per_host:.1f} MB per further host ({last['rss_mb'] / one['rss_mb']:.1f}x for "
+            f"{counts[-1] // counts[0]}x the hosts); frames {last['frames_mb'] / max(one['frames_mb'], 1e-9):.1f}x"
+        )
     print(f"load average {os.getloadavg()[0]:.2f} at end ({time.strftime('%H:%M:%S')})")
 
 

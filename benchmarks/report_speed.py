@@ -96,8 +96,10 @@ def compare_with_xprof(trace: Path, repeat: int) -> float:
                 runs.append(_run(command(_fresh_copy(trace, tmp))))
     for name, runs in (("xprof overview_page", theirs), ("jaxdiag report --json", ours)):
         wall, cpu = [r[0] for r in runs], [r[1] for r in runs]
-        print(f"{name:>22}, end to end: wall best {min(wall):.3f} s, median {statistics.median(wall):.3f} s; "
-              f"cpu best {min(cpu):.3f} s; peak RSS {max(r[2] for r in runs):.0f} MB  ({repeat} runs)")
+        print(
+            f"{name:>22}, end to end: wall best {min(wall):.3f} s, median {statistics.median(wall):.3f} s; "
+            f"cpu best {min(cpu):.3f} s; peak RSS {max(r[2] for r in runs):.0f} MB  ({repeat} runs)"
+        )
     ratio = min(r[0] for r in ours) / min(r[0] for r in theirs)
     medians = statistics.median(r[0] for r in ours) / statistics.median(r[0] for r in theirs)
     cpu = min(r[1] for r in ours) / min(r[1] for r in theirs)
@@ -155,11 +157,21 @@ def scaling(base_steps: int = 25) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for factor in (1, 4, 16):
             logdir = Path(tmp) / f"x{factor}"
-            subprocess.run([sys.executable, "-c", CAPTURE_SNIPPET, str(base_steps * factor), str(logdir)],
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+            subprocess.run(
+                [sys.executable, "-c", CAPTURE_SNIPPET, str(base_steps * factor), str(logdir)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=ENV,
+            )
             end_to_end = min(_run(_ours(logdir)) for _ in range(3))
-            out = subprocess.run([sys.executable, "-c", IN_PROCESS_SNIPPET, str(logdir)], check=True,
-                                 capture_output=True, text=True, env=ENV).stdout.split()
+            out = subprocess.run(
+                [sys.executable, "-c", IN_PROCESS_SNIPPET, str(logdir)],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=ENV,
+            ).stdout.split()
             in_process, events, frames = float(out[0]), int(out[1]), int(out[2])
             rows.append((factor, events + frames, end_to_end[0], end_to_end[1], in_process))
     print(f"  {'':>4} {'events read':>12} {'end to end':>11} {'(cpu)':>8} {'in process':>11} {'marginal':>16}")
@@ -169,8 +181,10 @@ def scaling(base_steps: int = 25) -> None:
         marginal = "" if previous is None else f"{(inproc - previous[1]) / (n - previous[0]) * 1e9:8.0f} ns/event"
         print(f"  {factor:>3}x {n:>12,} {wall:>9.3f} s {cpu:>6.3f} s {inproc * 1e3:>8.1f} ms {marginal:>16}")
         previous = (n, inproc)
-    print("  events read: every event in the files, Python-tracer frames included (they are skipped, not kept);"
-          "\n  marginal: extra in-process time per extra event from the size above; flat means linear.")
+    print(
+        "  events read: every event in the files, Python-tracer frames included (they are skipped, not kept);"
+        "\n  marginal: extra in-process time per extra event from the size above; flat means linear."
+    )
 
 
 def main() -> None:

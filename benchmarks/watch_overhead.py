@@ -52,7 +52,7 @@ def measure(call: Callable[[], Any], batches: int, calls: int) -> tuple[list[flo
             jax.block_until_ready(call())
     times: dict[bool, list[float]] = {False: [], True: []}
     for i in range(batches):
-        for on in ((False, True) if i % 2 == 0 else (True, False)):
+        for on in (False, True) if i % 2 == 0 else (True, False):
             jaxdiag.watch(on)
             times[on].append(time_batch(call, calls))
     jaxdiag.watch(False)
@@ -67,17 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     batches, calls = (100, 50) if args.quick else (args.batches, args.calls)
 
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}; {batches} batches x {calls} calls, "
-          "alternating")
+    print(f"jax {jax.__version__}, {jax.devices()[0].platform}; {batches} batches x {calls} calls, alternating")
     worst = 0.0
     for name, call in make_cases().items():
         off, on = measure(call, batches, calls)
         ratio = statistics.median(b / a for a, b in zip(off, on))
         worst = max(worst, ratio)
-        print(f"{name}:\n"
-              f"  watch off  median {statistics.median(off) * 1e6:7.2f} us/call, min {min(off) * 1e6:7.2f}\n"
-              f"  watch on   median {statistics.median(on) * 1e6:7.2f} us/call, min {min(on) * 1e6:7.2f}\n"
-              f"  ratio: median of paired batches {ratio:.3f}, of minima {min(on) / min(off):.3f}")
+        print(
+            f"{name}:\n"
+            f"  watch off  median {statistics.median(off) * 1e6:7.2f} us/call, min {min(off) * 1e6:7.2f}\n"
+            f"  watch on   median {statistics.median(on) * 1e6:7.2f} us/call, min {min(on) * 1e6:7.2f}\n"
+            f"  ratio: median of paired batches {ratio:.3f}, of minima {min(on) / min(off):.3f}"
+        )
     records = [r for r in jaxdiag.compiles().itertuples() if r.origin == "watch"]
     print(f"compiles recorded by watch: {len(records)} (each case once, at warm-up)")
     print(f"worst ratio {worst:.3f} (goal <= {GOAL})")

@@ -31,8 +31,7 @@ TOKENS_PER_ROW = 1  # one sample per row
 def init(key, sizes=(64, 256, 256, 10)):
     keys = jax.random.split(key, len(sizes) - 1)
     return [
-        (jax.random.normal(k, (m, n)) / np.sqrt(m), jnp.zeros((n,)))
-        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
+        (jax.random.normal(k, (m, n)) / np.sqrt(m), jnp.zeros((n,))) for k, m, n in zip(keys, sizes[:-1], sizes[1:])
     ]
 
 
@@ -67,8 +66,9 @@ def main(logdir: str) -> None:
     jaxdiag.configure(log_dir=logdir)  # every compile of the run, for `jaxdiag compiles`
     # One decorator: jit (recording every compile), number and annotate the steps,
     # capture steps 1-14 (step 0 compiles), and count samples per step.
-    step = jaxdiag.step(train_step, samples=lambda params, x, y, lr: x.shape[0],
-                        logdir=logdir, profile_steps=(1, STEPS))
+    step = jaxdiag.step(
+        train_step, samples=lambda params, x, y, lr: x.shape[0], logdir=logdir, profile_steps=(1, STEPS)
+    )
     rng = np.random.default_rng(0)
     params = init(jax.random.PRNGKey(0))
     buf = jnp.zeros((16,))

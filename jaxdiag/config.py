@@ -42,32 +42,49 @@ class CheckThresholds:
     """What ``jaxdiag check`` allows; ``None`` turns a check off. See ``docs/settings.md``."""
 
     max_steady_recompiles: int | None = _setting(
-        0, "count", "Recompiles of the user's functions allowed after their first compile.", "count")
+        0, "count", "Recompiles of the user's functions allowed after their first compile.", "count"
+    )
     max_internal_recompiles: int | None = _setting(
-        None, "count", "Compiles of JAX's own helpers allowed after warm-up (off: counted and listed only).", "count")
+        None, "count", "Compiles of JAX's own helpers allowed after warm-up (off: counted and listed only).", "count"
+    )
     step_time_regression: float | None = _setting(
-        0.05, "share", "How much slower the median steady step may be than the baseline's.", "share")
+        0.05, "share", "How much slower the median steady step may be than the baseline's.", "share"
+    )
     mean_step_time_regression: float | None = _setting(
-        0.05, "share", "How much slower the mean steady step may be, beyond noise (see noise_sigmas).", "share")
+        0.05, "share", "How much slower the mean steady step may be, beyond noise (see noise_sigmas).", "share"
+    )
     tail_step_time_regression: float | None = _setting(
-        0.10, "share", "How much slower than the baseline's p90 step a step may be before it counts as slow.", "share")
+        0.10, "share", "How much slower than the baseline's p90 step a step may be before it counts as slow.", "share"
+    )
     steps_per_s_drop: float | None = _setting(
-        0.03, "share", "How much lower steady steps/s (steps over their periods) may be, beyond noise.", "share")
+        0.03, "share", "How much lower steady steps/s (steps over their periods) may be, beyond noise.", "share"
+    )
     tokens_per_s_drop: float | None = _setting(
-        0.03, "share", "How much lower tokens (or samples)/s may be: the median step's and the run's.", "share")
+        0.03, "share", "How much lower tokens (or samples)/s may be: the median step's and the run's.", "share"
+    )
     host_wait_share: float | None = _setting(
-        None, "share", "Most of steady step time the device may sit waiting on the host.", "share")
+        None, "share", "Most of steady step time the device may sit waiting on the host.", "share"
+    )
     exposed_collective_share: float | None = _setting(
-        None, "share", "Most of steady step time collectives may leave exposed.", "share")
+        None, "share", "Most of steady step time collectives may leave exposed.", "share"
+    )
     small_op_share: float | None = _setting(None, "share", "Most of device busy time small ops may take.", "share")
     min_steady_steps: int = _setting(
-        3, "steps", "Fewer steady steps than this and the timing checks are skipped.", "int")
+        3, "steps", "Fewer steady steps than this and the timing checks are skipped.", "int"
+    )
     noise_sigmas: float = _setting(
-        2.0, "standard errors", "A mean or rate fails only when its change also exceeds this many standard errors.",
-        "positive")
+        2.0,
+        "standard errors",
+        "A mean or rate fails only when its change also exceeds this many standard errors.",
+        "positive",
+    )
     tail_alpha: float = _setting(
-        0.01, "probability", "The p90 check fails when this few captures of an unchanged program would have as "
-        "many slow steps (binomial test).", "share")
+        0.01,
+        "probability",
+        "The p90 check fails when this few captures of an unchanged program would have as "
+        "many slow steps (binomial test).",
+        "share",
+    )
     min_tail_steps: int = _setting(10, "steps", "Fewer steady steps than this and the p90 check is skipped.", "int")
 
     def replace(self, **changes: Any) -> "CheckThresholds":
@@ -84,35 +101,48 @@ class Settings:
 
     small_op_us: float = _setting(10.0, "µs", "Device ops shorter than this count as small.", "positive")
     host_wait_min_us: float = _setting(
-        50.0, "µs", "Device-idle gaps shorter than this are launch jitter, not host waits.", "positive")
+        50.0, "µs", "Device-idle gaps shorter than this are launch jitter, not host waits.", "positive"
+    )
     min_finding_ms: float = _setting(0.5, "ms", "Findings that cost less than this over the run are dropped.", "number")
     severity_warning_share: float = _setting(
-        0.02, "share", "A finding that costs at least this share of the run's wall time is a warning.", "share")
+        0.02, "share", "A finding that costs at least this share of the run's wall time is a warning.", "share"
+    )
     severity_critical_share: float = _setting(
-        0.10, "share", "A finding that costs at least this share of the run's wall time is critical.", "share")
+        0.10, "share", "A finding that costs at least this share of the run's wall time is critical.", "share"
+    )
     replicated_param_bytes: int = _setting(
-        64 * 2**20, "bytes", "An input replicated on every device of a multi-device mesh is reported from this "
-        "size of one copy.", "bytes")
+        64 * 2**20,
+        "bytes",
+        "An input replicated on every device of a multi-device mesh is reported from this size of one copy.",
+        "bytes",
+    )
     log_match_tolerance_s: float = _setting(
-        5.0, "s", "A compile-log record and a timeline compile further apart than this do not match.", "positive")
-    compile_join_us: float = _setting(
-        2000.0, "µs", "Compile-thread work closer than this joins one compile.", "number")
+        5.0, "s", "A compile-log record and a timeline compile further apart than this do not match.", "positive"
+    )
+    compile_join_us: float = _setting(2000.0, "µs", "Compile-thread work closer than this joins one compile.", "number")
     step_gap_us: float = _setting(
-        1000.0, "µs", "Without step markers, a device idle this long between runs of the dominant module "
-        "starts a new step.", "number")
+        1000.0,
+        "µs",
+        "Without step markers, a device idle this long between runs of the dominant module starts a new step.",
+        "number",
+    )
     top_ops: int = _setting(20, "ops", "Costliest ops kept in the report's device-time section.", "int")
     small_op_top: int = _setting(10, "ops", "Small ops listed in the report, costliest first.", "int")
     max_small_op_findings: int = _setting(3, "findings", "Small-op findings at most.", "int")
     max_reshard_findings: int = _setting(10, "findings", "Resharding findings at most.", "int")
-    padding_buckets: int = _setting(4, "buckets", "At most this many padding sizes are proposed for a varying axis.",
-                                    "int")
+    padding_buckets: int = _setting(
+        4, "buckets", "At most this many padding sizes are proposed for a varying axis.", "int"
+    )
     min_distinct_values: int = _setting(
-        3, "values", "A static argument or axis that took this many values gets advice.", "int")
-    max_static_repr: int = _setting(120, "characters", "Static argument values are cut to this length in records.",
-                                    "int")
+        3, "values", "A static argument or axis that took this many values gets advice.", "int"
+    )
+    max_static_repr: int = _setting(
+        120, "characters", "Static argument values are cut to this length in records.", "int"
+    )
     max_records: int = _setting(10_000, "records", "Compile records kept in memory (oldest dropped first).", "int")
     check: CheckThresholds = dataclasses.field(
-        default=CheckThresholds(), metadata={"unit": "", "doc": "The thresholds of `jaxdiag check`.", "kind": "table"})
+        default=CheckThresholds(), metadata={"unit": "", "doc": "The thresholds of `jaxdiag check`.", "kind": "table"}
+    )
 
     def replace(self, **changes: Any) -> "Settings":
         """A copy with ``changes`` applied; names may be ``check.NAME``, values text (``"5%"``, ``"64MiB"``)."""
@@ -120,7 +150,7 @@ class Settings:
         check: dict[str, Any] = {}
         for name, value in changes.items():
             if name.startswith("check."):
-                check[name[len("check."):]] = value
+                check[name[len("check.") :]] = value
             elif name == "check" and isinstance(value, CheckThresholds):
                 top["check"] = value
             elif name == "check" and isinstance(value, Mapping):
@@ -131,8 +161,10 @@ class Settings:
         if check:
             result = dataclasses.replace(result, check=result.check.replace(**check))
         if result.severity_warning_share > result.severity_critical_share:
-            raise ConfigError(f"severity_warning_share ({result.severity_warning_share:g}) must not exceed "
-                              f"severity_critical_share ({result.severity_critical_share:g})")
+            raise ConfigError(
+                f"severity_warning_share ({result.severity_warning_share:g}) must not exceed "
+                f"severity_critical_share ({result.severity_critical_share:g})"
+            )
         return result
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,10 +250,16 @@ def _parse(cls: type, name: str, value: Any, what: str) -> Any:
         raise ConfigError(f"{name}: {exc}") from None
 
 
-_OPTIONAL_CHECKS = frozenset({
-    "max_steady_recompiles", "step_time_regression", "mean_step_time_regression", "tail_step_time_regression",
-    "steps_per_s_drop", "tokens_per_s_drop",
-})
+_OPTIONAL_CHECKS = frozenset(
+    {
+        "max_steady_recompiles",
+        "step_time_regression",
+        "mean_step_time_regression",
+        "tail_step_time_regression",
+        "steps_per_s_drop",
+        "tokens_per_s_drop",
+    }
+)
 
 
 def parse_fraction(value: Any) -> float | None:
@@ -241,11 +279,11 @@ def _share(value: Any) -> float:
             raise ValueError
         number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise ValueError(f"{value!r} is not a share; write it as \"5%\" or 0.05, or \"off\"") from None
+        raise ValueError(f'{value!r} is not a share; write it as "5%" or 0.05, or "off"') from None
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"{value!r} must be a non-negative share")
     if number > 1 and not text.endswith("%"):
-        raise ValueError(f"{value!r} is ambiguous; write \"{text}%\" or {number / 100:g}")
+        raise ValueError(f'{value!r} is ambiguous; write "{text}%" or {number / 100:g}')
     return number
 
 
@@ -279,14 +317,23 @@ def _int(value: Any) -> int:
 
 
 _BYTES = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
-_BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BYTE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def _bytes(value: Any) -> int:
     match = None if isinstance(value, bool) else _BYTES.match(str(value))
     if match is None:
-        raise ValueError(f"expected a size such as 67108864, \"64MiB\" or \"1GB\", got {value!r}")
+        raise ValueError(f'expected a size such as 67108864, "64MiB" or "1GB", got {value!r}')
     number = float(match.group(1)) * _BYTE_UNITS[(match.group(2) or "b").lower()]
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"expected a positive size, got {value!r}")
@@ -294,7 +341,12 @@ def _bytes(value: Any) -> int:
 
 
 _KINDS: dict[str, Callable[[Any], Any]] = {
-    "share": _share, "number": _number, "positive": _positive, "int": _int, "count": _int, "bytes": _bytes,
+    "share": _share,
+    "number": _number,
+    "positive": _positive,
+    "int": _int,
+    "count": _int,
+    "bytes": _bytes,
 }
 
 
@@ -326,7 +378,8 @@ def read_table(path: str | Path, keys: tuple[str, ...] = TABLE) -> dict[str, Any
     if loads is None:
         warnings.warn(
             f"{p}: skipped [{'.'.join(keys)}]: reading TOML on Python < 3.11 needs `pip install tomli`",
-            JaxdiagWarning, stacklevel=2,
+            JaxdiagWarning,
+            stacklevel=2,
         )
         return {}
     try:

@@ -40,8 +40,10 @@ def read_text(path: str | Path, what: str, error: type[JaxdiagError] = JaxdiagEr
     if not data.strip():
         raise error(f"{p}: the file is empty ({len(data)} bytes); expected {what}")
     if data.startswith(_GZIP_MAGIC):
-        raise error(f"{p}: gzip-compressed ({len(data):,} bytes); expected {what} as plain text: "
-                    "decompress it first (gunzip -k)")
+        raise error(
+            f"{p}: gzip-compressed ({len(data):,} bytes); expected {what} as plain text: "
+            "decompress it first (gunzip -k)"
+        )
     if data.startswith(_ZIP_MAGIC):
         raise error(f"{p}: a zip archive ({len(data):,} bytes); expected {what} as plain text")
     nul = data.find(b"\x00", 0, 4096)
@@ -50,8 +52,10 @@ def read_text(path: str | Path, what: str, error: type[JaxdiagError] = JaxdiagEr
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise error(f"{p}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start} of "
-                    f"{len(data):,} bytes); expected {what}") from None
+        raise error(
+            f"{p}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start} of "
+            f"{len(data):,} bytes); expected {what}"
+        ) from None
 
 
 def read_json(path: str | Path, what: str, error: type[JaxdiagError] = JaxdiagError) -> Any:
@@ -62,9 +66,10 @@ def read_json(path: str | Path, what: str, error: type[JaxdiagError] = JaxdiagEr
         return json.loads(text)
     except json.JSONDecodeError as exc:
         size = len(text.encode("utf-8"))
-        if not text[exc.pos:].strip():
-            raise error(f"{p}: truncated JSON: the file ends after {size:,} bytes, inside a value "
-                        f"({exc.msg}); expected {what}") from None
+        if not text[exc.pos :].strip():
+            raise error(
+                f"{p}: truncated JSON: the file ends after {size:,} bytes, inside a value ({exc.msg}); expected {what}"
+            ) from None
         raise error(f"{p}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); expected {what}") from None
     except RecursionError:
         raise error(f"{p}: JSON nested too deeply to read; expected {what}") from None

@@ -17,8 +17,9 @@ import pytest  # noqa: E402
 
 #: The real H100 traces (``README.md`` says which tests need them): ``$JAXDIAG_FIXTURES``,
 #: else ``shared/fixtures`` beside the checkout.
-SHARED_FIXTURES = Path(os.environ.get("JAXDIAG_FIXTURES")
-                       or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures")
+SHARED_FIXTURES = Path(
+    os.environ.get("JAXDIAG_FIXTURES") or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +150,10 @@ def matmul_capture(tmp_path_factory: pytest.TempPathFactory) -> MatmulCapture:
                 step(w, x).block_until_ready()
     compiled = step.lower(w, x).compile()
     stats = compiled.memory_analysis()
-    memory = {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
-              "temp_bytes": stats.temp_size_in_bytes, "generated_code_bytes": stats.generated_code_size_in_bytes}
+    memory = {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "generated_code_bytes": stats.generated_code_size_in_bytes,
+    }
     return MatmulCapture(logdir, Path(capture.run_dir), steps, float(compiled.cost_analysis()["flops"]), memory)

@@ -36,10 +36,19 @@ def device_event(
 ) -> dict[str, Any]:
     """One device op (kernel, copy or collective) on a GPU stream."""
     return {
-        F.HOST: host, F.PLANE: plane or f"/device:GPU:{device}", F.DEVICE: device, F.LINE: line,
-        F.LINE_KIND: line_kind, F.NAME: name, F.START_NS: int(start_us * US), F.DUR_NS: int(dur_us * US),
-        F.HLO_MODULE: module, F.HLO_OP: name if hlo_op is None else hlo_op, F.FRAMEWORK_OP: framework_op,
-        F.PROGRAM_ID: program_id, F.CATEGORY: "device",
+        F.HOST: host,
+        F.PLANE: plane or f"/device:GPU:{device}",
+        F.DEVICE: device,
+        F.LINE: line,
+        F.LINE_KIND: line_kind,
+        F.NAME: name,
+        F.START_NS: int(start_us * US),
+        F.DUR_NS: int(dur_us * US),
+        F.HLO_MODULE: module,
+        F.HLO_OP: name if hlo_op is None else hlo_op,
+        F.FRAMEWORK_OP: framework_op,
+        F.PROGRAM_ID: program_id,
+        F.CATEGORY: "device",
     }
 
 
@@ -55,14 +64,25 @@ def host_event(
 ) -> dict[str, Any]:
     """One host event: an annotation (``load_batch``, ``PjitFunction(f)``) or a runtime span."""
     return {
-        F.HOST: host, F.PLANE: "/host:CPU", F.DEVICE: -1, F.LINE: line, F.LINE_KIND: line_kind,
-        F.NAME: name, F.START_NS: int(start_us * US), F.DUR_NS: int(dur_us * US), F.HLO_MODULE: "",
-        F.HLO_OP: "", F.FRAMEWORK_OP: "", F.PROGRAM_ID: -1, F.CATEGORY: category,
+        F.HOST: host,
+        F.PLANE: "/host:CPU",
+        F.DEVICE: -1,
+        F.LINE: line,
+        F.LINE_KIND: line_kind,
+        F.NAME: name,
+        F.START_NS: int(start_us * US),
+        F.DUR_NS: int(dur_us * US),
+        F.HLO_MODULE: "",
+        F.HLO_OP: "",
+        F.FRAMEWORK_OP: "",
+        F.PROGRAM_ID: -1,
+        F.CATEGORY: category,
     }
 
 
-def compile_events(start_us: float, dur_us: float, function: str, *, host: str = "h0",
-                   line: str = "python3", trace_us: float = 0.0) -> list[dict[str, Any]]:
+def compile_events(
+    start_us: float, dur_us: float, function: str, *, host: str = "h0", line: str = "python3", trace_us: float = 0.0
+) -> list[dict[str, Any]]:
     """What a compile of ``function`` leaves on the calling thread, as on the H100 trace.
 
     ``PjitFunction(f)`` starts ``trace_us`` before the backend compile (tracing and
@@ -71,8 +91,14 @@ def compile_events(start_us: float, dur_us: float, function: str, *, host: str =
     return [
         host_event(start_us - trace_us, trace_us + dur_us + 10, f"PjitFunction({function})", host=host, line=line),
         host_event(start_us, dur_us, "backend_compile_and_load", category="runtime", host=host, line=line),
-        host_event(start_us + 1, dur_us - 2, f"PjRtCApiClient::CompileAndLoad(jit_{function})",
-                   category="runtime", host=host, line=line),
+        host_event(
+            start_us + 1,
+            dur_us - 2,
+            f"PjRtCApiClient::CompileAndLoad(jit_{function})",
+            category="runtime",
+            host=host,
+            line=line,
+        ),
     ]
 
 
@@ -98,9 +124,7 @@ def frames(
     rows = list(step_table or [])
     if steps is not None:
         rows += [(h, i, s, e) for h in hosts for i, (s, e) in enumerate(steps)]
-    st = pd.DataFrame(
-        [(h, n, "train", int(s * US), int(e * US)) for h, n, s, e in rows], columns=list(F.STEP_COLUMNS)
-    )
+    st = pd.DataFrame([(h, n, "train", int(s * US), int(e * US)) for h, n, s, e in rows], columns=list(F.STEP_COLUMNS))
     ev[F.STEP] = _assign_steps(ev, st)
     ev = ev[list(F.EVENT_COLUMNS)]
     for col in (F.DEVICE, F.START_NS, F.DUR_NS, F.PROGRAM_ID, F.STEP):
@@ -108,16 +132,32 @@ def frames(
     dev = ev.loc[ev[F.CATEGORY] == "device", [F.HOST, F.PLANE, F.DEVICE]].drop_duplicates()
     devices = pd.DataFrame(
         [
-            {F.HOST: h, F.PLANE: p, F.DEVICE: d, "platform": "gpu", "device_name": "test", "vendor": "",
-             "core_count": np.nan, "clock_hz": np.nan, "memory_bandwidth_bps": np.nan,
-             "memory_bytes": np.nan, "peak_flops": peak_flops}
+            {
+                F.HOST: h,
+                F.PLANE: p,
+                F.DEVICE: d,
+                "platform": "gpu",
+                "device_name": "test",
+                "vendor": "",
+                "core_count": np.nan,
+                "clock_hz": np.nan,
+                "memory_bandwidth_bps": np.nan,
+                "memory_bytes": np.nan,
+                "peak_flops": peak_flops,
+            }
             for h, p, d in dev.itertuples(index=False)
         ],
         columns=list(F.DEVICE_COLUMNS),
     )
     return TraceFrames(
-        events=ev, devices=devices, steps=st, step_source="annotation" if rows else "none",
-        run_dir="/test", files=(), hosts=hosts, meta=dict(meta or {}),
+        events=ev,
+        devices=devices,
+        steps=st,
+        step_source="annotation" if rows else "none",
+        run_dir="/test",
+        files=(),
+        hosts=hosts,
+        meta=dict(meta or {}),
     )
 
 

@@ -27,8 +27,15 @@ def free_port() -> int:
 def run_processes(script: str, n: int, out: Path, extra: Sequence[str] = ()) -> list[str]:
     """Run ``script`` (after ``PRELUDE``) in ``n`` processes; their outputs, once all have exited with 0."""
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", PRELUDE + script, str(i), port, str(n), str(out), *extra],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRELUDE + script, str(i), port, str(n), str(out), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(n)
+    ]
     outputs = [p.communicate()[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * n, "\n-----\n".join(outputs)
     return outputs

@@ -129,8 +129,9 @@ def sharding_change() -> Scenario:
         return x @ w_
 
     wt = put(jnp.ones((64, 64)), m)
-    return Scenario(_run(moved, (wt, put(jnp.ones((64, 64)), m, "data")),
-                         (wt, put(jnp.ones((64, 64)), m, "model"))), "moved")
+    return Scenario(
+        _run(moved, (wt, put(jnp.ones((64, 64)), m, "data")), (wt, put(jnp.ones((64, 64)), m, "model"))), "moved"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

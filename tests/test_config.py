@@ -69,14 +69,20 @@ def test_bad_values_name_the_setting(changes, message: str) -> None:
 def test_pyproject_tables_then_changes(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "x"\n\n[tool.jaxdiag]\nsmall_op_us = 4\nseverity_critical_share = "20%"\n\n'
-        '[tool.jaxdiag.check]\nstep_time_regression = "10%"\n', encoding="utf-8")
+        '[tool.jaxdiag.check]\nstep_time_regression = "10%"\n',
+        encoding="utf-8",
+    )
     deep = tmp_path / "a"
     deep.mkdir()
     s, used = load_settings({"small_op_us": "6", "check.min_steady_steps": "5"}, search_from=deep)
     assert used == tmp_path / "pyproject.toml"
     assert (s.small_op_us, s.severity_critical_share, s.check.step_time_regression, s.check.min_steady_steps) == (
-        6.0, 0.2, 0.1, 5)
-    (tmp_path / "pyproject.toml").write_text('[tool.jaxdiag]\nsmall_op = 4\n', encoding="utf-8")
+        6.0,
+        0.2,
+        0.1,
+        5,
+    )
+    (tmp_path / "pyproject.toml").write_text("[tool.jaxdiag]\nsmall_op = 4\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"pyproject.toml \[tool.jaxdiag\]: unknown setting 'small_op'"):
         load_settings(search_from=deep)
 

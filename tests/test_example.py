@@ -37,8 +37,10 @@ def test_example_report_names_the_planted_problems(demo_logdir, capsys):
     causes = {c["cause"]: c["ms"] for c in report["host_waits"]["by_cause"]}
     assert causes["load_batch"] > 3 * 15 * 0.8
     # ... booked to the iterations that slept (3, 6, 9, 12), not to the steps before them
-    loading = {s["step"]: next((c["ms"] for c in s["by_cause"] if c["cause"] == "load_batch"), 0.0)
-               for s in report["host_waits"]["by_step"]}
+    loading = {
+        s["step"]: next((c["ms"] for c in s["by_cause"] if c["cause"] == "load_batch"), 0.0)
+        for s in report["host_waits"]["by_step"]
+    }
     assert sorted(sorted(loading, key=lambda s: -loading[s])[:4]) == [3, 6, 9, 12]
     # ... and the eager conversions of step 6's bigger batch compile in step 6
     assert {r["step"] for r in report["recompiles"] if r.get("origin") == "jax-internal"} <= {6}

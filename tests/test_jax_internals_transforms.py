@@ -18,8 +18,9 @@ def test_code_objects_are_found() -> None:
     assert listener._internals.impl_miss is internals_reads.impl_cache_miss_code()
 
 
-@pytest.mark.skipif(internals_reads.config_state() is None,
-                    reason="JAX before 0.9 keeps no names for its trace-context states")
+@pytest.mark.skipif(
+    internals_reads.config_state() is None, reason="JAX before 0.9 keeps no names for its trace-context states"
+)
 def test_config_state_names_the_cache_key_states() -> None:
     state = internals_reads.config_state()
     assert state is not None and "jax_enable_x64" in state and "jax_default_matmul_precision" in state
@@ -52,7 +53,7 @@ def test_vmap_of_jaxdiag_jit_records_the_batched_program() -> None:
         jax.vmap(f, in_axes=(None, 0))(jnp.ones(16), jnp.ones((batch, 16)))
     first, second = compile_log.records()
     assert (first.transform, second.transform) == ("vmap", "vmap")
-    assert [(a.label, a.shape, a.batch_axis) for a in second.args] == [
-        ("w", (16,), None), ("x", (48, 16), 0)]
+    assert [(a.label, a.shape, a.batch_axis) for a in second.args] == [("w", (16,), None), ("x", (48, 16), 0)]
     assert second.explanation.summary.startswith(
-        "<lambda> under jax.vmap: x shape axis 0 (the vmapped batch axis) changed 32 -> 48")
+        "<lambda> under jax.vmap: x shape axis 0 (the vmapped batch axis) changed 32 -> 48"
+    )

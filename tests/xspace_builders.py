@@ -28,12 +28,18 @@ GPU_COMPUTE_STREAM = "Stream #14(MemcpyOther,Compute,MemcpyD2D,Memset,MemcpyH2D)
 GPU_COLLECTIVE_STREAM = "Stream #22(Compute)"
 GPU_D2H_STREAM = "Stream #16(MemcpyD2H)"
 H100_STATS: Mapping[str, Any] = {
-    "device_vendor": "Nvidia", "gpu_device_name": "NVIDIA H100 80GB HBM3", "clock_rate": 1980000,
-    "core_count": 132, "memory_bandwidth": 3352320000000, "memory_size": 85017493504,
-    "compute_cap_major": 9, "compute_cap_minor": 0,
+    "device_vendor": "Nvidia",
+    "gpu_device_name": "NVIDIA H100 80GB HBM3",
+    "clock_rate": 1980000,
+    "core_count": 132,
+    "memory_bandwidth": 3352320000000,
+    "memory_size": 85017493504,
+    "compute_cap_major": 9,
+    "compute_cap_minor": 0,
 }
 TPU_STATS: Mapping[str, Any] = {
-    "device_type_string": "TPU v5 lite", "peak_teraflops_per_second": 197.0,
+    "device_type_string": "TPU v5 lite",
+    "peak_teraflops_per_second": 197.0,
     "peak_hbm_bw_gigabytes_per_second": 819.0,
 }
 DEFAULT_RUN = "2026_01_01_00_00_00"
@@ -69,8 +75,13 @@ class Kernel:
     def event(self) -> Ev:
         head, _, tail = self.name.rpartition("_")
         op = self.op if self.op is not None else (f"{head}.{tail}" if tail.isdigit() and head else self.name)
-        stats: dict[str, Any] = {"correlation_id": 1, "tf_op": "XlaModule:", "hlo_op": op,
-                                 "hlo_module": self.module, "program_id": self.program_id}
+        stats: dict[str, Any] = {
+            "correlation_id": 1,
+            "tf_op": "XlaModule:",
+            "hlo_op": op,
+            "hlo_module": self.module,
+            "program_id": self.program_id,
+        }
         if self.framework:
             stats["name"] = self.framework
         return Ev(self.name, self.start_ns, self.dur_ns, stats)
@@ -112,10 +123,14 @@ class XSpaceBuilder:
                 for e in events:
                     mid = names.setdefault(e.name, len(names) + 1)
                     ev_stats = " ".join(stat(k, v) for k, v in e.stats.items())
-                    evs.append(f"events {{ metadata_id: {mid} offset_ps: {(e.start_ns - base) * 1000} "
-                               f"duration_ps: {e.dur_ns * 1000} {ev_stats} }}")
-                body.append(f"lines {{ id: {line_id} display_id: {line_id} name: {_quote(line_name)} "
-                            f"timestamp_ns: {base} {' '.join(evs)} }}")
+                    evs.append(
+                        f"events {{ metadata_id: {mid} offset_ps: {(e.start_ns - base) * 1000} "
+                        f"duration_ps: {e.dur_ns * 1000} {ev_stats} }}"
+                    )
+                body.append(
+                    f"lines {{ id: {line_id} display_id: {line_id} name: {_quote(line_name)} "
+                    f"timestamp_ns: {base} {' '.join(evs)} }}"
+                )
             body += [f"event_metadata {{ key: {i} value {{ id: {i} name: {_quote(n)} }} }}" for n, i in names.items()]
             body += [f"stat_metadata {{ key: {i} value {{ id: {i} name: {_quote(n)} }} }}" for n, i in stat_ids.items()]
             out.append("planes { " + " ".join(body) + " }")
@@ -132,9 +147,15 @@ class XSpaceBuilder:
         return data
 
 
-def host_plane(builder: XSpaceBuilder, *, steps: Sequence[tuple[int, int, int]] = (),
-               host_annotations: Sequence[tuple[str, int, int]] = (), python_frames: int = 0,
-               step_name: str = "train", runtime: Sequence[tuple[str, int, int]] = ()) -> XSpaceBuilder:
+def host_plane(
+    builder: XSpaceBuilder,
+    *,
+    steps: Sequence[tuple[int, int, int]] = (),
+    host_annotations: Sequence[tuple[str, int, int]] = (),
+    python_frames: int = 0,
+    step_name: str = "train",
+    runtime: Sequence[tuple[str, int, int]] = (),
+) -> XSpaceBuilder:
     """Add ``/host:metadata`` and a ``/host:CPU`` plane with a ``python3`` main-thread line.
 
     Args:
@@ -156,10 +177,16 @@ def host_plane(builder: XSpaceBuilder, *, steps: Sequence[tuple[int, int, int]] 
     return builder
 
 
-def gpu_xspace(devices: int = 1, kernels: Sequence[Kernel] = (), nccl: Sequence[Kernel] = (),
-               steps: Sequence[tuple[int, int, int]] = (), host_annotations: Sequence[tuple[str, int, int]] = (),
-               memcpy: Sequence[tuple[int, int, int]] = (), python_frames: int = 0,
-               device_stats: Mapping[str, Any] = H100_STATS) -> bytes:
+def gpu_xspace(
+    devices: int = 1,
+    kernels: Sequence[Kernel] = (),
+    nccl: Sequence[Kernel] = (),
+    steps: Sequence[tuple[int, int, int]] = (),
+    host_annotations: Sequence[tuple[str, int, int]] = (),
+    memcpy: Sequence[tuple[int, int, int]] = (),
+    python_frames: int = 0,
+    device_stats: Mapping[str, Any] = H100_STATS,
+) -> bytes:
     """A GPU host: ``devices`` GPU planes plus the host planes, as ``.xplane.pb`` bytes.
 
     Args:
@@ -181,17 +208,24 @@ def gpu_xspace(devices: int = 1, kernels: Sequence[Kernel] = (), nccl: Sequence[
         collectives = [k.event() for k in nccl if k.device == d]
         if collectives:
             builder.line(GPU_COLLECTIVE_STREAM, collectives)
-        copies = [Ev("MemcpyD2H", a, n, {"memcpy_details": "kind_src:device kind_dst:pinned size:4"})
-                  for dev, a, n in memcpy if dev == d]
+        copies = [
+            Ev("MemcpyD2H", a, n, {"memcpy_details": "kind_src:device kind_dst:pinned size:4"})
+            for dev, a, n in memcpy
+            if dev == d
+        ]
         if copies:
             builder.line(GPU_D2H_STREAM, copies)
     host_plane(builder, steps=steps, host_annotations=host_annotations, python_frames=python_frames)
     return builder.serialize()
 
 
-def tpu_xspace(devices: int = 1, ops: Sequence[tuple[int, str, int, int]] = (),
-               modules: Sequence[tuple[int, str, int, int, int]] = (),
-               steps: Sequence[tuple[int, int, int, int]] = (), host_steps: Sequence[tuple[int, int, int]] = ()) -> bytes:
+def tpu_xspace(
+    devices: int = 1,
+    ops: Sequence[tuple[int, str, int, int]] = (),
+    modules: Sequence[tuple[int, str, int, int, int]] = (),
+    steps: Sequence[tuple[int, int, int, int]] = (),
+    host_steps: Sequence[tuple[int, int, int]] = (),
+) -> bytes:
     """A TPU host shaped like xprof's TPU planes, as ``.xplane.pb`` bytes.
 
     Args:

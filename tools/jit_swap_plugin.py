@@ -31,10 +31,13 @@ _NOT_GIVEN: Any = object()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("jit-swap")
-    group.addoption("--swap-jit", choices=("tests", "all"), default=None,
-                    help="replace jax.jit by jaxdiag.jit in the tests, or in all of JAX")
-    group.addoption("--outcomes-file", default=None,
-                    help="append one JSON line per test outcome to this file")
+    group.addoption(
+        "--swap-jit",
+        choices=("tests", "all"),
+        default=None,
+        help="replace jax.jit by jaxdiag.jit in the tests, or in all of JAX",
+    )
+    group.addoption("--outcomes-file", default=None, help="append one JSON line per test outcome to this file")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -140,8 +143,7 @@ class _OutcomeWriter:
         self._seen: dict[str, dict[str, Any]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        entry = self._seen.setdefault(report.nodeid, {"nodeid": report.nodeid,
-                                                      "outcome": "passed"})
+        entry = self._seen.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed"})
         if report.when == "call" and hasattr(report, "wasxfail"):
             entry["outcome"] = "xpassed" if report.passed else "xfailed"
         elif report.skipped:
@@ -159,8 +161,16 @@ class _OutcomeWriter:
 
     def pytest_warning_recorded(self, warning_message: Any, when: str, nodeid: str) -> None:
         if warning_message.category.__module__.startswith("jaxdiag"):
-            self._file.write(json.dumps({"warning": str(warning_message.message), "nodeid": nodeid,
-                                         "category": warning_message.category.__name__}) + "\n")
+            self._file.write(
+                json.dumps(
+                    {
+                        "warning": str(warning_message.message),
+                        "nodeid": nodeid,
+                        "category": warning_message.category.__name__,
+                    }
+                )
+                + "\n"
+            )
             self._file.flush()
 
     def pytest_sessionfinish(self) -> None:

@@ -35,8 +35,7 @@ PRIVATE_MARKERS: dict[str, str] = {
     # JAX's traceback-size regression tests: jaxdiag.jit's trace-time wrapper is one more
     # Python frame while the function is traced (never on cache hits; left out of
     # JAX's filtered tracebacks).
-    "cur_depth()": "counts Python stack frames while tracing, which jaxdiag.jit's "
-                   "trace-time wrapper adds one to",
+    "cur_depth()": "counts Python stack frames while tracing, which jaxdiag.jit's trace-time wrapper adds one to",
 }
 
 
@@ -62,10 +61,14 @@ class Difference:
     reproduced: bool | None = None  # None: not re-run
 
     def to_json(self) -> dict[str, Any]:
-        return {"nodeid": self.nodeid, "class": self.kind, "reason": self.reason,
-                "reproduced": self.reproduced,
-                "with_jax": dataclasses.asdict(self.with_jax),
-                "with_jaxdiag": dataclasses.asdict(self.with_jaxdiag)}
+        return {
+            "nodeid": self.nodeid,
+            "class": self.kind,
+            "reason": self.reason,
+            "reproduced": self.reproduced,
+            "with_jax": dataclasses.asdict(self.with_jax),
+            "with_jaxdiag": dataclasses.asdict(self.with_jaxdiag),
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,10 +150,14 @@ def _statement_text(path: Path, line: int) -> str | None:
 def _header(stmt: ast.stmt, line: int) -> ast.AST:
     """A compound statement failing on its own line failed in its header (a ``with``'s exit)."""
     if isinstance(stmt, (ast.With, ast.AsyncWith)) and stmt.lineno == line:
-        return ast.Tuple(elts=[item.context_expr for item in stmt.items], ctx=ast.Load(),
-                         lineno=stmt.lineno, col_offset=stmt.col_offset,
-                         end_lineno=stmt.items[-1].context_expr.end_lineno,
-                         end_col_offset=stmt.items[-1].context_expr.end_col_offset)
+        return ast.Tuple(
+            elts=[item.context_expr for item in stmt.items],
+            ctx=ast.Load(),
+            lineno=stmt.lineno,
+            col_offset=stmt.col_offset,
+            end_lineno=stmt.items[-1].context_expr.end_lineno,
+            end_col_offset=stmt.items[-1].context_expr.end_col_offset,
+        )
     return stmt
 
 

@@ -36,8 +36,13 @@ from jit_test_diff import Comparison, Outcome, compare  # noqa: E402
 
 TOOLS = Path(__file__).resolve().parent
 MIRROR = Path("/work/.mirror/jax-ml+jax/repo")
-TEST_FILES = ("tests/api_test.py", "tests/pjit_test.py", "tests/aot_test.py", "tests/pickle_test.py",
-              "tests/jax_jit_test.py")
+TEST_FILES = (
+    "tests/api_test.py",
+    "tests/pjit_test.py",
+    "tests/aot_test.py",
+    "tests/pickle_test.py",
+    "tests/jax_jit_test.py",
+)
 #: Besides the tests, the files that make pytest run them as JAX's CI does
 #: (``filterwarnings = error``, ``--import-mode=importlib``).
 CONFIG_FILES = ("pyproject.toml", "conftest.py")
@@ -65,11 +70,9 @@ def extract_from_mirror(mirror: Path, dest: Path, files: tuple[str, ...]) -> str
     """Write ``files`` (and pytest config) at tag ``jax-v<installed jax>`` under ``dest``."""
     tag = f"jax-v{metadata.version('jax')}"
     for name in (*files, *CONFIG_FILES):
-        shown = subprocess.run(["git", "-C", str(mirror), "show", f"{tag}:{name}"],
-                               capture_output=True, check=False)
+        shown = subprocess.run(["git", "-C", str(mirror), "show", f"{tag}:{name}"], capture_output=True, check=False)
         if shown.returncode != 0:
-            raise InputError(f"{mirror}: no {name} at tag {tag}: "
-                             f"{shown.stderr.decode(errors='replace').strip()}")
+            raise InputError(f"{mirror}: no {name} at tag {tag}: {shown.stderr.decode(errors='replace').strip()}")
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         (dest / name).write_bytes(shown.stdout)
     return tag
@@ -83,8 +86,17 @@ def checkout_root(folder: Path, files: tuple[str, ...]) -> Path:
     raise InputError(f"{folder}: not a JAX checkout or tests folder (need {', '.join(files)})")
 
 
-def run_pytest(root: Path, files: tuple[str, ...], *, swap: bool, out: Path, timeout: float,
-               extra: list[str], analysis: bool = True, scope: str = "tests") -> Run:
+def run_pytest(
+    root: Path,
+    files: tuple[str, ...],
+    *,
+    swap: bool,
+    out: Path,
+    timeout: float,
+    extra: list[str],
+    analysis: bool = True,
+    scope: str = "tests",
+) -> Run:
     """Run ``files`` in one pytest subprocess; outcomes stream to a JSON-lines file.
 
     With ``swap``, jaxdiag writes its compile log under ``out`` (and, with
@@ -93,8 +105,7 @@ def run_pytest(root: Path, files: tuple[str, ...], *, swap: bool, out: Path, tim
     label = "jaxdiag" if swap else "jax"
     outcomes_file, log, compile_log = out / f"{label}.jsonl", out / f"{label}.log", out / "compile-log"
     outcomes_file.unlink(missing_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(TOOLS), os.environ.get("PYTHONPATH", "")) if p))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(TOOLS), os.environ.get("PYTHONPATH", "")) if p))
     # 8 host devices for the pjit tests; the environment may override the rest.
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()
     env.setdefault("JAX_NUM_GENERATED_CASES", "1")
@@ -103,11 +114,29 @@ def run_pytest(root: Path, files: tuple[str, ...], *, swap: bool, out: Path, tim
         shutil.rmtree(compile_log, ignore_errors=True)
         env.update(JAXDIAG_LOG_DIR=str(compile_log), JAXDIAG_COMPILE_ANALYSIS=str(int(analysis)))
     # -P: the checkout's own jax/ folder must not shadow the installed jax.
-    cmd = [sys.executable, "-P", "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider",
-           "-p", "no:jaxdiag", "-p", "no:jaxdiag-checks", "-p", "jit_swap_plugin",
-           "-W", "default::jaxdiag.errors.JaxdiagWarning",
-           "--outcomes-file", str(outcomes_file), *(["--swap-jit", scope] if swap else []),
-           *extra, *files]
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "pytest",
+        "-q",
+        "-rN",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:jaxdiag",
+        "-p",
+        "no:jaxdiag-checks",
+        "-p",
+        "jit_swap_plugin",
+        "-W",
+        "default::jaxdiag.errors.JaxdiagWarning",
+        "--outcomes-file",
+        str(outcomes_file),
+        *(["--swap-jit", scope] if swap else []),
+        *extra,
+        *files,
+    ]
     start = time.monotonic()
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT)
@@ -131,34 +160,45 @@ def read_outcomes(path: Path) -> tuple[dict[str, Outcome], tuple[str, ...]]:
             if "warning" in d:
                 warned.append(f"{d['nodeid']}: {d['category']}: {d['warning']}")
             else:
-                outcomes[d["nodeid"]] = Outcome(d["nodeid"], d["outcome"], d.get("message", ""),
-                                                d.get("line"))
+                outcomes[d["nodeid"]] = Outcome(d["nodeid"], d["outcome"], d.get("message", ""), d.get("line"))
     return outcomes, tuple(warned)
 
 
-def recheck(root: Path, comparison: Comparison, out: Path, timeout: float,
-            **options: Any) -> Comparison:
+def recheck(root: Path, comparison: Comparison, out: Path, timeout: float, **options: Any) -> Comparison:
     """Re-run each difference alone, in both modes; mark whether it shows again."""
     ids = [d.nodeid for d in comparison.differences]
     if not ids:
         return comparison
     alone = out / "alone"
     alone.mkdir(exist_ok=True)
-    runs = [run_pytest(root, tuple(ids), swap=swap, out=alone, timeout=timeout, extra=[], **options)
-            for swap in (False, True)]
-    differences = tuple(dataclasses.replace(d, reproduced=(
-        d.nodeid in runs[0].outcomes and d.nodeid in runs[1].outcomes
-        and runs[0].outcomes[d.nodeid].outcome != runs[1].outcomes[d.nodeid].outcome))
-        for d in comparison.differences)
+    runs = [
+        run_pytest(root, tuple(ids), swap=swap, out=alone, timeout=timeout, extra=[], **options)
+        for swap in (False, True)
+    ]
+    differences = tuple(
+        dataclasses.replace(
+            d,
+            reproduced=(
+                d.nodeid in runs[0].outcomes
+                and d.nodeid in runs[1].outcomes
+                and runs[0].outcomes[d.nodeid].outcome != runs[1].outcomes[d.nodeid].outcome
+            ),
+        )
+        for d in comparison.differences
+    )
     return dataclasses.replace(comparison, differences=differences)
 
 
 def failed_both_messages_differ(a: Run, b: Run) -> list[str]:
     """Tests failing in both runs, but with different messages (addresses aside)."""
-    return sorted(n for n, o in a.outcomes.items()
-                  if o.outcome in ("failed", "error") and n in b.outcomes
-                  and b.outcomes[n].outcome == o.outcome
-                  and _ADDRESS.sub("0x?", o.message) != _ADDRESS.sub("0x?", b.outcomes[n].message))
+    return sorted(
+        n
+        for n, o in a.outcomes.items()
+        if o.outcome in ("failed", "error")
+        and n in b.outcomes
+        and b.outcomes[n].outcome == o.outcome
+        and _ADDRESS.sub("0x?", o.message) != _ADDRESS.sub("0x?", b.outcomes[n].message)
+    )
 
 
 def report(runs: list[Run], comparison: Comparison, message_diffs: list[str]) -> str:
@@ -166,17 +206,21 @@ def report(runs: list[Run], comparison: Comparison, message_diffs: list[str]) ->
     for run in runs:
         status = "timed out" if run.returncode is None else f"exit {run.returncode}"
         recorded = "" if run.compiles is None else f"; {run.compiles} compiles recorded"
-        lines.append(f"with {run.label}.jit: {len(run.outcomes)} tests in {run.seconds:.0f} s "
-                     f"({status}{recorded}; log {run.log})")
+        lines.append(
+            f"with {run.label}.jit: {len(run.outcomes)} tests in {run.seconds:.0f} s "
+            f"({status}{recorded}; log {run.log})"
+        )
     same = ", ".join(f"{n} {k}" for k, n in sorted(comparison.same.items()))
     lines.append(f"{comparison.total} tests; same outcome: {sum(comparison.same.values())} ({same})")
     by_class = ", ".join(f"{n} {k}" for k, n in sorted(comparison.by_class().items()))
     lines.append(f"differences: {len(comparison.differences)} ({by_class or 'none'})")
     for d in comparison.differences:
         shown = {None: "", True: "; reproduced alone", False: "; NOT reproduced alone"}
-        lines.append(f"\n[{d.kind}] {d.nodeid}{shown[d.reproduced]}\n"
-                     f"  jax.jit: {d.with_jax.outcome}  jaxdiag.jit: {d.with_jaxdiag.outcome}\n"
-                     f"  why: {d.reason}")
+        lines.append(
+            f"\n[{d.kind}] {d.nodeid}{shown[d.reproduced]}\n"
+            f"  jax.jit: {d.with_jax.outcome}  jaxdiag.jit: {d.with_jaxdiag.outcome}\n"
+            f"  why: {d.reason}"
+        )
         for side in (d.with_jax, d.with_jaxdiag):
             if side.message:
                 lines.append("  " + side.outcome + ": " + side.message.strip()[:800].replace("\n", "\n    "))
@@ -192,21 +236,34 @@ def report(runs: list[Run], comparison: Comparison, message_diffs: list[str]) ->
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("jax_tests", nargs="?", type=Path,
-                        help="a JAX checkout (or its tests/ folder); default: extract the installed "
-                             f"JAX's tag from {MIRROR}")
-    parser.add_argument("--files", nargs="+", default=list(TEST_FILES),
-                        help="test files, relative to the checkout (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=3600.0,
-                        help="seconds each pytest run may take (default: %(default)s)")
+    parser.add_argument(
+        "jax_tests",
+        nargs="?",
+        type=Path,
+        help=f"a JAX checkout (or its tests/ folder); default: extract the installed JAX's tag from {MIRROR}",
+    )
+    parser.add_argument(
+        "--files",
+        nargs="+",
+        default=list(TEST_FILES),
+        help="test files, relative to the checkout (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds each pytest run may take (default: %(default)s)"
+    )
     parser.add_argument("--out", type=Path, help="folder for logs and outcomes (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="write the comparison here as JSON")
-    parser.add_argument("--swap", choices=("tests", "all"), default="tests",
-                        help="where jax.jit becomes jaxdiag.jit: where the tests reach it, or "
-                             "also inside JAX (eager jnp and primitive dispatch) (default: %(default)s)")
+    parser.add_argument(
+        "--swap",
+        choices=("tests", "all"),
+        default="tests",
+        help="where jax.jit becomes jaxdiag.jit: where the tests reach it, or "
+        "also inside JAX (eager jnp and primitive dispatch) (default: %(default)s)",
+    )
     parser.add_argument("--no-recheck", action="store_true", help="do not re-run differences alone")
-    parser.add_argument("--no-analysis", action="store_true",
-                        help="leave jaxdiag's cost/memory analysis of each compile off")
+    parser.add_argument(
+        "--no-analysis", action="store_true", help="leave jaxdiag's cost/memory analysis of each compile off"
+    )
     parser.add_argument("-k", dest="keyword", help="pytest -k expression, to run a subset")
     return parser.parse_args(argv)
 
@@ -237,25 +294,49 @@ def _main(args: argparse.Namespace) -> int:
     print(f"JAX tests from {source}; output in {out}", flush=True)
     runs = []
     for swap in (False, True):
-        runs.append(run_pytest(root, files, swap=swap, out=out, timeout=args.timeout, extra=extra,
-                               analysis=not args.no_analysis, scope=args.swap))
-        print(f"  {runs[-1].label}.jit run: {len(runs[-1].outcomes)} tests, "
-              f"{runs[-1].seconds:.0f} s", flush=True)
+        runs.append(
+            run_pytest(
+                root,
+                files,
+                swap=swap,
+                out=out,
+                timeout=args.timeout,
+                extra=extra,
+                analysis=not args.no_analysis,
+                scope=args.swap,
+            )
+        )
+        print(f"  {runs[-1].label}.jit run: {len(runs[-1].outcomes)} tests, {runs[-1].seconds:.0f} s", flush=True)
     comparison = compare(runs[0].outcomes, runs[1].outcomes, root)
     if not args.no_recheck:
-        comparison = recheck(root, comparison, out, args.timeout,
-                             analysis=not args.no_analysis, scope=args.swap)
+        comparison = recheck(root, comparison, out, args.timeout, analysis=not args.no_analysis, scope=args.swap)
     message_diffs = failed_both_messages_differ(*runs)
     print(report(runs, comparison, message_diffs))
     if args.json:
-        args.json.write_text(json.dumps({
-            "source": source, "files": files,
-            "runs": [{"jit": r.label, "tests": len(r.outcomes), "seconds": round(r.seconds, 1),
-                      "returncode": r.returncode, "compiles_recorded": r.compiles,
-                      "jaxdiag_warnings": list(r.warnings)} for r in runs],
-            "total": comparison.total, "same": comparison.same,
-            "differences": [d.to_json() for d in comparison.differences],
-            "failed_both_messages_differ": message_diffs}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "source": source,
+                    "files": files,
+                    "runs": [
+                        {
+                            "jit": r.label,
+                            "tests": len(r.outcomes),
+                            "seconds": round(r.seconds, 1),
+                            "returncode": r.returncode,
+                            "compiles_recorded": r.compiles,
+                            "jaxdiag_warnings": list(r.warnings),
+                        }
+                        for r in runs
+                    ],
+                    "total": comparison.total,
+                    "same": comparison.same,
+                    "differences": [d.to_json() for d in comparison.differences],
+                    "failed_both_messages_differ": message_diffs,
+                },
+                indent=1,
+            )
+        )
     classes = comparison.by_class()
     return 1 if classes.get("real") or classes.get("unreached") else 0
 

@@ -30,7 +30,7 @@ def trim(data: bytes, *, events: int | None, drop_planes: frozenset[str] = froze
     out = bytearray()
     pos = 0
     for plane in planes:
-        out += data[pos:plane.start]  # top-level records between planes (hostnames, errors) stay
+        out += data[pos : plane.start]  # top-level records between planes (hostnames, errors) stay
         pos = plane.end
         if _plane_name(data, plane.payload, plane.end) in drop_planes:
             continue

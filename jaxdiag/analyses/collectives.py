@@ -150,8 +150,11 @@ class CollectivesResult:
             "waiting_for_hosts_ms": round(self.waiting_ms, 3),
             "by_kind": [
                 {
-                    "kind": k.kind, "count": k.count, "total_ms": round(k.total_ms, 3),
-                    "exposed_ms": round(k.exposed_ms, 3), "overlap_fraction": _round(k.overlap_fraction),
+                    "kind": k.kind,
+                    "count": k.count,
+                    "total_ms": round(k.total_ms, 3),
+                    "exposed_ms": round(k.exposed_ms, 3),
+                    "overlap_fraction": _round(k.overlap_fraction),
                 }
                 for k in self.by_kind
             ],
@@ -187,13 +190,19 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
         steps_iv = iv.union(np.stack([lo, hi], axis=1))
         comms, n = per_device(ops)
         waited = without_waiting(frames, host, comms)
-        waiting_ns += sum(iv.intersection_length(iv.subtract(c.collective, w.collective), steps_iv)
-                          for c, w in zip(comms, waited)) if waited is not comms else 0
+        waiting_ns += (
+            sum(
+                iv.intersection_length(iv.subtract(c.collective, w.collective), steps_iv) for c, w in zip(comms, waited)
+            )
+            if waited is not comms
+            else 0
+        )
         comms = waited
         n_devices += n
         every = windows_every.loc[windows_every[F.HOST] == host]  # every step, not only those asked for
-        every_iv = iv.union(np.stack([every[F.START_NS].to_numpy(np.int64), every["end_ns"].to_numpy(np.int64)],
-                                     axis=1))
+        every_iv = iv.union(
+            np.stack([every[F.START_NS].to_numpy(np.int64), every["end_ns"].to_numpy(np.int64)], axis=1)
+        )
         for c in comms:
             t = iv.covered_in_windows(c.collective, lo, hi)
             x = iv.covered_in_windows(c.exposed, lo, hi)
@@ -241,12 +250,17 @@ def _outside_steps(outside: dict[str, list[float]], n_devices: int) -> tuple[Fin
             kind="collectives_outside_steps",
             severity=Severity.INFO,
             time_lost_ms=0.0,
-            message=(f"collectives ran outside every step: {listed} op(s) over {n_devices} device(s), "
-                     f"{ms:.1f} ms per device; the collective figures count only time inside steps."),
+            message=(
+                f"collectives ran outside every step: {listed} op(s) over {n_devices} device(s), "
+                f"{ms:.1f} ms per device; the collective figures count only time inside steps."
+            ),
             suggestion="Capture the steps that run these collectives, or mark them with "
-                       "jax.profiler.StepTraceAnnotation so they are analysed.",
-            evidence={"by_kind": {k: {"count": int(n), "ms_per_device": round(ns / n_devices / 1e6, 3)}
-                                  for k, (n, ns) in kinds}},
+            "jax.profiler.StepTraceAnnotation so they are analysed.",
+            evidence={
+                "by_kind": {
+                    k: {"count": int(n), "ms_per_device": round(ns / n_devices / 1e6, 3)} for k, (n, ns) in kinds
+                }
+            },
         ),
     )
 
@@ -262,9 +276,14 @@ def without_waiting(frames: "TraceFrames", host: str, comms: list[DeviceComm]) -
         waiting = waiting_intervals(frames, host, int(c.device.rsplit("#", 1)[-1]))
         if len(waiting):
             c = dataclasses.replace(
-                c, collective=iv.subtract(c.collective, waiting), exposed=iv.subtract(c.exposed, waiting),
-                by_kind={k: (starts, iv.subtract(k_all, waiting), iv.subtract(k_exp, waiting))
-                         for k, (starts, k_all, k_exp) in c.by_kind.items()})
+                c,
+                collective=iv.subtract(c.collective, waiting),
+                exposed=iv.subtract(c.exposed, waiting),
+                by_kind={
+                    k: (starts, iv.subtract(k_all, waiting), iv.subtract(k_exp, waiting))
+                    for k, (starts, k_all, k_exp) in c.by_kind.items()
+                },
+            )
         out.append(c)
     return out
 
@@ -293,8 +312,10 @@ def _findings(r: CollectivesResult, wall_ms: float, inputs: AnalysisInputs) -> t
         f"({worst_step.exposed_ms:.1f} ms)."
     )
     if r.waiting_ms >= 0.05:
-        msg += (f" Not counted: {r.waiting_ms:.1f} ms per device spent in collectives waiting for a late host "
-                "(see the straggler finding).")
+        msg += (
+            f" Not counted: {r.waiting_ms:.1f} ms per device spent in collectives waiting for a late host "
+            "(see the straggler finding)."
+        )
     return (
         Finding(
             kind="exposed_collective",

@@ -27,7 +27,13 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.device_work import (
-    END_NS, classify_names, host_events, hosts_of, step_of, step_windows, strings_at,
+    END_NS,
+    classify_names,
+    host_events,
+    hosts_of,
+    step_of,
+    step_windows,
+    strings_at,
 )
 from jaxdiag.analyses.shared import once
 from jaxdiag.config import current
@@ -145,9 +151,14 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
             function = function or caller[1]
         spans.append(
             CompileSpan(
-                host=host, function=function or "<unknown>", module=module,
-                start_ns=start, end_ns=e, backend_ns=e - s,
-                step=int(step_of(np.array([start]), windows)[0]), line=line,
+                host=host,
+                function=function or "<unknown>",
+                module=module,
+                start_ns=start,
+                end_ns=e,
+                backend_ns=e - s,
+                step=int(step_of(np.array([start]), windows)[0]),
+                line=line,
             )
         )
     return spans
@@ -160,8 +171,13 @@ _Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 def _columns(ev: "pd.DataFrame", keep: np.ndarray) -> _Rows:
     """The rows ``keep`` selects, as arrays (a compile looks at them once per compile)."""
     rows = np.flatnonzero(keep)
-    return (strings_at(ev[F.LINE], rows), strings_at(ev[F.NAME], rows), ev[F.START_NS].to_numpy(np.int64)[rows],
-            ev[END_NS].to_numpy(np.int64)[rows], ev[F.DUR_NS].to_numpy(np.int64)[rows])
+    return (
+        strings_at(ev[F.LINE], rows),
+        strings_at(ev[F.NAME], rows),
+        ev[F.START_NS].to_numpy(np.int64)[rows],
+        ev[END_NS].to_numpy(np.int64)[rows],
+        ev[F.DUR_NS].to_numpy(np.int64)[rows],
+    )
 
 
 def _module_mentions(ev: "pd.DataFrame") -> tuple[np.ndarray, np.ndarray, np.ndarray]:

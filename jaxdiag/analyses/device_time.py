@@ -51,18 +51,25 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
         step[rows] = W.step_of(starts[rows], windows.loc[windows[F.HOST] == host])
     devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
     scale = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
-    ops = ops.assign(_step=step, _ms=ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale,
-                     _module=ops[F.HLO_MODULE].astype(str).replace("", "(no module)"),
-                     _op=np.where(ops[F.HLO_OP].astype(str) != "", ops[F.HLO_OP].astype(str), ops[F.NAME].astype(str)))
+    ops = ops.assign(
+        _step=step,
+        _ms=ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale,
+        _module=ops[F.HLO_MODULE].astype(str).replace("", "(no module)"),
+        _op=np.where(ops[F.HLO_OP].astype(str) != "", ops[F.HLO_OP].astype(str), ops[F.NAME].astype(str)),
+    )
     if inputs.steps is not None:
         ops = ops.loc[ops["_step"] >= 0]
     by_module = []
     for module, g in ops.groupby("_module", observed=True, sort=False):
         per_step = g.groupby("_step")["_ms"].sum()
-        by_module.append({
-            "module": str(module), "count": int(len(g)), "total_ms": round(float(g["_ms"].sum()), 4),
-            "per_step": [{"step": int(s), "ms": round(float(ms), 4)} for s, ms in per_step.items() if s >= 0],
-        })
+        by_module.append(
+            {
+                "module": str(module),
+                "count": int(len(g)),
+                "total_ms": round(float(g["_ms"].sum()), 4),
+                "per_step": [{"step": int(s), "ms": round(float(ms), 4)} for s, ms in per_step.items() if s >= 0],
+            }
+        )
     by_module.sort(key=lambda m: -m["total_ms"])
     top = ops.groupby(["_op", "_module"], observed=True, sort=False)["_ms"].agg(["count", "sum"])
     top = top.sort_values("sum", ascending=False).head(inputs.thresholds.top_ops)

@@ -41,8 +41,10 @@ COLLECTIVE = "collective"  # collective kind, "" for other ops
 #: Kernels the XLA GPU autotuner and profiler run for themselves, never the program.
 AUTOTUNE_KERNEL = re.compile(r"RedzoneAllocatorKernel|xla_fp_comparison|DelayKernel|RepeatBufferKernel")
 #: Copies and memsets by name; ROCm runs its copies and fills as blit kernels (``__amd_rocclr_copyBuffer.kd``).
-_MEMCPY = re.compile(r"^(?:Memcpy|Memset|memcpy|memset|cuMemcpy|cuMemset|hipMemcpy|hipMemset|"
-                     r"__amd_rocclr_(?:copy|fill)Buffer)")
+_MEMCPY = re.compile(
+    r"^(?:Memcpy|Memset|memcpy|memset|cuMemcpy|cuMemset|hipMemcpy|hipMemset|"
+    r"__amd_rocclr_(?:copy|fill)Buffer)"
+)
 #: Module names JAX gives the programs it runs (``jit_step``, ``pmap_f``, ``jit(f)``).
 PROGRAM_MODULE = re.compile(r"^(?:jit|pjit|pmap|xmap|shard_map)[_(]")
 #: Lines whose events are not ops occupying a core (TPU modules, steps, async spans, markers, SparseCore).
@@ -217,9 +219,7 @@ def intervals_of(df: "pd.DataFrame") -> np.ndarray:
     return np.stack([s, s + df[F.DUR_NS].to_numpy(dtype=np.int64)], axis=1) if len(df) else np.zeros((0, 2), np.int64)
 
 
-def step_windows(
-    frames: "TraceFrames", host: str | None = None, steps: Sequence[int] | None = None
-) -> "pd.DataFrame":
+def step_windows(frames: "TraceFrames", host: str | None = None, steps: Sequence[int] | None = None) -> "pd.DataFrame":
     """Step rows (``host``, ``step``, ``start_ns``, ``end_ns``), sorted, optionally filtered.
 
     A host with no step rows at all gets one window, step -1, over all its events,

@@ -39,8 +39,14 @@ class Divergence:
     detail: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"function": self.function, "compile_index": self.compile_index, "processes": list(self.processes),
-                "others": list(self.others), "step": self.step, "detail": self.detail}
+        return {
+            "function": self.function,
+            "compile_index": self.compile_index,
+            "processes": list(self.processes),
+            "others": list(self.others),
+            "step": self.step,
+            "detail": self.detail,
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,8 +99,9 @@ def _entry(record: Mapping[str, Any], steps: Mapping[int, int]) -> dict[str, Any
     return entry(rec, steps.get(id(record)))
 
 
-def _count_divergence(name: str, counts: dict[int, int], per_process: dict[int, dict[int, Mapping[str, Any]]],
-                      steps: Mapping[int, int]) -> list[Divergence]:
+def _count_divergence(
+    name: str, counts: dict[int, int], per_process: dict[int, dict[int, Mapping[str, Any]]], steps: Mapping[int, int]
+) -> list[Divergence]:
     usual = _majority(counts)
     odd = sorted(p for p, n in counts.items() if n != usual)
     if not odd:
@@ -105,8 +112,10 @@ def _count_divergence(name: str, counts: dict[int, int], per_process: dict[int, 
         group = tuple(p for p in odd if counts[p] == n)
         extra = [r for p in group for k, r in per_process.get(p, {}).items() if k > usual]
         step = min((steps[id(r)] for r in extra if id(r) in steps), default=None)
-        detail = (f"process(es) {_ranges(group)} compiled `{name}` {_times(n)} while process(es) {_ranges(rest)} "
-                  f"compiled it {_times(usual)}")
+        detail = (
+            f"process(es) {_ranges(group)} compiled `{name}` {_times(n)} while process(es) {_ranges(rest)} "
+            f"compiled it {_times(usual)}"
+        )
         if extra:
             first = _entry(extra[0], steps)
             others = [_entry(r, steps) for p in rest for k, r in per_process.get(p, {}).items()]
@@ -126,8 +135,10 @@ def _signature_divergence(name: str, k: int, have: dict[int, dict[str, Any]]) ->
         group = tuple(p for p, e in have.items() if e["fp"] == fp)
         mine = have[group[0]]
         what = describe(mine, group[0], have[rest[0]], rest[0]) if rest else ""
-        detail = (f"process(es) {_ranges(group)} traced `{name}` (compile {k}) with {what}; "
-                  f"process(es) {_ranges(rest)} had the other signature")
+        detail = (
+            f"process(es) {_ranges(group)} traced `{name}` (compile {k}) with {what}; "
+            f"process(es) {_ranges(rest)} had the other signature"
+        )
         out.append(Divergence(name, k, group, rest, mine.get("step"), detail))
     return out
 
@@ -167,11 +178,23 @@ def _steps(inputs: AnalysisInputs, by_process: Mapping[int, Sequence[Mapping[str
 def _finding(d: Divergence) -> Finding:
     at = f"at step {d.step}" if d.step is not None else "at an unknown step (no compile span on its timeline)"
     message = f"Compile divergence {at}: {d.detail}; {_HANG}."
-    suggestion = ("Make every process trace the same shapes, dtypes and static arguments: give each the same "
-                  "per-process batch (pad or drop a short last batch, shard the data evenly), and keep static "
-                  "arguments and Python-side branching the same on all processes. "
-                  "`jaxdiag.watch(check_hosts=True)` catches this at run time, before the collective.")
-    return Finding(kind="compile_divergence", severity=Severity.CRITICAL, time_lost_ms=0.0, message=message,
-                   suggestion=suggestion,
-                   evidence={"function": d.function, "compile_index": d.compile_index,
-                             "processes": list(d.processes), "others": list(d.others), "step": d.step})
+    suggestion = (
+        "Make every process trace the same shapes, dtypes and static arguments: give each the same "
+        "per-process batch (pad or drop a short last batch, shard the data evenly), and keep static "
+        "arguments and Python-side branching the same on all processes. "
+        "`jaxdiag.watch(check_hosts=True)` catches this at run time, before the collective."
+    )
+    return Finding(
+        kind="compile_divergence",
+        severity=Severity.CRITICAL,
+        time_lost_ms=0.0,
+        message=message,
+        suggestion=suggestion,
+        evidence={
+            "function": d.function,
+            "compile_index": d.compile_index,
+            "processes": list(d.processes),
+            "others": list(d.others),
+            "step": d.step,
+        },
+    )

@@ -25,8 +25,9 @@ from jaxdiag.trace import frames as F
 _COLLECTIVE_KINDS = ("exposed_collective", "collective")
 
 
-def place_findings(findings: Sequence[Finding], frames: Any, top_ops: Mapping[str, Any] | None = None,
-                   host: str | None = None) -> tuple[Finding, ...]:
+def place_findings(
+    findings: Sequence[Finding], frames: Any, top_ops: Mapping[str, Any] | None = None, host: str | None = None
+) -> tuple[Finding, ...]:
     """``findings`` with ``evidence["where"]`` (and ``top_op_rows`` where rows match) added."""
     rows = list((top_ops or {}).get("rows") or ())
     run = Path(str(frames.run_dir)).name

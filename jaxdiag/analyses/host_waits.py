@@ -30,7 +30,15 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
-    END_NS, classify_names, device_ops, device_rows, host_events, hosts_of, intervals_of, step_of, step_windows,
+    END_NS,
+    classify_names,
+    device_ops,
+    device_rows,
+    host_events,
+    hosts_of,
+    intervals_of,
+    step_of,
+    step_windows,
     strings_at,
 )
 from jaxdiag.analyses.shared import once
@@ -136,7 +144,9 @@ class HostWaitsResult:
                 {
                     "step": step,
                     "total_ms": round(sum(causes.values()), 3),
-                    "by_cause": [{"cause": k, "ms": round(v, 3)} for k, v in sorted(causes.items(), key=lambda kv: -kv[1])],
+                    "by_cause": [
+                        {"cause": k, "ms": round(v, 3)} for k, v in sorted(causes.items(), key=lambda kv: -kv[1])
+                    ],
                 }
                 for step, causes in self.by_step().items()
             ],
@@ -167,9 +177,7 @@ def analyze(inputs: AnalysisInputs) -> HostWaitsResult:
         key = (w.cause, w.kind)
         ms[key] = ms.get(key, 0.0) + (w.end_ns - w.start_ns) / 1e6
         steps.setdefault(key, set()).add(w.step)
-    by_cause = tuple(
-        sorted((CauseTotal(c, k, ms[(c, k)], len(steps[(c, k)])) for c, k in ms), key=lambda c: -c.ms)
-    )
+    by_cause = tuple(sorted((CauseTotal(c, k, ms[(c, k)], len(steps[(c, k)])) for c, k in ms), key=lambda c: -c.ms))
     result = HostWaitsResult(tuple(waits), by_cause, wall_ns / 1e6, steady_ns / 1e6, tuple(sorted(sync_steps)))
     all_steps = sorted(int(x) for x in windows[F.STEP].unique())
     return dataclasses.replace(result, findings=_findings(result, inputs, all_steps))
@@ -192,7 +200,9 @@ def _sync_steps(frames: "TraceFrames", host: str, win: "pd.DataFrame") -> set[in
 def _reads_back(frames: "TraceFrames", host: str) -> np.ndarray:
     """Which of ``host_events(frames, host)`` read results back from the device (``_SYNC``)."""
     names = host_events(frames, host)[F.NAME]
-    return once(frames, ("reads_back", host), lambda: classify_names(names, lambda n: bool(_SYNC.search(n))).astype(bool))
+    return once(
+        frames, ("reads_back", host), lambda: classify_names(names, lambda n: bool(_SYNC.search(n))).astype(bool)
+    )
 
 
 def _host_waits(
@@ -275,19 +285,30 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) 
             UNATTRIBUTED: "while the host ran Python outside any annotation",
         }[c.kind]
         amounts = per_step.get((c.cause, c.kind), {})
-        evidence: dict[str, Any] = {"cause": c.cause, "kind": c.kind, "steps": c.steps, "ms": round(c.ms, 3),
-                                    "per_step": {int(k): round(v, 3) for k, v in sorted(amounts.items())}}
+        evidence: dict[str, Any] = {
+            "cause": c.cause,
+            "kind": c.kind,
+            "steps": c.steps,
+            "ms": round(c.ms, 3),
+            "per_step": {int(k): round(v, 3) for k, v in sorted(amounts.items())},
+        }
         extra = ""
         if len(inputs.frames.hosts) > 1:  # which host: with several, a wait on one of them is a straggler's cause
             on = _by_host(r, c.cause)
-            what += " on " + ", ".join(f"{h} ({ms:.1f} ms)" for h, ms in on.items()) if len(on) > 1 else f" on {next(iter(on))}"
+            what += (
+                " on " + ", ".join(f"{h} ({ms:.1f} ms)" for h, ms in on.items())
+                if len(on) > 1
+                else f" on {next(iter(on))}"
+            )
             evidence["by_host"] = {h: round(ms, 3) for h, ms in on.items()}
         if c.kind == SYNC:
             drained = [o for o in r.by_cause if o.kind in ("annotation", DISPATCH, UNATTRIBUTED) and o.ms >= 0.1 * c.ms]
             extra = f" Reads happened {describe_steps(r.sync_steps, all_steps)}"
             if drained:
                 listed = ", ".join(f"{o.cause} {o.ms:.1f} ms" for o in drained[:3])
-                extra += f"; each drains the device queue, so the host work after it ({listed}) cannot overlap device work"
+                extra += (
+                    f"; each drains the device queue, so the host work after it ({listed}) cannot overlap device work"
+                )
             extra += "."
             evidence["sync_steps"] = list(r.sync_steps)
         if c.kind == DISPATCH:

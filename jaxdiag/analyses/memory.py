@@ -89,8 +89,11 @@ class DevicePeak:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "host": self.host, "allocator": self.allocator, "peak_bytes": self.peak_bytes,
-            "capacity_bytes": self.capacity_bytes, "peak_time_ps": self.peak_time_ps,
+            "host": self.host,
+            "allocator": self.allocator,
+            "peak_bytes": self.peak_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "peak_time_ps": self.peak_time_ps,
             "lifetime_peak_bytes": self.lifetime_peak_bytes,
             "share_of_capacity": None if not self.capacity_bytes else round(self.peak_bytes / self.capacity_bytes, 5),
         }
@@ -151,8 +154,10 @@ def _compile_memory(records: Iterable[Mapping[str, Any]]) -> Iterable[CompileMem
         if all(v is None for v in values.values()):
             continue
         yield CompileMemory(
-            function=str(r.get("function") or "?"), compile_index=_int(r.get("compile_index")) or 0,
-            source=str(r.get("source") or ""), **values,
+            function=str(r.get("function") or "?"),
+            compile_index=_int(r.get("compile_index")) or 0,
+            source=str(r.get("source") or ""),
+            **values,
         )
 
 
@@ -177,37 +182,70 @@ def findings(result: MemoryResult) -> tuple[Finding, ...]:
         share = total / cap if cap else None
         where = f" ({c.source})" if c.source else ""
         if share is not None and share >= NEAR_CAPACITY:
-            out.append(Finding(
-                kind="memory_near_capacity", severity=Severity.CRITICAL if share >= 0.95 else Severity.WARNING,
-                time_lost_ms=0.0,
-                message=(f"{c.function}{where} needs {_gib(total)} per device (arguments {_gib(c.argument_bytes)}, "
-                         f"outputs {_gib(c.output_bytes)}, temporaries {_gib(c.temp_bytes)}), "
-                         f"{share * 100:.0f}% of the device's {_gib(cap)}."),
-                suggestion=CAPACITY_ADVICE,
-                evidence={"function": c.function, "compile_index": c.compile_index, "total_bytes": total,
-                          "capacity_bytes": int(cap) if cap else None, "share": round(share, 4)},
-            ))
-        elif total > 0 and temp / total >= TEMP_DOMINATES and (
-                (share is not None and share >= TEMP_MIN_SHARE) or (share is None and total >= TEMP_MIN_BYTES)):
+            out.append(
+                Finding(
+                    kind="memory_near_capacity",
+                    severity=Severity.CRITICAL if share >= 0.95 else Severity.WARNING,
+                    time_lost_ms=0.0,
+                    message=(
+                        f"{c.function}{where} needs {_gib(total)} per device (arguments {_gib(c.argument_bytes)}, "
+                        f"outputs {_gib(c.output_bytes)}, temporaries {_gib(c.temp_bytes)}), "
+                        f"{share * 100:.0f}% of the device's {_gib(cap)}."
+                    ),
+                    suggestion=CAPACITY_ADVICE,
+                    evidence={
+                        "function": c.function,
+                        "compile_index": c.compile_index,
+                        "total_bytes": total,
+                        "capacity_bytes": int(cap) if cap else None,
+                        "share": round(share, 4),
+                    },
+                )
+            )
+        elif (
+            total > 0
+            and temp / total >= TEMP_DOMINATES
+            and ((share is not None and share >= TEMP_MIN_SHARE) or (share is None and total >= TEMP_MIN_BYTES))
+        ):
             of_device = f", {share * 100:.0f}% of the device's {_gib(cap)}" if share is not None else ""
-            out.append(Finding(
-                kind="memory_temporaries", severity=Severity.WARNING, time_lost_ms=0.0,
-                message=(f"Temporaries are {temp / total * 100:.0f}% of what {c.function}{where} holds per device "
-                         f"({_gib(temp)} of {_gib(total)}{of_device})."),
-                suggestion=TEMP_ADVICE,
-                evidence={"function": c.function, "compile_index": c.compile_index, "temp_bytes": temp,
-                          "total_bytes": total},
-            ))
+            out.append(
+                Finding(
+                    kind="memory_temporaries",
+                    severity=Severity.WARNING,
+                    time_lost_ms=0.0,
+                    message=(
+                        f"Temporaries are {temp / total * 100:.0f}% of what {c.function}{where} holds per device "
+                        f"({_gib(temp)} of {_gib(total)}{of_device})."
+                    ),
+                    suggestion=TEMP_ADVICE,
+                    evidence={
+                        "function": c.function,
+                        "compile_index": c.compile_index,
+                        "temp_bytes": temp,
+                        "total_bytes": total,
+                    },
+                )
+            )
     for p in result.peaks:
         if p.capacity_bytes and p.peak_bytes / p.capacity_bytes >= NEAR_CAPACITY:
-            out.append(Finding(
-                kind="memory_near_capacity", severity=Severity.WARNING, time_lost_ms=0.0,
-                message=(f"{p.host} {p.allocator} peaked at {_gib(p.peak_bytes)} in use, "
-                         f"{p.peak_bytes / p.capacity_bytes * 100:.0f}% of its {_gib(p.capacity_bytes)}."),
-                suggestion=CAPACITY_ADVICE,
-                evidence={"host": p.host, "allocator": p.allocator, "peak_bytes": p.peak_bytes,
-                          "capacity_bytes": p.capacity_bytes},
-            ))
+            out.append(
+                Finding(
+                    kind="memory_near_capacity",
+                    severity=Severity.WARNING,
+                    time_lost_ms=0.0,
+                    message=(
+                        f"{p.host} {p.allocator} peaked at {_gib(p.peak_bytes)} in use, "
+                        f"{p.peak_bytes / p.capacity_bytes * 100:.0f}% of its {_gib(p.capacity_bytes)}."
+                    ),
+                    suggestion=CAPACITY_ADVICE,
+                    evidence={
+                        "host": p.host,
+                        "allocator": p.allocator,
+                        "peak_bytes": p.peak_bytes,
+                        "capacity_bytes": p.capacity_bytes,
+                    },
+                )
+            )
     return tuple(out)
 
 
@@ -241,8 +279,16 @@ def peaks_from_memory_profile(host: str, profile: Any) -> list[DevicePeak]:
         if heap is None and lifetime is None:
             continue
         peak = (heap or 0) + (stack or 0) if heap is not None else lifetime
-        out.append(DevicePeak(host, str(allocator), int(peak or 0), _int(summary.get("memoryCapacity")) or None,
-                              _int(summary.get("peakStatsTimePs")), lifetime))
+        out.append(
+            DevicePeak(
+                host,
+                str(allocator),
+                int(peak or 0),
+                _int(summary.get("memoryCapacity")) or None,
+                _int(summary.get("peakStatsTimePs")),
+                lifetime,
+            )
+        )
     return out
 
 

@@ -43,9 +43,22 @@ from jaxdiag.trace import frames as F
 #: Checked against datasheet peaks: H100 SXM 132 SMs x 1.83 GHz x 4096 = 989 TFLOP/s;
 #: A100 108 x 1.41 GHz x 2048 = 312; V100 80 x 1.53 GHz x 1024 = 125; L4 58 x 2.04 GHz x 1024 = 121.
 _PER_SM_CLOCK = (
-    ("B200", 8192), ("B100", 8192), ("GB200", 8192), ("H100", 4096), ("H200", 4096), ("H800", 4096),
-    ("GH200", 4096), ("A100", 2048), ("A800", 2048), ("A30", 2048), ("L40", 1024), ("L4", 1024),
-    ("A10", 1024), ("A40", 1024), ("RTX", 1024), ("V100", 1024),
+    ("B200", 8192),
+    ("B100", 8192),
+    ("GB200", 8192),
+    ("H100", 4096),
+    ("H200", 4096),
+    ("H800", 4096),
+    ("GH200", 4096),
+    ("A100", 2048),
+    ("A800", 2048),
+    ("A30", 2048),
+    ("L40", 1024),
+    ("L4", 1024),
+    ("A10", 1024),
+    ("A40", 1024),
+    ("RTX", 1024),
+    ("V100", 1024),
 )
 _DTYPE_SCALE = {"bfloat16": 1.0, "float16": 1.0, "float32": 0.5, "tensorfloat32": 0.5}
 _ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
@@ -72,9 +85,12 @@ class MfuBasis:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "flops_per_step": _r(self.flops_per_step), "flops_source": self.flops_source,
-            "peak_flops": _r(self.peak_flops), "peak_source": self.peak_source,
-            "dtype": self.dtype, "dtype_source": self.dtype_source,
+            "flops_per_step": _r(self.flops_per_step),
+            "flops_source": self.flops_source,
+            "peak_flops": _r(self.peak_flops),
+            "peak_source": self.peak_source,
+            "dtype": self.dtype,
+            "dtype_source": self.dtype_source,
             "flops_by_function": {k: _r(v) for k, v in self.by_function.items()},
         }
 
@@ -89,20 +105,49 @@ def mfu_basis(inputs: AnalysisInputs) -> MfuBasis:
     dtype, dtype_source = compute_dtype(records.values())
     peak, peak_source = peak_flops(inputs.frames, inputs.host, dtype)
     if inputs.flops_per_step is not None:
-        return MfuBasis(float(inputs.flops_per_step), "given (--flops-per-step or the capture's record_step)",
-                        peak, peak_source, dtype, dtype_source)
+        return MfuBasis(
+            float(inputs.flops_per_step),
+            "given (--flops-per-step or the capture's record_step)",
+            peak,
+            peak_source,
+            dtype,
+            dtype_source,
+        )
     if not records:
-        return MfuBasis(None, "unknown: no compile record carries cost analysis (capture with jaxdiag.profile, "
-                        "or pass --flops-per-step)", peak, peak_source, dtype, dtype_source)
+        return MfuBasis(
+            None,
+            "unknown: no compile record carries cost analysis (capture with jaxdiag.profile, or pass --flops-per-step)",
+            peak,
+            peak_source,
+            dtype,
+            dtype_source,
+        )
     per_step, used = _counted_flops(inputs, {f: float(r["cost"]["flops"]) for f, r in records.items()})
     if not per_step:
-        return MfuBasis(None, "unknown: no module of a function with cost analysis ran in an analysed step",
-                        peak, peak_source, dtype, dtype_source)
+        return MfuBasis(
+            None,
+            "unknown: no module of a function with cost analysis ran in an analysed step",
+            peak,
+            peak_source,
+            dtype,
+            dtype_source,
+        )
     values = sorted(per_step.values())
-    source = ("compile records: cost_analysis() FLOPs of "
-              + ", ".join(f"{f} x its executions" for f in sorted(used)) + " per step, on every device")
-    return MfuBasis(values[len(values) // 2], source, peak, peak_source, dtype, dtype_source,
-                    per_step_flops=per_step, by_function={f: float(records[f]["cost"]["flops"]) for f in used})
+    source = (
+        "compile records: cost_analysis() FLOPs of "
+        + ", ".join(f"{f} x its executions" for f in sorted(used))
+        + " per step, on every device"
+    )
+    return MfuBasis(
+        values[len(values) // 2],
+        source,
+        peak,
+        peak_source,
+        dtype,
+        dtype_source,
+        per_step_flops=per_step,
+        by_function={f: float(records[f]["cost"]["flops"]) for f in used},
+    )
 
 
 def _latest_with_flops(records: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -213,8 +258,10 @@ def _device_peak(row: Mapping[str, Any], dtype: str | None) -> tuple[float | Non
         cores, clock = _positive(row.get("core_count")), _positive(row.get("clock_hz"))
         how = {1.0: "bf16", 0.5: "TF32 (half of bf16) for f32", 2.0: "8-bit float (twice bf16)"}[scale]
         if per_sm and cores and clock:
-            source = (f"{name}: {cores:.0f} SMs x {clock / 1e9:.2f} GHz x {per_sm} dense FLOPs/SM/clock "
-                      f"(trace device stats), {how}")
+            source = (
+                f"{name}: {cores:.0f} SMs x {clock / 1e9:.2f} GHz x {per_sm} dense FLOPs/SM/clock "
+                f"(trace device stats), {how}"
+            )
             return cores * clock * per_sm * scale, source
         datasheet = _positive(row.get("peak_flops"))
         if datasheet:
@@ -237,4 +284,3 @@ def _positive(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) and v > 0 else None
-

@@ -166,10 +166,16 @@ def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], r
     if cause is None and rec is not None and rec.get("compile_index") is not None and int(rec["compile_index"]) <= 1:
         cause = FIRST_COMPILE
     return Compile(
-        function=span.function, host=span.host, step=span.step, compile_ms=span.dur_ms,
-        start_ns=span.start_ns, recompile=recompile, cause=cause,
+        function=span.function,
+        host=span.host,
+        step=span.step,
+        compile_ms=span.dur_ms,
+        start_ns=span.start_ns,
+        recompile=recompile,
+        cause=cause,
         changes=tuple(explanation.get("changes") or ()),
-        logged=rec is not None, origin=None if rec is None else (rec.get("origin") or None),
+        logged=rec is not None,
+        origin=None if rec is None else (rec.get("origin") or None),
         call_site=None if rec is None else (rec.get("call_site") or None),
     )
 
@@ -251,7 +257,9 @@ def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
         if what not in kinds:
             kinds.append(what)
         if what == "shape" and ch.get("axis") is not None:
-            shape_details.append(f"axis {ch['axis']} of {ch.get('path', 'the argument')}: {ch.get('old')} -> {ch.get('new')}")
+            shape_details.append(
+                f"axis {ch['axis']} of {ch.get('path', 'the argument')}: {ch.get('old')} -> {ch.get('new')}"
+            )
     tips = []
     for what in kinds:
         detail = f" ({'; '.join(shape_details)})" if what == "shape" and shape_details else ""
@@ -283,13 +291,16 @@ def _findings(r: RecompilesResult, inputs: AnalysisInputs) -> tuple[Finding, ...
     return tuple(out)
 
 
-def _group_finding(kind: str, name: str, group: list[Compile], total: float, wall_ms: float,
-                   all_steps: list[int]) -> Finding:
+def _group_finding(
+    kind: str, name: str, group: list[Compile], total: float, wall_ms: float, all_steps: list[int]
+) -> Finding:
     steps = [c.step for c in group]
     hosts = sorted({c.host for c in group})
     count = max(sum(1 for c in group if c.host == h) for h in hosts)
     times = "once" if count == 1 else f"{count} times"
-    where = describe_steps(steps, all_steps) + (f" (on {len(hosts)} hosts; the slowest's time)" if len(hosts) > 1 else "")
+    where = describe_steps(steps, all_steps) + (
+        f" (on {len(hosts)} hosts; the slowest's time)" if len(hosts) > 1 else ""
+    )
     changes = [ch for c in group for ch in c.changes]
     if kind == "function":
         head = f"`{name}` recompiled {times}, {where}: {fmt_ms(total)} ms"
@@ -297,9 +308,17 @@ def _group_finding(kind: str, name: str, group: list[Compile], total: float, wal
     else:
         helpers = sorted({c.function for c in group})
         again = sum(1 for c in group if c.recompile)
-        head = (f"Eager code at {_short_site(name)} compiled JAX's {join([f'`{h}`' for h in helpers])} {times}, {where}: "
-                f"{fmt_ms(total)} ms" + (f" ({again} of them recompiles)" if 1 < again < len(group) else
-                                      " (1 a recompile)" if again == 1 < len(group) else ""))
+        head = (
+            f"Eager code at {_short_site(name)} compiled JAX's {join([f'`{h}`' for h in helpers])} {times}, {where}: "
+            f"{fmt_ms(total)} ms"
+            + (
+                f" ({again} of them recompiles)"
+                if 1 < again < len(group)
+                else " (1 a recompile)"
+                if again == 1 < len(group)
+                else ""
+            )
+        )
         # The log's changes compare unrelated calls of a shared helper: they say nothing about this line.
         suggestion = _EAGER
     return Finding(
@@ -338,7 +357,7 @@ def _causes(group: list[Compile]) -> str:
     for c in group:
         cause = c.cause or "unknown (not in the compile log)"
         if cause.startswith(f"{c.function}: "):
-            cause = cause[len(c.function) + 2:]
+            cause = cause[len(c.function) + 2 :]
         by_cause.setdefault(cause, []).append(c.step)
     if len(by_cause) == 1:
         return f"; cause: {next(iter(by_cause))}"

@@ -34,11 +34,26 @@ from jaxdiag.sharding.facts import ShardingFacts, format_bytes
 from jaxdiag.sharding.hlo import Collective
 
 #: Primitives of collectives users write themselves (in ``shard_map``).
-USER_PRIMITIVES = frozenset({
-    "psum", "pmax", "pmin", "pmean", "all_gather", "all_gather_invariant", "all_to_all",
-    "ragged_all_to_all", "ppermute", "pshuffle", "psum_scatter", "reduce_scatter", "pbroadcast",
-    "psum_invariant", "pcast", "pvary",
-})
+USER_PRIMITIVES = frozenset(
+    {
+        "psum",
+        "pmax",
+        "pmin",
+        "pmean",
+        "all_gather",
+        "all_gather_invariant",
+        "all_to_all",
+        "ragged_all_to_all",
+        "ppermute",
+        "pshuffle",
+        "psum_scatter",
+        "reduce_scatter",
+        "pbroadcast",
+        "psum_invariant",
+        "pcast",
+        "pvary",
+    }
+)
 _CONSTRAINT = ("sharding_constraint", "reshard", "device_put")
 _MAX_RESHARD_FINDINGS = 10
 
@@ -61,8 +76,12 @@ class CollectiveUse:
 
     def to_dict(self) -> dict[str, Any]:
         d = self.collective.to_dict()
-        d.update(origin=self.origin, bytes_per_call=self.collective.bytes * self.collective.count,
-                 timeline_count=self.timeline_count, timeline_ms=round(self.timeline_ms, 3))
+        d.update(
+            origin=self.origin,
+            bytes_per_call=self.collective.bytes * self.collective.count,
+            timeline_count=self.timeline_count,
+            timeline_ms=round(self.timeline_ms, 3),
+        )
         return d
 
 
@@ -86,9 +105,14 @@ class FunctionSharding:
     def to_dict(self) -> dict[str, Any]:
         f = self.facts
         return {
-            "function": self.function, "qualname": self.qualname, "compiles": list(self.compiles),
-            "module": f.module, "mesh": f.mesh.to_dict(), "hlo": f.hlo,
-            "inputs": [x.to_dict() for x in f.inputs], "outputs": [x.to_dict() for x in f.outputs],
+            "function": self.function,
+            "qualname": self.qualname,
+            "compiles": list(self.compiles),
+            "module": f.module,
+            "mesh": f.mesh.to_dict(),
+            "hlo": f.hlo,
+            "inputs": [x.to_dict() for x in f.inputs],
+            "outputs": [x.to_dict() for x in f.outputs],
             "collectives": [c.to_dict() for c in self.collectives],
             "comm_bytes_per_call": f.comm_bytes_per_call,
         }
@@ -113,10 +137,18 @@ class TimelineCollective:
     bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"module": self.module, "op": self.op, "kind": self.kind, "count": self.count,
-                "total_ms": round(self.total_ms, 3), "function": self.function, "arrays": list(self.arrays),
-                "mesh_axes": None if self.mesh_axes is None else list(self.mesh_axes),
-                "origin": self.origin, "bytes": self.bytes}
+        return {
+            "module": self.module,
+            "op": self.op,
+            "kind": self.kind,
+            "count": self.count,
+            "total_ms": round(self.total_ms, 3),
+            "function": self.function,
+            "arrays": list(self.arrays),
+            "mesh_axes": None if self.mesh_axes is None else list(self.mesh_axes),
+            "origin": self.origin,
+            "bytes": self.bytes,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,14 +160,12 @@ class ShardingResult:
     findings: tuple[Finding, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"functions": [f.to_dict() for f in self.functions],
-                "timeline": [t.to_dict() for t in self.timeline]}
+        return {"functions": [f.to_dict() for f in self.functions], "timeline": [t.to_dict() for t in self.timeline]}
 
 
 def origin_of(c: Collective) -> str:
     """Classify a collective by the JAX op it came from (see the module doc)."""
-    prims = {m.group(1) for part in c.op_name.split(";")
-             if (m := re.match(r"(\w+)", part.rsplit("/", 1)[-1]))}
+    prims = {m.group(1) for part in c.op_name.split(";") if (m := re.match(r"(\w+)", part.rsplit("/", 1)[-1]))}
     if prims & USER_PRIMITIVES:
         return "user"
     if any(p.startswith(_CONSTRAINT) for p in prims):
@@ -182,13 +212,17 @@ def analyze_records(
     """
     functions = _functions(records, timeline or {})
     rows = _timeline_rows(functions, timeline or {})
-    findings = [*_resharding_findings(functions, wall_ms), *_replicated_findings(functions, thresholds),
-                *_sharding_recompiles(list(records))]
+    findings = [
+        *_resharding_findings(functions, wall_ms),
+        *_replicated_findings(functions, thresholds),
+        *_sharding_recompiles(list(records)),
+    ]
     return ShardingResult(tuple(functions), tuple(rows), tuple(findings))
 
 
-def _functions(records: Iterable[Mapping[str, Any]],
-               timeline: Mapping[tuple[str, str], tuple[str, int, float]]) -> list[FunctionSharding]:
+def _functions(
+    records: Iterable[Mapping[str, Any]], timeline: Mapping[tuple[str, str], tuple[str, int, float]]
+) -> list[FunctionSharding]:
     """One entry per distinct program of each function: recompiles to the same program share one."""
     by_key: dict[tuple[str, str], tuple[dict[str, Any], list[int], ShardingFacts]] = {}
     for r in records:
@@ -208,13 +242,17 @@ def _functions(records: Iterable[Mapping[str, Any]],
         for c in facts.collectives:
             kind, count, ms = _timeline_of(timeline, facts.module, c)
             uses.append(CollectiveUse(c, "requested" if asked_for(c, facts) else origin_of(c), count, ms))
-        out.append(FunctionSharding(str(r.get("function", "?")), str(r.get("qualname", "?")),
-                                    tuple(compiles), facts, tuple(uses)))
+        out.append(
+            FunctionSharding(
+                str(r.get("function", "?")), str(r.get("qualname", "?")), tuple(compiles), facts, tuple(uses)
+            )
+        )
     return out
 
 
-def _timeline_of(timeline: Mapping[tuple[str, str], tuple[str, int, float]], module: str,
-                 c: Collective) -> tuple[str, int, float]:
+def _timeline_of(
+    timeline: Mapping[tuple[str, str], tuple[str, int, float]], module: str, c: Collective
+) -> tuple[str, int, float]:
     count, ms = 0, 0.0
     for name in (c.name, *c.aliases):
         hit = timeline.get((module, name))
@@ -223,8 +261,9 @@ def _timeline_of(timeline: Mapping[tuple[str, str], tuple[str, int, float]], mod
     return c.kind, count, ms
 
 
-def _timeline_rows(functions: Sequence[FunctionSharding],
-                   timeline: Mapping[tuple[str, str], tuple[str, int, float]]) -> list[TimelineCollective]:
+def _timeline_rows(
+    functions: Sequence[FunctionSharding], timeline: Mapping[tuple[str, str], tuple[str, int, float]]
+) -> list[TimelineCollective]:
     # The latest program of a module wins: a recompile may reuse op names for other transfers.
     known: dict[tuple[str, str], tuple[FunctionSharding, CollectiveUse]] = {}
     for f in functions:
@@ -239,8 +278,9 @@ def _timeline_rows(functions: Sequence[FunctionSharding],
             continue
         f, use = hit
         c = use.collective
-        rows.append(TimelineCollective(module, op, c.kind, count, ms, f.function, c.arrays, c.mesh_axes,
-                                       use.origin, c.bytes))
+        rows.append(
+            TimelineCollective(module, op, c.kind, count, ms, f.function, c.arrays, c.mesh_axes, use.origin, c.bytes)
+        )
     return rows
 
 
@@ -249,16 +289,21 @@ def _axes_text(axes: tuple[str, ...] | None) -> str:
         return "devices that fit no mesh axis"
     if not axes:
         return "no mesh axis"
-    return "mesh axis " + ", ".join(repr(a) for a in axes) if len(axes) == 1 else \
-        "mesh axes " + ", ".join(repr(a) for a in axes)
+    return (
+        "mesh axis " + ", ".join(repr(a) for a in axes)
+        if len(axes) == 1
+        else "mesh axes " + ", ".join(repr(a) for a in axes)
+    )
 
 
 def _resharding_findings(functions: Sequence[FunctionSharding], wall_ms: float) -> list[Finding]:
     out: list[Finding] = []
     for f in functions:
-        uses = sorted((u for u in f.collectives if u.origin == "resharding"),
-                      key=lambda u: -u.collective.bytes * u.collective.count)
-        for use in uses[:current().max_reshard_findings]:
+        uses = sorted(
+            (u for u in f.collectives if u.origin == "resharding"),
+            key=lambda u: -u.collective.bytes * u.collective.count,
+        )
+        for use in uses[: current().max_reshard_findings]:
             out.append(_resharding_finding(f, use, wall_ms))
     return out
 
@@ -267,35 +312,58 @@ def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float)
     c = use.collective
     leaves = [leaf for name in c.arrays if (leaf := f.facts.input_named(name)) is not None]
     undone = [leaf for leaf in leaves if leaf.chosen_by == "user" and set(leaf.sharded_axes()) & set(c.mesh_axes or ())]
-    what = {"all-gather": "gathers", "all-to-all": "moves (all-to-all)", "collective-permute": "shifts between devices",
-            "collective-broadcast": "broadcasts", "ragged-all-to-all": "moves (ragged all-to-all)"}.get(c.kind, "moves")
-    target = ", ".join(f"{leaf.label} ({leaf.dtype}[{','.join(map(str, leaf.shape or ()))}], {leaf.spec_text})"
-                       for leaf in leaves) \
-        or (", ".join(c.arrays) if c.arrays else "an intermediate array")
+    what = {
+        "all-gather": "gathers",
+        "all-to-all": "moves (all-to-all)",
+        "collective-permute": "shifts between devices",
+        "collective-broadcast": "broadcasts",
+        "ragged-all-to-all": "moves (ragged all-to-all)",
+    }.get(c.kind, "moves")
+    target = ", ".join(
+        f"{leaf.label} ({leaf.dtype}[{','.join(map(str, leaf.shape or ()))}], {leaf.spec_text})" for leaf in leaves
+    ) or (", ".join(c.arrays) if c.arrays else "an intermediate array")
     per_call = c.bytes * c.count
     loop = f" ({c.count} runs per call)" if c.count > 1 else ""
-    msg = (f"{f.function} {what} {target} over {_axes_text(c.mesh_axes)} on every call: "
-           f"{format_bytes(per_call)} per device per call{loop} ({c.name}, from {c.op_name or 'no JAX op'}).")
+    msg = (
+        f"{f.function} {what} {target} over {_axes_text(c.mesh_axes)} on every call: "
+        f"{format_bytes(per_call)} per device per call{loop} ({c.name}, from {c.op_name or 'no JAX op'})."
+    )
     if undone:
         names = ", ".join(leaf.label for leaf in undone)
         msg += f" The compiler undoes the sharding given to {names}."
         axis = (c.mesh_axes or ("model",))[0]
-        suggestion = (f"{names} is sharded but its consumer ({_prim(c.op_name)}) needs it whole along "
-                      f"{_axes_text(c.mesh_axes)}. Shard it on a dimension its consumer keeps sharded "
-                      f"(for x @ w with x split on the batch, split w's output dimension, e.g. P(None, {axis!r})), "
-                      "or replicate it if it is small.")
+        suggestion = (
+            f"{names} is sharded but its consumer ({_prim(c.op_name)}) needs it whole along "
+            f"{_axes_text(c.mesh_axes)}. Shard it on a dimension its consumer keeps sharded "
+            f"(for x @ w with x split on the batch, split w's output dimension, e.g. P(None, {axis!r})), "
+            "or replicate it if it is small."
+        )
     else:
-        suggestion = (f"The specs of {f.function}'s inputs and what its ops need disagree, so the compiler "
-                      "reshards in between. Give producer and consumer the same layout: change the input "
-                      "specs, or pin the layout you want with jax.lax.with_sharding_constraint.")
+        suggestion = (
+            f"The specs of {f.function}'s inputs and what its ops need disagree, so the compiler "
+            "reshards in between. Give producer and consumer the same layout: change the input "
+            "specs, or pin the layout you want with jax.lax.with_sharding_constraint."
+        )
     time_ms = use.timeline_ms
     severity = severity_for(time_ms, wall_ms) if time_ms > 0 else (Severity.WARNING if undone else Severity.INFO)
     return Finding(
-        kind="implicit_resharding", severity=severity, time_lost_ms=time_ms, message=msg, suggestion=suggestion,
-        evidence={"function": f.function, "module": f.facts.module, "op": c.name, "kind": c.kind,
-                  "arrays": list(c.arrays), "mesh_axes": None if c.mesh_axes is None else list(c.mesh_axes),
-                  "bytes_per_call": per_call, "op_name": c.op_name,
-                  "user_specs": {leaf.label: leaf.spec_text for leaf in leaves}})
+        kind="implicit_resharding",
+        severity=severity,
+        time_lost_ms=time_ms,
+        message=msg,
+        suggestion=suggestion,
+        evidence={
+            "function": f.function,
+            "module": f.facts.module,
+            "op": c.name,
+            "kind": c.kind,
+            "arrays": list(c.arrays),
+            "mesh_axes": None if c.mesh_axes is None else list(c.mesh_axes),
+            "bytes_per_call": per_call,
+            "op_name": c.op_name,
+            "user_specs": {leaf.label: leaf.spec_text for leaf in leaves},
+        },
+    )
 
 
 def _prim(op_name: str) -> str:
@@ -309,8 +377,13 @@ def _replicated_findings(functions: Sequence[FunctionSharding], thresholds: Thre
         n = f.facts.mesh.n_devices
         if n <= 1:
             continue
-        big = [leaf for leaf in f.facts.inputs if leaf.replicated and (leaf.bytes_per_device or 0)
-               >= thresholds.replicated_param_bytes and (f.qualname, leaf.path) not in seen]
+        big = [
+            leaf
+            for leaf in f.facts.inputs
+            if leaf.replicated
+            and (leaf.bytes_per_device or 0) >= thresholds.replicated_param_bytes
+            and (f.qualname, leaf.path) not in seen
+        ]
         if not big:
             continue
         seen.update((f.qualname, leaf.path) for leaf in big)
@@ -319,17 +392,30 @@ def _replicated_findings(functions: Sequence[FunctionSharding], thresholds: Thre
         shown = ", ".join(f"{leaf.label} ({format_bytes(leaf.bytes_per_device)})" for leaf in big[:5])
         more = f" and {len(big) - 5} more" if len(big) > 5 else ""
         axes = f.facts.mesh.axis_names
-        out.append(Finding(
-            kind="replicated_param", severity=Severity.WARNING, time_lost_ms=0.0,
-            message=(f"{f.function} keeps a full copy of {shown}{more} on each of {n} devices "
-                     f"({f.facts.mesh.text}): {format_bytes(total)} per device, "
-                     f"{format_bytes(total * (n - 1))} more than one copy in all."),
-            suggestion=(f"Shard large parameters over a mesh axis (e.g. P({axes[0]!r}, None) for "
-                        "fully sharded data parallelism) with jax.device_put(x, NamedSharding(mesh, spec)) "
-                        "or jit's in_shardings; the compiler gathers each where it is used. Threshold: "
-                        f"replicated_param_bytes = {format_bytes(thresholds.replicated_param_bytes)}."),
-            evidence={"function": f.function, "devices": n, "bytes_per_device": total,
-                      "arrays": {leaf.label: leaf.bytes_per_device for leaf in big}}))
+        out.append(
+            Finding(
+                kind="replicated_param",
+                severity=Severity.WARNING,
+                time_lost_ms=0.0,
+                message=(
+                    f"{f.function} keeps a full copy of {shown}{more} on each of {n} devices "
+                    f"({f.facts.mesh.text}): {format_bytes(total)} per device, "
+                    f"{format_bytes(total * (n - 1))} more than one copy in all."
+                ),
+                suggestion=(
+                    f"Shard large parameters over a mesh axis (e.g. P({axes[0]!r}, None) for "
+                    "fully sharded data parallelism) with jax.device_put(x, NamedSharding(mesh, spec)) "
+                    "or jit's in_shardings; the compiler gathers each where it is used. Threshold: "
+                    f"replicated_param_bytes = {format_bytes(thresholds.replicated_param_bytes)}."
+                ),
+                evidence={
+                    "function": f.function,
+                    "devices": n,
+                    "bytes_per_device": total,
+                    "arrays": {leaf.label: leaf.bytes_per_device for leaf in big},
+                },
+            )
+        )
     return out
 
 
@@ -355,14 +441,29 @@ def _sharding_recompiles(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
             else:
                 parts.append(f"{path} {c.get('old')} -> {c.get('new')}")
         seconds = sum(float(r.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_compile_s"))
-        out.append(Finding(
-            kind="sharding_recompile", severity=Severity.WARNING, time_lost_ms=0.0,
-            message=(f"{fn} compiled again (compile {r.get('compile_index')}, {seconds * 1e3:.0f} ms) because "
-                     f"an argument arrived with another sharding: {'; '.join(parts[:3])}."),
-            suggestion=("Place each argument once, before the loop, with jax.device_put(x, NamedSharding(mesh, "
-                        "spec)), or fix its layout with jit's in_shardings, so every call sees the same sharding."),
-            evidence={"function": fn, "compile_index": r.get("compile_index"), "compile_ms": round(seconds * 1e3, 3),
-                      "arrays": arrays, "mesh_axes": axes, "changes": [dict(c) for c in changes]}))
+        out.append(
+            Finding(
+                kind="sharding_recompile",
+                severity=Severity.WARNING,
+                time_lost_ms=0.0,
+                message=(
+                    f"{fn} compiled again (compile {r.get('compile_index')}, {seconds * 1e3:.0f} ms) because "
+                    f"an argument arrived with another sharding: {'; '.join(parts[:3])}."
+                ),
+                suggestion=(
+                    "Place each argument once, before the loop, with jax.device_put(x, NamedSharding(mesh, "
+                    "spec)), or fix its layout with jit's in_shardings, so every call sees the same sharding."
+                ),
+                evidence={
+                    "function": fn,
+                    "compile_index": r.get("compile_index"),
+                    "compile_ms": round(seconds * 1e3, 3),
+                    "arrays": arrays,
+                    "mesh_axes": axes,
+                    "changes": [dict(c) for c in changes],
+                },
+            )
+        )
     return out
 
 

@@ -119,11 +119,19 @@ class SmallOpsResult:
             "count": self.count,
             "device_time_share": round(float(self.device_time_share), 4),
             "per_step": [
-                {"step": s.step, "count": s.count, "time_ms": round(s.time_ms, 4), "launch_gap_ms": round(s.launch_gap_ms, 4)}
+                {
+                    "step": s.step,
+                    "count": s.count,
+                    "time_ms": round(s.time_ms, 4),
+                    "launch_gap_ms": round(s.launch_gap_ms, 4),
+                }
                 for s in self.per_step
             ],
             "launch_gap_ms": round(self.launch_gap_ms, 4),
-            "top": [{"name": o.name, "module": o.module, "count": o.count, "total_ms": round(o.total_ms, 4)} for o in self.top],
+            "top": [
+                {"name": o.name, "module": o.module, "count": o.count, "total_ms": round(o.total_ms, 4)}
+                for o in self.top
+            ],
         }
 
 
@@ -155,7 +163,9 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         _add_modules(modules, ops, small, gaps, gap_module)
         small_iv, gap_iv = iv.union(intervals_of(small)), iv.union(gaps)
         totals += [
-            iv.length(small_iv), iv.total(intervals_of(ops)), iv.length(gap_iv),
+            iv.length(small_iv),
+            iv.total(intervals_of(ops)),
+            iv.length(gap_iv),
             iv.total(np.concatenate([small_iv, gap_iv])),
         ]
         counts = small.groupby(F.STEP).size()
@@ -172,15 +182,27 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
     result = SmallOpsResult(
         threshold_us=th.small_op_us,
         count=0 if small_all is None else len(small_all),
-        time_ms=float(totals[0]) / 1e6, device_time_ms=float(totals[1]) / 1e6,
-        launch_gap_ms=float(totals[2]) / 1e6, time_lost_ms=float(totals[3]) / 1e6,
+        time_ms=float(totals[0]) / 1e6,
+        device_time_ms=float(totals[1]) / 1e6,
+        launch_gap_ms=float(totals[2]) / 1e6,
+        time_lost_ms=float(totals[3]) / 1e6,
         per_step=tuple(StepSmallOps(s, int(v[0]), float(v[1]), float(v[2])) for s, v in sorted(per_step.items())),
         top=_top(small_all),
         by_module=tuple(
             sorted(
-                (ModuleSmallOps(m, int(v[0]), len(v[4]), v[1] / 1e6, v[2] / 1e6, v[3] / 1e6,  # type: ignore[arg-type]
-                                _main_steps(v[4]))  # type: ignore[arg-type]
-                 for m, v in modules.items() if v[0]),
+                (
+                    ModuleSmallOps(
+                        m,
+                        int(v[0]),
+                        len(v[4]),
+                        v[1] / 1e6,
+                        v[2] / 1e6,
+                        v[3] / 1e6,  # type: ignore[arg-type]
+                        _main_steps(v[4]),
+                    )  # type: ignore[arg-type]
+                    for m, v in modules.items()
+                    if v[0]
+                ),
                 key=lambda m: -(m.time_ms + m.launch_gap_ms),
             )
         ),
@@ -222,9 +244,11 @@ def _launch_gaps(ops: "pd.DataFrame", small_ns: int, cap_ns: int) -> tuple[np.nd
     if ops.empty:
         return iv.EMPTY.copy(), np.zeros(0, dtype=object)
     o = ops.sort_values([F.PLANE, F.DEVICE, F.LINE, F.START_NS], kind="stable")
-    same = (o[F.PLANE].to_numpy()[1:] == o[F.PLANE].to_numpy()[:-1]) & (
-        o[F.LINE].to_numpy()[1:] == o[F.LINE].to_numpy()[:-1]
-    ) & (o[F.DEVICE].to_numpy()[1:] == o[F.DEVICE].to_numpy()[:-1])
+    same = (
+        (o[F.PLANE].to_numpy()[1:] == o[F.PLANE].to_numpy()[:-1])
+        & (o[F.LINE].to_numpy()[1:] == o[F.LINE].to_numpy()[:-1])
+        & (o[F.DEVICE].to_numpy()[1:] == o[F.DEVICE].to_numpy()[:-1])
+    )
     is_small = o[F.DUR_NS].to_numpy() < small_ns
     start = o[END_NS].to_numpy(np.int64)[:-1]
     end = o[F.START_NS].to_numpy(np.int64)[1:]
@@ -254,11 +278,16 @@ def _top(small: "pd.DataFrame | None") -> tuple[Offender, ...]:
     labels = [
         seen[key] if key in seen else seen.setdefault(key, _op_label(*key))
         for key in zip(
-            small[F.NAME].astype(str).tolist(), small[F.HLO_OP].fillna("").astype(str).tolist(),
+            small[F.NAME].astype(str).tolist(),
+            small[F.HLO_OP].fillna("").astype(str).tolist(),
             small[F.FRAMEWORK_OP].fillna("").astype(str).tolist(),
         )
     ]
-    g = small.assign(_label=labels).groupby(["_label", F.HLO_MODULE], sort=False, observed=True)[F.DUR_NS].agg(["size", "sum"])
+    g = (
+        small.assign(_label=labels)
+        .groupby(["_label", F.HLO_MODULE], sort=False, observed=True)[F.DUR_NS]
+        .agg(["size", "sum"])
+    )
     g = g.sort_values("sum", ascending=False, kind="stable").head(current().small_op_top)
     return tuple(Offender(str(label), str(module), int(n), s / 1e6) for (label, module), (n, s) in g.iterrows())
 
@@ -266,7 +295,7 @@ def _top(small: "pd.DataFrame | None") -> tuple[Offender, ...]:
 def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tuple[Finding, ...]:
     """One finding per module whose small ops cost enough, costliest first."""
     out = []
-    for m in r.by_module[:inputs.thresholds.max_small_op_findings]:
+    for m in r.by_module[: inputs.thresholds.max_small_op_findings]:
         lost = m.time_ms + m.launch_gap_ms
         if lost < inputs.thresholds.min_finding_ms:
             continue
@@ -275,7 +304,7 @@ def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tu
         where = describe_steps(m.step_numbers, all_steps)
         listed = f"at {len(m.step_numbers)} steps: "
         if where.startswith(listed):
-            where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps ({where[len(listed):]})"
+            where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps ({where[len(listed) :]})"
         elif not where.startswith("in every step") and len(m.step_numbers) > 1:
             where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps, {where}"
         out.append(
@@ -293,9 +322,14 @@ def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tu
                 ),
                 suggestion=SUGGESTION,
                 evidence={
-                    "module": m.module, "count": m.count, "steps": m.steps, "step_numbers": list(m.step_numbers),
-                    "time_ms": round(m.time_ms, 3), "launch_gap_ms": round(m.launch_gap_ms, 3),
-                    "share_of_module": round(m.share, 4), "top_ops": names,
+                    "module": m.module,
+                    "count": m.count,
+                    "steps": m.steps,
+                    "step_numbers": list(m.step_numbers),
+                    "time_ms": round(m.time_ms, 3),
+                    "launch_gap_ms": round(m.launch_gap_ms, 3),
+                    "share_of_module": round(m.share, 4),
+                    "top_ops": names,
                 },
             )
         )

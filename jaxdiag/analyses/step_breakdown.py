@@ -123,12 +123,18 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
         wall = (hi[i] - lo[i]) / 1e6
         rows.append(
             StepRow(
-                step=int(step), host=host, wall_ms=float(wall),
-                device_busy_ms=float(busy_ns[i]) / 1e6, device_busy_mean_ms=float(busy_mean_ns[i]) / 1e6,
-                device_idle_ms=float(wall - busy_ns[i] / 1e6), host_wait_ms=float(wait_ns[i]) / 1e6,
-                compile_ms=float(compile_ns[i]) / 1e6, collective_ms=float(coll_ns[i]) / d / 1e6,
+                step=int(step),
+                host=host,
+                wall_ms=float(wall),
+                device_busy_ms=float(busy_ns[i]) / 1e6,
+                device_busy_mean_ms=float(busy_mean_ns[i]) / 1e6,
+                device_idle_ms=float(wall - busy_ns[i] / 1e6),
+                host_wait_ms=float(wait_ns[i]) / 1e6,
+                compile_ms=float(compile_ns[i]) / 1e6,
+                collective_ms=float(coll_ns[i]) / d / 1e6,
                 exposed_collective_ms=float(exposed_ns[i]) / d / 1e6,
-                tokens=inputs.tokens_for(int(step)), n_devices=n_devices,
+                tokens=inputs.tokens_for(int(step)),
+                n_devices=n_devices,
             )
         )
     return rows

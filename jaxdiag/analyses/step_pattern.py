@@ -56,7 +56,11 @@ def describe_steps(steps: Iterable[int], all_steps: Iterable[int] = ()) -> str:
         if len(inside) >= 3:
             return f"at steps {listed} (every {ordinal(stride)} step){tail}"
         return f"at steps {listed}{tail}"
-    return f"at {len(inside)} steps: {_listed(inside)}{tail}" if len(inside) > MAX_LISTED else f"at steps {_listed(inside)}{tail}"
+    return (
+        f"at {len(inside)} steps: {_listed(inside)}{tail}"
+        if len(inside) > MAX_LISTED
+        else f"at steps {_listed(inside)}{tail}"
+    )
 
 
 def _listed(steps: Sequence[int]) -> str:

@@ -76,9 +76,14 @@ class Alignment:
         return self.residual_ms is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reference": self.reference, "aligned": self.aligned, "shared_collectives": self.shared,
-                "residual_ms": None if self.residual_ms is None else round(self.residual_ms, 3),
-                "offsets_ms": {h: round(v, 3) for h, v in self.offsets_ms.items()}, "note": self.note}
+        return {
+            "reference": self.reference,
+            "aligned": self.aligned,
+            "shared_collectives": self.shared,
+            "residual_ms": None if self.residual_ms is None else round(self.residual_ms, 3),
+            "offsets_ms": {h: round(v, 3) for h, v in self.offsets_ms.items()},
+            "note": self.note,
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,8 +97,13 @@ class HostStep:
     waited_ms: float  # per device of the host (mean): time waiting in collectives for a later host
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "step": self.step, "wall_ms": round(self.wall_ms, 3),
-                "late_ms": round(self.late_ms, 3), "waited_ms": round(self.waited_ms, 3)}
+        return {
+            "host": self.host,
+            "step": self.step,
+            "wall_ms": round(self.wall_ms, 3),
+            "late_ms": round(self.late_ms, 3),
+            "waited_ms": round(self.waited_ms, 3),
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,9 +118,14 @@ class Straggler:
     doing: tuple[tuple[str, str, float], ...]  # (cause, kind, ms) of its own host waits in those steps
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "steps": list(self.steps), "late_ms": round(self.late_ms, 3),
-                "others_waited_device_ms": round(self.others_waited_ms, 3), "waiting_devices": self.waiting_devices,
-                "doing": [{"cause": c, "kind": k, "ms": round(ms, 3)} for c, k, ms in self.doing]}
+        return {
+            "host": self.host,
+            "steps": list(self.steps),
+            "late_ms": round(self.late_ms, 3),
+            "others_waited_device_ms": round(self.others_waited_ms, 3),
+            "waiting_devices": self.waiting_devices,
+            "doing": [{"cause": c, "kind": k, "ms": round(ms, 3)} for c, k, ms in self.doing],
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -161,8 +176,11 @@ def analyze(inputs: AnalysisInputs) -> StragglersResult:
     table, step_hosts = _table(hosts, windows, waits, late)
     stragglers = _stragglers(inputs, windows, waits, late, alignment)
     wall_ms = sum(max((r.wall_ms for r in table if r.step == s), default=0.0) for s in step_hosts)
-    findings = tuple(_finding(s, alignment, wall_ms, len(step_hosts)) for s in stragglers
-                     if s.late_ms >= inputs.thresholds.min_finding_ms and s.late_ms >= _MIN_SHARE * wall_ms)
+    findings = tuple(
+        _finding(s, alignment, wall_ms, len(step_hosts))
+        for s in stragglers
+        if s.late_ms >= inputs.thresholds.min_finding_ms and s.late_ms >= _MIN_SHARE * wall_ms
+    )
     return StragglersResult(hosts, alignment, table, step_hosts, stragglers, findings)
 
 
@@ -190,7 +208,9 @@ def _compute(frames: "TraceFrames") -> tuple[dict[str, np.ndarray], list[tuple[s
     if matched is None:
         note = "no collective ran on every host, so host clocks could not be aligned and no host is called late"
         return {}, [], Alignment(hosts[0] if hosts else "", {}, 0, None, note)
-    offset = np.rint(np.median(matched.end[:, :1] - matched.end, axis=0)).astype(np.int64)  # ns to add to each host's clock
+    offset = np.rint(np.median(matched.end[:, :1] - matched.end, axis=0)).astype(
+        np.int64
+    )  # ns to add to each host's clock
     residual = (matched.end + offset) - matched.end[:, :1]
     worst = int(np.abs(residual).max())
     alignment = Alignment(hosts[0], {h: float(o) / 1e6 for h, o in zip(hosts, offset)}, len(matched.end), worst / 1e6)
@@ -200,8 +220,7 @@ def _compute(frames: "TraceFrames") -> tuple[dict[str, np.ndarray], list[tuple[s
     gap = arrive[np.arange(len(arrive)), last] - arrive[np.arange(len(arrive)), order[:, -2]]
     is_late = gap > worst
     late_at = np.where(is_late, arrive[np.arange(len(arrive)), last], np.iinfo(np.int64).min // 2)
-    late = [(hosts[h], int(matched.arrive[i, h]), float(gap[i]) / 1e6)
-            for i, h in enumerate(last) if is_late[i]]
+    late = [(hosts[h], int(matched.arrive[i, h]), float(gap[i]) / 1e6) for i, h in enumerate(last) if is_late[i]]
     waits: dict[str, np.ndarray] = {}
     for j, host in enumerate(hosts):
         rows = matched.per_device[host]
@@ -211,8 +230,9 @@ def _compute(frames: "TraceFrames") -> tuple[dict[str, np.ndarray], list[tuple[s
         mine = last[run] != j
         until = np.minimum(end, late_at[run] - offset[j])  # the late host's arrival, on this host's clock
         keep = mine & is_late[run] & (until > start)
-        waits[host] = np.stack([start[keep], until[keep], rows[F.DEVICE].to_numpy(np.int64)[keep],
-                                last[run][keep]], axis=1)
+        waits[host] = np.stack(
+            [start[keep], until[keep], rows[F.DEVICE].to_numpy(np.int64)[keep], last[run][keep]], axis=1
+        )
     return waits, late, alignment
 
 
@@ -226,8 +246,9 @@ def _match(frames: "TraceFrames", hosts: list[str]) -> _Matched | None:
         op = rows[F.HLO_OP].astype(str).where(rows[F.HLO_OP].astype(str) != "", rows[F.NAME].astype(str))
         rows = rows.assign(_op=op.to_numpy(), _module=rows[F.HLO_MODULE].astype(str).to_numpy())
         rows = rows.sort_values(F.START_NS, kind="stable")
-        rows = rows.assign(_k=rows.groupby([F.PLANE, F.DEVICE, "_module", "_op", F.STEP],
-                                           observed=True).cumcount().to_numpy())
+        rows = rows.assign(
+            _k=rows.groupby([F.PLANE, F.DEVICE, "_module", "_op", F.STEP], observed=True).cumcount().to_numpy()
+        )
         per_host[host] = rows
         mine = set(zip(rows["_module"], rows["_op"], rows[F.STEP], rows["_k"]))
         keys = mine if keys is None else keys & mine
@@ -239,8 +260,9 @@ def _match(frames: "TraceFrames", hosts: list[str]) -> _Matched | None:
     end = np.zeros((len(runs), len(hosts)), np.int64)
     for j, host in enumerate(hosts):
         rows = per_host[host]
-        run = np.asarray([index.get(k, -1) for k in zip(rows["_module"], rows["_op"], rows[F.STEP], rows["_k"])],
-                         np.int64)
+        run = np.asarray(
+            [index.get(k, -1) for k in zip(rows["_module"], rows["_op"], rows[F.STEP], rows["_k"])], np.int64
+        )
         rows = rows.assign(_run=run).loc[run >= 0]
         grouped = rows.groupby("_run")
         arrive[:, j] = grouped[F.START_NS].max().reindex(range(len(runs))).to_numpy(np.int64)
@@ -249,8 +271,9 @@ def _match(frames: "TraceFrames", hosts: list[str]) -> _Matched | None:
     return _Matched(hosts, arrive, end, per_host)
 
 
-def _table(hosts: tuple[str, ...], windows: "pd.DataFrame", waits: dict[str, np.ndarray],
-           late: list[tuple[str, int, float]]) -> tuple[tuple[HostStep, ...], dict[int, str]]:
+def _table(
+    hosts: tuple[str, ...], windows: "pd.DataFrame", waits: dict[str, np.ndarray], late: list[tuple[str, int, float]]
+) -> tuple[tuple[HostStep, ...], dict[int, str]]:
     table: list[HostStep] = []
     longest: dict[int, tuple[float, str]] = {}
     for host in hosts:
@@ -277,8 +300,13 @@ def _table(hosts: tuple[str, ...], windows: "pd.DataFrame", waits: dict[str, np.
     return tuple(table), {s: h for s, (_, h) in sorted(longest.items())}
 
 
-def _stragglers(inputs: AnalysisInputs, windows: "pd.DataFrame", waits: dict[str, np.ndarray],
-                late: list[tuple[str, int, float]], alignment: Alignment) -> tuple[Straggler, ...]:
+def _stragglers(
+    inputs: AnalysisInputs,
+    windows: "pd.DataFrame",
+    waits: dict[str, np.ndarray],
+    late: list[tuple[str, int, float]],
+    alignment: Alignment,
+) -> tuple[Straggler, ...]:
     from jaxdiag.analyses import host_waits
 
     out = []
@@ -303,41 +331,65 @@ def _finding(s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int) -
     per_step = s.late_ms / max(len(s.steps), 1)
     doing = [(c, k, ms) for c, k, ms in s.doing if ms >= 0.1 * s.late_ms]
     if doing:
-        meanwhile = "; ".join(f"{_cause_text(c, k)} {ms / max(len(s.steps), 1):.1f} ms per step" for c, k, ms in doing[:3])
+        meanwhile = "; ".join(
+            f"{_cause_text(c, k)} {ms / max(len(s.steps), 1):.1f} ms per step" for c, k, ms in doing[:3]
+        )
         meanwhile = f" Meanwhile {s.host}'s own devices sat idle while it ran: {meanwhile}."
     else:
         meanwhile = f" Its own host waits in those steps do not explain it: {s.host}'s devices were busy or the host showed nothing."
     n_other = sum(1 for h in alignment.offsets_ms if h != s.host)
     each = s.others_waited_ms / max(s.waiting_devices, 1)
-    msg = (f"Host {s.host} was the last to reach the collectives the other hosts wait in, in {len(s.steps)} of "
-           f"{n_steps} steps ({_steps_text(s.steps)}), by {per_step:.1f} ms per step ({s.late_ms:.1f} ms in all): "
-           f"{s.waiting_devices} device(s) of the other {n_other} host(s) waited {s.others_waited_ms:.1f} ms in "
-           f"collectives for it (device time summed across devices; {each:.1f} ms each). Host clocks were aligned on {alignment.shared} shared collectives "
-           f"to within {alignment.residual_ms:.2f} ms." + meanwhile)
+    msg = (
+        f"Host {s.host} was the last to reach the collectives the other hosts wait in, in {len(s.steps)} of "
+        f"{n_steps} steps ({_steps_text(s.steps)}), by {per_step:.1f} ms per step ({s.late_ms:.1f} ms in all): "
+        f"{s.waiting_devices} device(s) of the other {n_other} host(s) waited {s.others_waited_ms:.1f} ms in "
+        f"collectives for it (device time summed across devices; {each:.1f} ms each). Host clocks were aligned on {alignment.shared} shared collectives "
+        f"to within {alignment.residual_ms:.2f} ms." + meanwhile
+    )
     top = doing[0] if doing else None
     if top is not None and top[1] == "annotation":
-        fix = (f"Make `{top[0]}` on {s.host} as fast as on the other hosts, or take it off the step's path: "
-               "prefetch the next batch in a background thread so it is ready before the step needs it.")
+        fix = (
+            f"Make `{top[0]}` on {s.host} as fast as on the other hosts, or take it off the step's path: "
+            "prefetch the next batch in a background thread so it is ready before the step needs it."
+        )
     elif top is not None and top[1] == "compile":
         fix = f"{s.host} compiled while the others ran: make every host trace the same shapes (see the compile divergence check)."
     elif top is not None and top[1] == "device_to_host_sync":
         fix = f"{s.host} reads results back from its devices where the others do not: move the read (logging on one process) off the step."
     else:
-        fix = (f"Find what {s.host} does that the other hosts do not (input pipeline, logging or checkpointing on one "
-               "process, a slower or busier machine): wrap suspect code in `jax.profiler.TraceAnnotation(...)` and capture again.")
-    fix += " Time spent waiting for a late host is not a communication problem: faster collectives would not recover it."
+        fix = (
+            f"Find what {s.host} does that the other hosts do not (input pipeline, logging or checkpointing on one "
+            "process, a slower or busier machine): wrap suspect code in `jax.profiler.TraceAnnotation(...)` and capture again."
+        )
+    fix += (
+        " Time spent waiting for a late host is not a communication problem: faster collectives would not recover it."
+    )
     return Finding(
-        kind="straggler", severity=severity_for(s.late_ms, wall_ms), time_lost_ms=s.late_ms, message=msg,
+        kind="straggler",
+        severity=severity_for(s.late_ms, wall_ms),
+        time_lost_ms=s.late_ms,
+        message=msg,
         suggestion=fix,
-        evidence={"host": s.host, "steps": list(s.steps), "late_ms_per_step": round(per_step, 3),
-                  "others_waited_device_ms": round(s.others_waited_ms, 3), "waiting_devices": s.waiting_devices,
-                  "alignment_residual_ms": round(alignment.residual_ms or 0.0, 3),
-                  "doing": {c: round(ms, 3) for c, _, ms in s.doing}})
+        evidence={
+            "host": s.host,
+            "steps": list(s.steps),
+            "late_ms_per_step": round(per_step, 3),
+            "others_waited_device_ms": round(s.others_waited_ms, 3),
+            "waiting_devices": s.waiting_devices,
+            "alignment_residual_ms": round(alignment.residual_ms or 0.0, 3),
+            "doing": {c: round(ms, 3) for c, _, ms in s.doing},
+        },
+    )
 
 
 def _cause_text(cause: str, kind: str) -> str:
-    return {"annotation": f"`{cause}`", "compile": "compiling", "device_to_host_sync": "reading results back",
-            "dispatch": "launching jitted work", "unattributed": "Python outside any annotation"}.get(kind, cause)
+    return {
+        "annotation": f"`{cause}`",
+        "compile": "compiling",
+        "device_to_host_sync": "reading results back",
+        "dispatch": "launching jitted work",
+        "unattributed": "Python outside any annotation",
+    }.get(kind, cause)
 
 
 def _steps_text(steps: tuple[int, ...]) -> str:

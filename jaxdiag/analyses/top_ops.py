@@ -73,14 +73,27 @@ class OpRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "name": self.name, "module": self.module, "function": self.function,
-            "kind": self.kind, "count": self.count, "total_ms": round(self.total_ms, 4),
-            "per_step_ms": _round(self.per_step_ms, 4), "share": round(self.share, 5),
-            "source": self.source, "programs": list(self.programs), "category": self.category,
-            "flops": _round(self.flops, 1), "bytes_accessed": _round(self.bytes_accessed, 1),
-            "intensity": _round(self.intensity, 3), "bound": self.bound,
-            "xprof_bound_by": self.xprof_bound_by, "facts_from": self.facts_from, "kernel": self.kernel,
-            "achieved_flops_per_s": _round(self.achieved_flops_per_s, 1), "dtype": self.dtype,
+            "id": self.id,
+            "name": self.name,
+            "module": self.module,
+            "function": self.function,
+            "kind": self.kind,
+            "count": self.count,
+            "total_ms": round(self.total_ms, 4),
+            "per_step_ms": _round(self.per_step_ms, 4),
+            "share": round(self.share, 5),
+            "source": self.source,
+            "programs": list(self.programs),
+            "category": self.category,
+            "flops": _round(self.flops, 1),
+            "bytes_accessed": _round(self.bytes_accessed, 1),
+            "intensity": _round(self.intensity, 3),
+            "bound": self.bound,
+            "xprof_bound_by": self.xprof_bound_by,
+            "facts_from": self.facts_from,
+            "kernel": self.kernel,
+            "achieved_flops_per_s": _round(self.achieved_flops_per_s, 1),
+            "dtype": self.dtype,
         }
 
 
@@ -170,14 +183,30 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
     for i, g in enumerate(top, start=1):
         module = modules[g]
         function = function_of(module) if module else ""
-        rows.append(OpRow(
-            id=f"op{i}", name=names[g], module=module, function=function, kind=kinds[g],
-            count=int(counts[g]), total_ms=float(sums[g]), per_step_ms=float(sums[g]) / counted if counted else None,
-            share=float(sums[g]) / total if total > 0 else 0.0, source=sources.get(function, ""),
-            programs=programs.get(g, ()),
-        ))
-    return TopOps(tuple(rows), total, int(counted), peak, bandwidth, roofline_source,
-                  peak_by_dtype=peaks_by_dtype(frames, inputs.host))
+        rows.append(
+            OpRow(
+                id=f"op{i}",
+                name=names[g],
+                module=module,
+                function=function,
+                kind=kinds[g],
+                count=int(counts[g]),
+                total_ms=float(sums[g]),
+                per_step_ms=float(sums[g]) / counted if counted else None,
+                share=float(sums[g]) / total if total > 0 else 0.0,
+                source=sources.get(function, ""),
+                programs=programs.get(g, ()),
+            )
+        )
+    return TopOps(
+        tuple(rows),
+        total,
+        int(counted),
+        peak,
+        bandwidth,
+        roofline_source,
+        peak_by_dtype=peaks_by_dtype(frames, inputs.host),
+    )
 
 
 def _groups(ops: Any) -> tuple[np.ndarray, list[str], list[str], list[str]]:
@@ -277,8 +306,9 @@ def _function_sources(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 # --- XProf's hlo_stats -------------------------------------------------------------
 
 
-def join_xprof(result: TopOps, hlo_rows: Iterable[Mapping[str, Any]],
-               roofline: Mapping[str, Any] | None = None) -> TopOps:
+def join_xprof(
+    result: TopOps, hlo_rows: Iterable[Mapping[str, Any]], roofline: Mapping[str, Any] | None = None
+) -> TopOps:
     """``result`` with FLOPs, bytes, intensity, bound and source line from XProf's ``hlo_stats`` rows.
 
     Rows are matched by HLO op name and the module's program (XProf names programs
@@ -315,15 +345,24 @@ def join_xprof(result: TopOps, hlo_rows: Iterable[Mapping[str, Any]],
         dtype = output_dtype(first.get("hlo_op_expression"))
         op_peak = result.peak_by_dtype.get(dtype, peak) if dtype else peak
         op_ridge = op_peak / bw if op_peak and bw else ridge
-        rows.append(dataclasses.replace(
-            row, flops=flops, bytes_accessed=nbytes if nbytes > 0 else None, intensity=intensity,
-            bound=_bound(intensity, op_ridge), dtype=dtype, xprof_bound_by=str(first.get("bound_by") or ""),
-            source=source_line(first.get("source_info")) or row.source,
-            category=str(first.get("category") or ""), facts_from="trace + XProf hlo_stats",
-            achieved_flops_per_s=flops / busy_s if busy_s > 0 and flops > 0 else None,
-        ))
-    return dataclasses.replace(result, rows=tuple(rows), peak_flops=peak, memory_bandwidth_bps=bw,
-                               roofline_source=source, deep=True)
+        rows.append(
+            dataclasses.replace(
+                row,
+                flops=flops,
+                bytes_accessed=nbytes if nbytes > 0 else None,
+                intensity=intensity,
+                bound=_bound(intensity, op_ridge),
+                dtype=dtype,
+                xprof_bound_by=str(first.get("bound_by") or ""),
+                source=source_line(first.get("source_info")) or row.source,
+                category=str(first.get("category") or ""),
+                facts_from="trace + XProf hlo_stats",
+                achieved_flops_per_s=flops / busy_s if busy_s > 0 and flops > 0 else None,
+            )
+        )
+    return dataclasses.replace(
+        result, rows=tuple(rows), peak_flops=peak, memory_bandwidth_bps=bw, roofline_source=source, deep=True
+    )
 
 
 def _matching(candidates: list[Mapping[str, Any]], programs: tuple[int, ...]) -> list[Mapping[str, Any]]:

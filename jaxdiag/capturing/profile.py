@@ -58,8 +58,9 @@ class Capture:
         self._before: set[Path] = set()
 
     # --- recording -----------------------------------------------------------
-    def record_step(self, step: int, *, tokens: float | None = None, samples: float | None = None,
-                    flops: float | None = None) -> None:
+    def record_step(
+        self, step: int, *, tokens: float | None = None, samples: float | None = None, flops: float | None = None
+    ) -> None:
         """Remember what ``step`` processed; written into the sidecar at stop."""
         facts = {k: float(v) for k, v in (("tokens", tokens), ("samples", samples), ("flops", flops)) if v is not None}
         if facts:
@@ -139,8 +140,10 @@ class Capture:
         elif given:
             for key, value in given.items():
                 if not hasattr(opts, key):
-                    raise CaptureError(f"unknown profiler option {key!r}; ProfileOptions has "
-                                       f"{sorted(a for a in dir(opts) if not a.startswith('_'))}")
+                    raise CaptureError(
+                        f"unknown profiler option {key!r}; ProfileOptions has "
+                        f"{sorted(a for a in dir(opts) if not a.startswith('_'))}"
+                    )
                 setattr(opts, key, value)
         opts.session_id = str(self.run)
         return opts
@@ -171,7 +174,8 @@ class Capture:
                 stopped_unix=stopped_unix,
                 python_tracer=self.python_tracer,
                 steps={str(k): v for k, v in sorted(self.steps.items())},
-                compile_log=records if records is not None
+                compile_log=records
+                if records is not None
                 else _compile_records_between(self._started_unix or 0.0, stopped_unix),
                 tags=self.tags,
             )
@@ -210,8 +214,7 @@ def profile(
     Raises:
       CaptureError: the logdir cannot be written, or a capture is already running.
     """
-    capture = Capture(logdir, run=run, python_tracer=python_tracer, options=options, tags=tags, mesh=mesh,
-                      watch=watch)
+    capture = Capture(logdir, run=run, python_tracer=python_tracer, options=options, tags=tags, mesh=mesh, watch=watch)
     capture.start()
     try:
         yield capture
@@ -251,8 +254,11 @@ def _shared_run_name(process_count: int) -> str:
 
             stamp = int(multihost_utils.broadcast_one_to_all(np.int64(stamp)))
         except Exception as exc:  # pragma: no cover - depends on the cluster
-            warnings.warn(f"jaxdiag: could not agree on a run name across processes ({exc}); "
-                          "pass run=... to profile()", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"jaxdiag: could not agree on a run name across processes ({exc}); pass run=... to profile()",
+                RuntimeWarning,
+                stacklevel=4,
+            )
     return time.strftime("%Y_%m_%d_%H_%M_%S", time.gmtime(stamp))
 
 
@@ -261,15 +267,21 @@ def _describe_process(mesh: Any | None) -> dict[str, Any]:
     import jaxlib
 
     devices = [
-        {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", ""),
-         "process_index": getattr(d, "process_index", 0)}
+        {
+            "id": d.id,
+            "platform": d.platform,
+            "kind": getattr(d, "device_kind", ""),
+            "process_index": getattr(d, "process_index", 0),
+        }
         for d in jax.devices()
     ]
     backend = getattr(jax.devices()[0], "client", None)
     described_mesh = None
     if mesh is not None:
-        described_mesh = {"axis_names": [str(a) for a in mesh.axis_names],
-                          "shape": {str(k): int(v) for k, v in dict(mesh.shape).items()}}
+        described_mesh = {
+            "axis_names": [str(a) for a in mesh.axis_names],
+            "shape": {str(k): int(v) for k, v in dict(mesh.shape).items()},
+        }
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),

@@ -124,8 +124,11 @@ def merge(docs: Iterable[Mapping[str, Any]], files: tuple[str, ...] = ()) -> Run
                 if isinstance(value, (int, float)) and not isinstance(value, bool):  # a hand-edited value is left out
                     step[field] = (step[field] or 0.0) + float(value)
         process = doc.get("process_index")  # which process compiled it: compile divergence compares them
-        records += [r if process is None or "process_index" in r else {**r, "process_index": process}
-                    for r in doc.get("compile_log") or () if record_problem(r) is None]  # hand-edited ones: left out
+        records += [
+            r if process is None or "process_index" in r else {**r, "process_index": process}
+            for r in doc.get("compile_log") or ()
+            if record_problem(r) is None
+        ]  # hand-edited ones: left out
         processes.append({k: v for k, v in doc.items() if k not in ("steps", "compile_log")})
     records.sort(key=lambda r: r.get("time_unix") or 0.0)
     steps = {s: StepFacts(**v) for s, v in sorted(totals.items())}
@@ -136,13 +139,19 @@ def _read_one(path: Path) -> dict[str, Any]:
     from jaxdiag.files import read_json
 
     doc = read_json(path, "a jaxdiag capture sidecar (JSON)", SidecarError)
-    if isinstance(doc, dict) and not (isinstance(doc.get("steps") or {}, dict)
-                                      and isinstance(doc.get("compile_log") or [], list)
-                                      and all(isinstance(v, dict) and _is_step(k) for k, v in (doc.get("steps") or {}).items())):
-        raise SidecarError(f"{path}: malformed capture sidecar ('steps' must map step numbers to objects, "
-                           "'compile_log' must be a list)")
+    if isinstance(doc, dict) and not (
+        isinstance(doc.get("steps") or {}, dict)
+        and isinstance(doc.get("compile_log") or [], list)
+        and all(isinstance(v, dict) and _is_step(k) for k, v in (doc.get("steps") or {}).items())
+    ):
+        raise SidecarError(
+            f"{path}: malformed capture sidecar ('steps' must map step numbers to objects, "
+            "'compile_log' must be a list)"
+        )
     if not isinstance(doc, dict) or str(doc.get("schema", "")).split("/")[0] != SCHEMA.split("/")[0]:
-        raise SidecarError(f"{path}: not a jaxdiag capture sidecar (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
+        raise SidecarError(
+            f"{path}: not a jaxdiag capture sidecar (schema {doc.get('schema') if isinstance(doc, dict) else None!r})"
+        )
     if str(doc["schema"]) != SCHEMA:
         raise SidecarError(f"{path}: sidecar schema {doc['schema']} is newer than this jaxdiag reads ({SCHEMA})")
     return doc

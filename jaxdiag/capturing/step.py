@@ -28,8 +28,18 @@ Count = float | Callable[..., float] | None
 class StepFunction:
     """A jitted train step that numbers, annotates and captures its calls."""
 
-    def __init__(self, fun: Callable[..., Any], *, tokens: Count, samples: Count, flops: Count,
-                 window: StepWindow | None, name: str, jit: bool, jit_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        fun: Callable[..., Any],
+        *,
+        tokens: Count,
+        samples: Count,
+        flops: Count,
+        window: StepWindow | None,
+        name: str,
+        jit: bool,
+        jit_kwargs: dict[str, Any],
+    ) -> None:
         if jit:
             from jaxdiag.recording.wrapper import jit as jaxdiag_jit
 
@@ -62,7 +72,9 @@ class StepFunction:
             self.step_num = n + 1
         if capturing and window is not None and window.capture is not None:
             window.capture.record_step(
-                n, tokens=_count(self.tokens, args, kwargs), samples=_count(self.samples, args, kwargs),
+                n,
+                tokens=_count(self.tokens, args, kwargs),
+                samples=_count(self.samples, args, kwargs),
                 flops=_count(self.flops, args, kwargs),
             )
             if window.due_to_close(n + 1):
@@ -123,15 +135,27 @@ def step(
     """
     if fun is None:
         return functools.partial(
-            step, tokens=tokens, samples=samples, flops=flops, logdir=logdir, profile_steps=profile_steps,
-            name=name, python_tracer=python_tracer, options=options, tags=tags, mesh=mesh, jit=jit, **jit_kwargs,
+            step,
+            tokens=tokens,
+            samples=samples,
+            flops=flops,
+            logdir=logdir,
+            profile_steps=profile_steps,
+            name=name,
+            python_tracer=python_tracer,
+            options=options,
+            tags=tags,
+            mesh=mesh,
+            jit=jit,
+            **jit_kwargs,
         )
     window = None
     if logdir is not None:
         start, stop = profile_steps or DEFAULT_PROFILE_STEPS
         window = StepWindow(logdir, start, stop, python_tracer=python_tracer, options=options, tags=tags, mesh=mesh)
-    return StepFunction(fun, tokens=tokens, samples=samples, flops=flops, window=window, name=name,
-                        jit=jit, jit_kwargs=jit_kwargs)
+    return StepFunction(
+        fun, tokens=tokens, samples=samples, flops=flops, window=window, name=name, jit=jit, jit_kwargs=jit_kwargs
+    )
 
 
 def _count(value: Count, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float | None:

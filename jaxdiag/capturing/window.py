@@ -61,7 +61,9 @@ class StepWindow:
         elif self.run_dir is None and self.last_step is not None and self.last_step < self.start:
             warnings.warn(
                 f"jaxdiag: the capture window starting at step {self.start} never opened: "
-                f"the last step was {self.last_step}", RuntimeWarning, stacklevel=3,
+                f"the last step was {self.last_step}",
+                RuntimeWarning,
+                stacklevel=3,
             )
             self.last_step = None  # warn once
         return self.run_dir
@@ -88,8 +90,9 @@ class StepCapture:
             self._watch.__enter__()
 
     @contextlib.contextmanager
-    def step(self, *, tokens: float | None = None, samples: float | None = None,
-             flops: float | None = None) -> Iterator[int]:
+    def step(
+        self, *, tokens: float | None = None, samples: float | None = None, flops: float | None = None
+    ) -> Iterator[int]:
         """Run one step; yields its number. Facts go into the sidecar."""
         import jax
 
@@ -155,6 +158,5 @@ def capture(
         ``jaxdiag.watch(check_hosts=...)``; until ``close()``.
     """
     stop = None if take is None else skip + take
-    window = StepWindow(logdir, skip, stop, run=run, python_tracer=python_tracer,
-                        options=options, tags=tags, mesh=mesh)
+    window = StepWindow(logdir, skip, stop, run=run, python_tracer=python_tracer, options=options, tags=tags, mesh=mesh)
     return StepCapture(window, name, check_hosts)

@@ -140,8 +140,11 @@ class Baseline:
                 f"baseline version {version} is not supported (this jaxdiag reads "
                 f"{BASELINE_VERSION.split('.')[0]}.x); make it again with `jaxdiag baseline`"
             )
-        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING]
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         missing = [k for k in required if k not in d]
         if missing:
             raise BaselineError(f"baseline is missing {', '.join(missing)}; make it again with `jaxdiag baseline`")
@@ -257,7 +260,8 @@ def steady_steps(report: "Report") -> list[dict[str, Any]]:
     """Steps in which nothing compiled (no compile time, no compile on the timeline)."""
     compiled = {r.get("step") for r in report.recompiles if r.get("step") is not None}
     return [
-        s for s in report.steps
+        s
+        for s in report.steps
         if not (_is_num(s.get("compile_ms")) and float(s["compile_ms"]) > 0) and s.get("step") not in compiled
     ]
 
@@ -317,9 +321,14 @@ def _compiles_after_warmup(report: "Report") -> list[tuple[Recompile, bool]]:
 def _periods(report: "Report") -> dict[Any, float]:
     """Step -> period in ms (start to the next step's start), from the report's throughput section."""
     rows = (report.throughput or {}).get("per_step") if isinstance(report.throughput, dict) else None
-    return {r["step"]: float(r["period_ms"]) for r in (rows if isinstance(rows, list) else ())
-            if isinstance(r, dict) and isinstance(r.get("step"), int) and _is_num(r.get("period_ms"))
-            and float(r["period_ms"]) > 0}
+    return {
+        r["step"]: float(r["period_ms"])
+        for r in (rows if isinstance(rows, list) else ())
+        if isinstance(r, dict)
+        and isinstance(r.get("step"), int)
+        and _is_num(r.get("period_ms"))
+        and float(r["period_ms"]) > 0
+    }
 
 
 def module_device_ms(report: "Report") -> dict[str, float]:
@@ -384,8 +393,12 @@ def _int(v: Any) -> int:
 
 
 def _recompile(r: Any) -> Recompile:
-    return Recompile(str(r["function"]), None if r.get("step") is None else _int(r["step"]),
-                     _num(r["compile_ms"]), None if r.get("cause") is None else str(r["cause"]))
+    return Recompile(
+        str(r["function"]),
+        None if r.get("step") is None else _int(r["step"]),
+        _num(r["compile_ms"]),
+        None if r.get("cause") is None else str(r["cause"]),
+    )
 
 
 def _unit(value: Any) -> str:

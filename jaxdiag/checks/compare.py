@@ -174,8 +174,16 @@ def _tokens(obs: Baseline, base: Baseline, th: CheckThresholds) -> CheckOutcome:
     cur, ref = obs.tokens_per_s, base.tokens_per_s
     if cur.n == 0 or ref.n == 0:
         side = "this capture" if cur.n == 0 else "the baseline"
-        return CheckOutcome("tokens_per_s", True, cur.median, None, ref.median,
-                            f"skipped: {side} has no token counts for its steady steps", skipped=True, unit="tokens/s")
+        return CheckOutcome(
+            "tokens_per_s",
+            True,
+            cur.median,
+            None,
+            ref.median,
+            f"skipped: {side} has no token counts for its steady steps",
+            skipped=True,
+            unit="tokens/s",
+        )
     short = _too_few("tokens_per_s", cur, ref, th.min_steady_steps, "tokens/s")
     if short is not None:
         return short
@@ -186,20 +194,37 @@ def _tokens(obs: Baseline, base: Baseline, th: CheckThresholds) -> CheckOutcome:
         f"{ref.median:,.0f} (IQR {ref.iqr or 0:,.0f}, n={ref.n}): {_change(cur.median, ref.median)}, "
         f"at least {limit:,.0f} (-{allowed:.0%})"
     )
-    return CheckOutcome("tokens_per_s", cur.median >= limit, cur.median, round(limit, 3), ref.median, message,
-                        unit="tokens/s")
+    return CheckOutcome(
+        "tokens_per_s", cur.median >= limit, cur.median, round(limit, 3), ref.median, message, unit="tokens/s"
+    )
 
 
 def _lacks_steps(name: str, obs: Baseline, base: Baseline, need: int, unit: str) -> CheckOutcome | None:
     """A skipped outcome when either side has too few per-step figures for ``name``; else ``None``."""
     if not base.steady_wall_ms and base.steady_steps:
-        return CheckOutcome(name, True, None, None, None, f"skipped: the baseline (format {base.version}) has no "
-                            "per-step figures; make it again with `jaxdiag baseline`", skipped=True, unit=unit)
+        return CheckOutcome(
+            name,
+            True,
+            None,
+            None,
+            None,
+            f"skipped: the baseline (format {base.version}) has no "
+            "per-step figures; make it again with `jaxdiag baseline`",
+            skipped=True,
+            unit=unit,
+        )
     for side, n in (("this capture", len(obs.steady_wall_ms)), ("the baseline", len(base.steady_wall_ms))):
         if n < max(need, 1):
-            return CheckOutcome(name, True, None, None, None,
-                                f"skipped: {side} has {n} steady step(s), at least {need} are needed",
-                                skipped=True, unit=unit)
+            return CheckOutcome(
+                name,
+                True,
+                None,
+                None,
+                None,
+                f"skipped: {side} has {n} steady step(s), at least {need} are needed",
+                skipped=True,
+                unit=unit,
+            )
     return None
 
 
@@ -213,12 +238,21 @@ def _mean_step_time(obs: Baseline, base: Baseline, th: CheckThresholds) -> Check
     limit = ref.value * (1 + allowed)
     noisy, margin = stats.beyond_noise(ref, cur, th.noise_sigmas)
     slower = cur.value > limit
-    message = (f"mean steady step {_est(cur, 'ms')} vs baseline {_est(ref, 'ms')}: "
-               f"{_change(cur.value, ref.value)}, limit {limit:.3f} ms (+{allowed:.0%})")
+    message = (
+        f"mean steady step {_est(cur, 'ms')} vs baseline {_est(ref, 'ms')}: "
+        f"{_change(cur.value, ref.value)}, limit {limit:.3f} ms (+{allowed:.0%})"
+    )
     if slower and not noisy:
         message += f"; within noise ({th.noise_sigmas:g} s.e. = {margin:.3f} ms): not judged a regression"
-    return CheckOutcome("mean_step_time", not (slower and noisy), round(cur.value, 6), round(limit, 6),
-                        round(ref.value, 6), message, unit="ms")
+    return CheckOutcome(
+        "mean_step_time",
+        not (slower and noisy),
+        round(cur.value, 6),
+        round(limit, 6),
+        round(ref.value, 6),
+        message,
+        unit="ms",
+    )
 
 
 def _tail_step_time(obs: Baseline, base: Baseline, th: CheckThresholds) -> CheckOutcome:
@@ -233,10 +267,12 @@ def _tail_step_time(obs: Baseline, base: Baseline, th: CheckThresholds) -> Check
     slow = sum(1 for v in obs.steady_wall_ms if v > limit)
     p = stats.binomial_tail(slow, n, 0.1)
     failed = p < th.tail_alpha
-    message = (f"p90 steady step {cur:.3f} ms vs baseline {ref:.3f} ms: {_change(cur, ref)}; {slow} of {n} steps "
-               f"({slow / n:.0%}) took longer than {limit:.3f} ms (baseline p90 +{allowed:.0%}), where an unchanged "
-               f"program has at most 10%: {'' if failed else 'not '}significant (p={p:.2g}, "
-               f"{'<' if failed else '>='} {th.tail_alpha:g})")
+    message = (
+        f"p90 steady step {cur:.3f} ms vs baseline {ref:.3f} ms: {_change(cur, ref)}; {slow} of {n} steps "
+        f"({slow / n:.0%}) took longer than {limit:.3f} ms (baseline p90 +{allowed:.0%}), where an unchanged "
+        f"program has at most 10%: {'' if failed else 'not '}significant (p={p:.2g}, "
+        f"{'<' if failed else '>='} {th.tail_alpha:g})"
+    )
     return CheckOutcome("p90_step_time", not failed, round(cur, 6), round(limit, 6), round(ref, 6), message, unit="ms")
 
 
@@ -257,21 +293,34 @@ def _run_rate(name: str, obs: Baseline, base: Baseline, th: CheckThresholds, all
     cur, ref = sides
     if cur is None or ref is None:
         side = "this capture" if cur is None else "the baseline"
-        return CheckOutcome(name, True, None, None, None, f"skipped: {side} has no {what.rstrip('s')} counts for its steady steps",
-                            skipped=True, unit=unit)
+        return CheckOutcome(
+            name,
+            True,
+            None,
+            None,
+            None,
+            f"skipped: {side} has no {what.rstrip('s')} counts for its steady steps",
+            skipped=True,
+            unit=unit,
+        )
     limit = ref.per_s * (1 - allowed)
     noisy, margin = stats.beyond_noise(ref.cost_ms, cur.cost_ms, th.noise_sigmas)
     lower = cur.per_s < limit
     fmt = ",.2f" if what == "steps" else ",.0f"
-    message = (f"steady {unit} {format(cur.per_s, fmt)} (n={cur.cost_ms.n}) vs baseline {format(ref.per_s, fmt)} "
-               f"(n={ref.cost_ms.n}): {_change(cur.per_s, ref.per_s)}, at least {format(limit, fmt)} (-{allowed:.0%}); "
-               "periods run to the next step's start")
+    message = (
+        f"steady {unit} {format(cur.per_s, fmt)} (n={cur.cost_ms.n}) vs baseline {format(ref.per_s, fmt)} "
+        f"(n={ref.cost_ms.n}): {_change(cur.per_s, ref.per_s)}, at least {format(limit, fmt)} (-{allowed:.0%}); "
+        "periods run to the next step's start"
+    )
     if lower and not noisy:
         per = "step" if what == "steps" else what.rstrip("s")
-        message += (f"; within noise (ms per {per} {cur.cost_ms.value:.4g} vs {ref.cost_ms.value:.4g}, "
-                    f"{th.noise_sigmas:g} s.e. = {margin or 0:.3g}): not judged a regression")
-    return CheckOutcome(name, not (lower and noisy), round(cur.per_s, 4), round(limit, 4), round(ref.per_s, 4),
-                        message, unit=unit)
+        message += (
+            f"; within noise (ms per {per} {cur.cost_ms.value:.4g} vs {ref.cost_ms.value:.4g}, "
+            f"{th.noise_sigmas:g} s.e. = {margin or 0:.3g}): not judged a regression"
+        )
+    return CheckOutcome(
+        name, not (lower and noisy), round(cur.per_s, 4), round(limit, 4), round(ref.per_s, 4), message, unit=unit
+    )
 
 
 def _est(e: stats.Estimate, unit: str) -> str:
@@ -284,8 +333,16 @@ def _share(name: str, obs: Baseline, base: Baseline | None, limit: float) -> Che
     expected = None if base is None else getattr(base, name)
     label = name.replace("_", " ")
     if value is None:
-        return CheckOutcome(name, True, None, limit, expected, f"skipped: no steady steps to measure the {label}",
-                            skipped=True, unit="share")
+        return CheckOutcome(
+            name,
+            True,
+            None,
+            limit,
+            expected,
+            f"skipped: no steady steps to measure the {label}",
+            skipped=True,
+            unit="share",
+        )
     vs = "" if expected is None else f" (baseline {expected:.1%})"
     message = f"{label} {value:.1%}{vs}, at most {limit:.1%}"
     return CheckOutcome(name, value <= limit, value, limit, expected, message, unit="share")
@@ -296,9 +353,14 @@ def _too_few(name: str, cur: Spread, ref: Spread, need: int, unit: str) -> Check
         return None
     side, n = ("this capture", cur.n) if cur.n < max(need, 1) else ("the baseline", ref.n)
     return CheckOutcome(
-        name, True, cur.median, None, ref.median,
+        name,
+        True,
+        cur.median,
+        None,
+        ref.median,
         f"skipped: {side} has {n} steady step(s), at least {need} are needed for a median one noisy step cannot move",
-        skipped=True, unit=unit,
+        skipped=True,
+        unit=unit,
     )
 
 
@@ -331,11 +393,15 @@ def _notes(obs: Baseline, base: Baseline | None, th: CheckThresholds) -> list[st
     if base is not None:
         a, b = list(base.source.get("devices") or []), list(obs.source.get("devices") or [])
         if a and b and a != b:
-            notes.append(f"the baseline ran on {', '.join(a)} and this capture on {', '.join(b)}; timings may not compare")
+            notes.append(
+                f"the baseline ran on {', '.join(a)} and this capture on {', '.join(b)}; timings may not compare"
+            )
     if obs.steady_steps == 0 and obs.steps:
         notes.append(f"every one of the {obs.steps} steps compiled: there is no steady state to time")
     if obs.internal_recompiles and th.max_internal_recompiles is None:
         n = len(obs.internal_recompiles)
-        notes.append(f"{n} compile(s) of JAX's own helpers after warm-up, not counted as the program's recompiles: "
-                     + "; ".join(r.describe() for r in obs.internal_recompiles[:3]))
+        notes.append(
+            f"{n} compile(s) of JAX's own helpers after warm-up, not counted as the program's recompiles: "
+            + "; ".join(r.describe() for r in obs.internal_recompiles[:3])
+        )
     return notes

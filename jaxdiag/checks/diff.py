@@ -99,17 +99,32 @@ class ReportDiff:
 
     def to_dict(self) -> dict[str, Any]:
         def change(c: TimeChange) -> dict[str, Any]:
-            return {"kind": c.kind, "name": c.name, "a_ms_per_step": c.a_ms, "b_ms_per_step": c.b_ms,
-                    "delta_ms_per_step": round(c.delta_ms, 4)}
+            return {
+                "kind": c.kind,
+                "name": c.name,
+                "a_ms_per_step": c.a_ms,
+                "b_ms_per_step": c.b_ms,
+                "delta_ms_per_step": round(c.delta_ms, 4),
+            }
 
         return {
             "diff_version": "1.0",
             "a": self.a_source,
             "b": self.b_source,
-            "summary": [{"name": f.name, "a": f.a, "b": f.b, "unit": f.unit,
-                         "change": None if f.change is None else round(f.change, 4)} for f in self.summary],
-            "steps": [{"step": p.step, "a": None if p.a is None else dict(p.a), "b": None if p.b is None else dict(p.b)}
-                      for p in self.steps],
+            "summary": [
+                {
+                    "name": f.name,
+                    "a": f.a,
+                    "b": f.b,
+                    "unit": f.unit,
+                    "change": None if f.change is None else round(f.change, 4),
+                }
+                for f in self.summary
+            ],
+            "steps": [
+                {"step": p.step, "a": None if p.a is None else dict(p.a), "b": None if p.b is None else dict(p.b)}
+                for p in self.steps
+            ],
             "slower": [change(c) for c in self.slower],
             "faster": [change(c) for c in self.faster],
             "host_waits": [change(c) for c in self.host_waits],
@@ -147,7 +162,9 @@ def diff(a: "Report", b: "Report") -> ReportDiff:
 
 def _summary(a: "Report", b: "Report", fa: Baseline, fb: Baseline) -> list[FigureChange]:
     def busy(r: "Report") -> float | None:
-        vals = [float(s["device_busy_ms"]) for s in steady_steps(r) if isinstance(s.get("device_busy_ms"), (int, float))]
+        vals = [
+            float(s["device_busy_ms"]) for s in steady_steps(r) if isinstance(s.get("device_busy_ms"), (int, float))
+        ]
         return round(statistics.median(vals), 4) if vals else None
 
     unit = fb.throughput_unit
@@ -163,7 +180,9 @@ def _summary(a: "Report", b: "Report", fa: Baseline, fb: Baseline) -> list[Figur
         FigureChange("median device busy", busy(a), busy(b), "ms"),
         FigureChange("median tokens/s", fa.tokens_per_s.median, fb.tokens_per_s.median, "tokens/s"),
         FigureChange("compiles", float(fa.compiles), float(fb.compiles), "count"),
-        FigureChange("recompiles after warm-up", float(len(fa.steady_recompiles)), float(len(fb.steady_recompiles)), "count"),
+        FigureChange(
+            "recompiles after warm-up", float(len(fa.steady_recompiles)), float(len(fb.steady_recompiles)), "count"
+        ),
         FigureChange("host-wait share", fa.host_wait_share, fb.host_wait_share, "share"),
         FigureChange("exposed-collective share", fa.exposed_collective_share, fb.exposed_collective_share, "share"),
         FigureChange("small ops per step", fa.small_op_count, fb.small_op_count, "count"),
@@ -208,6 +227,7 @@ def _device_times(r: "Report") -> dict[tuple[str, str], float]:
     n = max(len(r.steps), 1)
     out: dict[tuple[str, str], float] = {}
     section = getattr(r, "device_time", None) or {}
+
     def add(key: tuple[str, str], ms: float) -> None:
         out[key] = round(out.get(key, 0.0) + ms, 4)
 
@@ -252,6 +272,7 @@ def _recompile_changes(
     a: Sequence[Recompile], b: Sequence[Recompile]
 ) -> tuple[tuple[Recompile, ...], tuple[Recompile, ...]]:
     """Recompiles only in ``b`` and only in ``a``, matched by function and cause."""
+
     def key(r: Recompile) -> tuple[str, str | None]:
         return r.function, r.cause
 

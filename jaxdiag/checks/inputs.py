@@ -71,8 +71,15 @@ _SHAPE: dict[str, Any] = {
     "findings": [{"evidence": {}}],
     "device_time": {"by_module": [{"per_step": [_STEP]}], "top_ops": [{}]},
     "sharding": {
-        "functions": [{"mesh": {"axis_names": [], "axis_sizes": [], "device_kinds": [], "axis_types": []},
-                       "inputs": [_LEAF], "outputs": [_LEAF], "collectives": [_COLLECTIVE], "compiles": []}],
+        "functions": [
+            {
+                "mesh": {"axis_names": [], "axis_sizes": [], "device_kinds": [], "axis_types": []},
+                "inputs": [_LEAF],
+                "outputs": [_LEAF],
+                "collectives": [_COLLECTIVE],
+                "compiles": [],
+            }
+        ],
         "timeline": [_COLLECTIVE],
     },
     "notes": [],
@@ -93,8 +100,11 @@ def malformed_part(data: dict[str, Any]) -> str | None:
 
 def _mismatch(value: Any, shape: Any, where: str) -> str | None:
     if shape is int:
-        return None if isinstance(value, int) and not isinstance(value, bool) else \
-            f"{where}: {_json_kind(value)}, not a whole number"
+        return (
+            None
+            if isinstance(value, int) and not isinstance(value, bool)
+            else f"{where}: {_json_kind(value)}, not a whole number"
+        )
     if isinstance(shape, dict):
         if not isinstance(value, dict):
             return f"{where}: {_json_kind(value)}, not an object"

@@ -32,13 +32,25 @@ def render_table(result: "CheckResult", *, width: int | None = None, color: bool
 
     console, buf = _console(width, color)
     t = Table(title="jaxdiag check", title_justify="left", show_edge=False)
-    for col, just in (("check", "left"), ("status", "left"), ("observed", "right"), ("limit", "right"),
-                      ("baseline", "right"), ("detail", "left")):
+    for col, just in (
+        ("check", "left"),
+        ("status", "left"),
+        ("observed", "right"),
+        ("limit", "right"),
+        ("baseline", "right"),
+        ("detail", "left"),
+    ):
         t.add_column(col, justify=just, overflow="fold")
     for o in result.outcomes:
         style = _STATUS_STYLE[o.status]
-        t.add_row(o.name, f"[{style}]{o.status}[/{style}]", _value(o, o.observed), _value(o, o.limit),
-                  _value(o, o.expected), escape(o.message))
+        t.add_row(
+            o.name,
+            f"[{style}]{o.status}[/{style}]",
+            _value(o, o.observed),
+            _value(o, o.limit),
+            _value(o, o.expected),
+            escape(o.message),
+        )
     console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note: {escape(note)}[/yellow]")
@@ -56,8 +68,12 @@ def escape(text: object) -> str:
 def render_markdown(result: "CheckResult") -> str:
     """The checks as a GitHub-flavoured markdown table."""
     icon = {"pass": ":white_check_mark:", "FAIL": ":x:", "skip": ":warning:"}
-    lines = ["### jaxdiag check", "", "| check | status | observed | limit | baseline | detail |",
-             "|---|---|---:|---:|---:|---|"]
+    lines = [
+        "### jaxdiag check",
+        "",
+        "| check | status | observed | limit | baseline | detail |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     for o in result.outcomes:
         lines.append(
             f"| `{o.name}` | {icon[o.status]} {o.status} | {_value(o, o.observed)} | {_value(o, o.limit)} | "
@@ -88,8 +104,16 @@ def render_junit(result: "CheckResult", suite: str = "jaxdiag.check") -> str:
     failures = sum(1 for o in result.outcomes if not o.passed)
     skipped = sum(1 for o in result.outcomes if o.skipped)
     root = ET.Element("testsuites", name="jaxdiag", tests=str(len(result.outcomes)), failures=str(failures))
-    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(result.outcomes)),
-                       failures=str(failures), errors="0", skipped=str(skipped), time="0")
+    ts = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(result.outcomes)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time="0",
+    )
     for o in result.outcomes:
         case = ET.SubElement(ts, "testcase", classname=suite, name=o.name, time="0")
         if o.skipped:
@@ -118,8 +142,11 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
         change = "" if f.change is None else f"{f.change:+.1%}"
         t.add_row(f.name, _figure(f.a, f.unit), _figure(f.b, f.unit), change)
     console.print(t)
-    for title, rows in (("Slower (ms per step)", d.slower), ("Faster (ms per step)", d.faster),
-                        ("Host waits by cause (ms per step)", d.host_waits)):
+    for title, rows in (
+        ("Slower (ms per step)", d.slower),
+        ("Faster (ms per step)", d.faster),
+        ("Host waits by cause (ms per step)", d.host_waits),
+    ):
         if rows:
             ct = Table(title=title, title_justify="left", show_edge=False)
             for col, just in (("kind", "left"), ("name", "left"), ("A", "right"), ("B", "right"), ("delta", "right")):
@@ -152,8 +179,14 @@ def _console(width: int | None, color: bool) -> tuple[Any, io.StringIO]:
     from rich.console import Console
 
     buf = io.StringIO()
-    console = Console(file=buf, width=width or 120, force_terminal=color, color_system="auto" if color else None,
-                      highlight=False, soft_wrap=False)
+    console = Console(
+        file=buf,
+        width=width or 120,
+        force_terminal=color,
+        color_system="auto" if color else None,
+        highlight=False,
+        soft_wrap=False,
+    )
     return console, buf
 
 
@@ -197,5 +230,7 @@ def _md(text: str) -> str:
 
 
 def _junit_detail(o: "CheckOutcome") -> str:
-    return (f"{o.message}\nobserved: {_value(o, o.observed)}\nlimit: {_value(o, o.limit)}\n"
-            f"baseline: {_value(o, o.expected)}")
+    return (
+        f"{o.message}\nobserved: {_value(o, o.observed)}\nlimit: {_value(o, o.limit)}\n"
+        f"baseline: {_value(o, o.expected)}"
+    )

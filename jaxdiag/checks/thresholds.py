@@ -28,8 +28,14 @@ from jaxdiag.config import (
 )
 from jaxdiag.errors import ConfigError
 
-__all__ = ["CheckThresholds", "DEFAULT_CHECK_THRESHOLDS", "find_pyproject", "load_thresholds", "parse",
-           "parse_fraction"]
+__all__ = [
+    "CheckThresholds",
+    "DEFAULT_CHECK_THRESHOLDS",
+    "find_pyproject",
+    "load_thresholds",
+    "parse",
+    "parse_fraction",
+]
 
 #: The table read from ``pyproject.toml``.
 TABLE = ("tool", "jaxdiag", "check")

@@ -155,7 +155,7 @@ def _prefetch(args: list[str]) -> None:
             if token == option and i + 1 < len(args):
                 value = args[i + 1]
             elif token.startswith(option + "="):
-                value = token[len(option) + 1:]
+                value = token[len(option) + 1 :]
             else:
                 continue
             if option in chosen:

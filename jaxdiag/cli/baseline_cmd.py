@@ -26,14 +26,19 @@ def baseline_command(
     from jaxdiag.checks.baseline import baseline_from_report
     from jaxdiag.checks.inputs import open_report
 
-    report = open_report(source, tokens_per_step=positive("--tokens-per-step", tokens_per_step), compile_log=compile_log)
+    report = open_report(
+        source, tokens_per_step=positive("--tokens-per-step", tokens_per_step), compile_log=compile_log
+    )
     baseline = baseline_from_report(report)
     baseline.save(output)
     from jaxdiag.checks import stats
 
     st = baseline.step_time_ms
-    timing = (f"median step {st.median:.3f} ms (IQR {st.iqr:.3f})"
-              if st.median is not None and st.iqr is not None else "no steady steps to time")
+    timing = (
+        f"median step {st.median:.3f} ms (IQR {st.iqr:.3f})"
+        if st.median is not None and st.iqr is not None
+        else "no steady steps to time"
+    )
     rate = stats.rate([1.0] * len(baseline.steady_period_ms), baseline.steady_period_ms)
     if rate is not None:
         timing += f", {rate.per_s:,.2f} steps/s"

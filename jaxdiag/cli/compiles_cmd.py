@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
 @app.command("compiles")
 def compiles_command(
     log_path: Path = typer.Argument(
-        ..., metavar="LOG_OR_RUN_DIR",
+        ...,
+        metavar="LOG_OR_RUN_DIR",
         help="A jaxdiag compile log (.jsonl), or a folder of them or of captures (logs and sidecars read recursively).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (schema jaxdiag.compiles/1) instead of a table."),
@@ -80,15 +81,18 @@ def read_records(path: Path) -> "CompileLog":
     except CompileLogError:
         if not side:
             if side_files:
-                raise CompileLogError(f"{path}: no compile log (*.jsonl) and no compile record in its "
-                                      f"{len(side_files)} capture sidecar(s)") from None
+                raise CompileLogError(
+                    f"{path}: no compile log (*.jsonl) and no compile record in its "
+                    f"{len(side_files)} capture sidecar(s)"
+                ) from None
             raise
         log = CompileLog((), ())
     seen = {_identity(r) for r in log.records}
     extra = [r for r in side if _identity(r) not in seen]
     records = sorted((*log.records, *extra), key=lambda r: r.time_unix)
-    return dataclasses.replace(log, records=tuple(records), files=(*log.files, *side_files),
-                               skipped_lines=(*log.skipped_lines, *side_skipped))
+    return dataclasses.replace(
+        log, records=tuple(records), files=(*log.files, *side_files), skipped_lines=(*log.skipped_lines, *side_skipped)
+    )
 
 
 def _sidecar_records(root: Path) -> tuple[list, tuple[str, ...], list[tuple[str, int, str]]]:

@@ -20,11 +20,15 @@ from jaxdiag.errors import ConfigError, JaxdiagError
 
 @app.command("open")
 def open_command(
-    trace_dir: Path = typer.Argument(..., help="Logdir given to jax.profiler, a plugins/profile/<run> folder, or an .xplane.pb file."),
+    trace_dir: Path = typer.Argument(
+        ..., help="Logdir given to jax.profiler, a plugins/profile/<run> folder, or an .xplane.pb file."
+    ),
     run: Optional[str] = typer.Option(None, help="Run folder to open (default: the newest)."),
     host: Optional[str] = typer.Option(None, help="Host to show (default: the step's or finding's, else the first)."),
     step: Optional[int] = typer.Option(None, help="Show this step's time range."),
-    finding: Optional[int] = typer.Option(None, help="Show where finding K of `jaxdiag report` happened (1 = the first)."),
+    finding: Optional[int] = typer.Option(
+        None, help="Show where finding K of `jaxdiag report` happened (1 = the first)."
+    ),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Take the findings from this saved JSON report."),
     no_start: bool = typer.Option(False, "--no-start", help="Print the place only; do not start XProf."),
 ) -> None:
@@ -37,8 +41,7 @@ def open_command(
     hosts = [host_name(f) for f in found.files]
     if host is not None and host not in hosts:
         raise ConfigError(f"--host {host!r} is not in run {found.run} (hosts: {', '.join(hosts)})")
-    where: dict[str, Any] = {"run": found.run, "host": host or hosts[0], "step": None,
-                             "start_ms": None, "end_ms": None}
+    where: dict[str, Any] = {"run": found.run, "host": host or hosts[0], "step": None, "start_ms": None, "end_ms": None}
     title = f"run {found.run}"
     if finding is not None:
         f = _finding(trace_dir, run, host, finding, report_file)
@@ -56,8 +59,10 @@ def open_command(
     from jaxdiag.xprof_tools.server import ensure_server, serving_folder
 
     server = ensure_server(serving_folder(found.run_dir, found.files))
-    typer.echo(f"XProf ({'already running' if server.reused else 'started'}, pid {server.pid}): "
-               f"{server.trace_viewer(where['run'], where['host'])}")
+    typer.echo(
+        f"XProf ({'already running' if server.reused else 'started'}, pid {server.pid}): "
+        f"{server.trace_viewer(where['run'], where['host'])}"
+    )
     typer.echo(f"timeline: {server.timeline(where['run'], where['host'], where['start_ms'], where['end_ms'])}")
 
 
@@ -90,10 +95,15 @@ def _step_place(run_dir: Path, host: str, step: int) -> dict[str, Any]:
     mine = st.loc[(st[F.HOST] == host) & (st[F.STEP] == step)] if len(st) else st
     if mine.empty:
         known = sorted({int(s) for s in st[F.STEP]}) if len(st) else []
-        raise JaxdiagError(f"{run_dir}: host {host} has no step {step}"
-                           + (f" (steps {known[0]}..{known[-1]})" if known else " (the trace has no step markers)"))
-    return {"step": step, "start_ms": round(int(mine[F.START_NS].min()) / 1e6, 3),
-            "end_ms": round(int(mine["end_ns"].max()) / 1e6, 3)}
+        raise JaxdiagError(
+            f"{run_dir}: host {host} has no step {step}"
+            + (f" (steps {known[0]}..{known[-1]})" if known else " (the trace has no step markers)")
+        )
+    return {
+        "step": step,
+        "start_ms": round(int(mine[F.START_NS].min()) / 1e6, 3),
+        "end_ms": round(int(mine["end_ns"].max()) / 1e6, 3),
+    }
 
 
 def _place_line(where: dict[str, Any]) -> str:

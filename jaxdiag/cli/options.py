@@ -15,8 +15,10 @@ from jaxdiag.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.config import Settings
 
-SET_HELP = ("Change a setting: NAME=VALUE, e.g. small_op_us=5 or check.step_time_regression=10%; "
-            "repeat for more (see docs/settings.md).")
+SET_HELP = (
+    "Change a setting: NAME=VALUE, e.g. small_op_us=5 or check.step_time_regression=10%; "
+    "repeat for more (see docs/settings.md)."
+)
 CONFIG_HELP = "pyproject.toml whose [tool.jaxdiag] tables to read (default: the nearest one)."
 
 
@@ -78,7 +80,10 @@ def check_steps_found(spec: str | None, wanted: Sequence[int] | None, captured: 
 
 
 def settings_from(
-    assignments: Sequence[str] | None, *, config: Path | None = None, search_from: Path | None = None,
+    assignments: Sequence[str] | None,
+    *,
+    config: Path | None = None,
+    search_from: Path | None = None,
     **flags: object,
 ) -> "Settings":
     """Settings from the defaults, ``[tool.jaxdiag]`` of pyproject.toml, ``--set`` and the named flags.

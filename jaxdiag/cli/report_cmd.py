@@ -21,28 +21,52 @@ import typer
 
 from jaxdiag.cli.app import app
 from jaxdiag.cli.options import (
-    CONFIG_HELP, SET_HELP, check_steps_found, check_width, parse_steps, positive, settings_from,
+    CONFIG_HELP,
+    SET_HELP,
+    check_steps_found,
+    check_width,
+    parse_steps,
+    positive,
+    settings_from,
 )
 from jaxdiag.errors import ConfigError, JaxdiagError
 
 
 @app.command("report")
 def report_command(
-    trace_dir: Path = typer.Argument(..., help="Logdir given to jax.profiler, a plugins/profile/<run> folder, an .xplane.pb file, "
-                                   "or a saved report JSON to render again."),
+    trace_dir: Path = typer.Argument(
+        ...,
+        help="Logdir given to jax.profiler, a plugins/profile/<run> folder, an .xplane.pb file, "
+        "or a saved report JSON to render again.",
+    ),
     run: Optional[str] = typer.Option(None, help="Run folder to read (default: the newest)."),
     host: Optional[str] = typer.Option(None, help="Report on this host only."),
     steps: Optional[str] = typer.Option(None, help="Steps to include: '3:10' (end exclusive), '2,5,7' or '4'."),
     tokens_per_step: Optional[float] = typer.Option(None, help="Tokens (or samples) per step, for tokens/s."),
     flops_per_step: Optional[float] = typer.Option(None, help="Model flops per step, for MFU."),
-    small_op_us: Optional[float] = typer.Option(None, help="Device ops shorter than this (µs) are 'small' (default 10)."),
-    compile_log: Optional[Path] = typer.Option(None, help="jaxdiag compile log (file or folder) to join; default: one in the run folder."),
-    json_out: bool = typer.Option(False, "--json", help="Print the JSON report (see docs/report-schema.md) instead of tables."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the terminal or JSON report to this file instead of stdout."),
+    small_op_us: Optional[float] = typer.Option(
+        None, help="Device ops shorter than this (µs) are 'small' (default 10)."
+    ),
+    compile_log: Optional[Path] = typer.Option(
+        None, help="jaxdiag compile log (file or folder) to join; default: one in the run folder."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the JSON report (see docs/report-schema.md) instead of tables."
+    ),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write the terminal or JSON report to this file instead of stdout."
+    ),
     html: Optional[Path] = typer.Option(None, help="Also write a self-contained HTML report to this file."),
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
-    deep: bool = typer.Option(False, "--deep", help="Also run XProf's converters: FLOPs, bytes and roofline bound per top op, measured memory peaks, GPU kernel facts (slower; see the README)."),
-    scheduler: Optional[str] = typer.Option(None, help="Read the host files on a Dask cluster: its scheduler, tcp://HOST:PORT (the workers must see TRACE_DIR)."),
+    deep: bool = typer.Option(
+        False,
+        "--deep",
+        help="Also run XProf's converters: FLOPs, bytes and roofline bound per top op, measured memory peaks, GPU kernel facts (slower; see the README).",
+    ),
+    scheduler: Optional[str] = typer.Option(
+        None,
+        help="Read the host files on a Dask cluster: its scheduler, tcp://HOST:PORT (the workers must see TRACE_DIR).",
+    ),
     set_: Optional[list[str]] = typer.Option(None, "--set", help=SET_HELP),
     config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
 ) -> None:
@@ -53,9 +77,19 @@ def report_command(
     if is_report_file(trace_dir):
         from jaxdiag.reporting.model import Report
 
-        trace_options = {"run": run, "host": host, "steps": steps, "tokens_per_step": tokens_per_step,
-                         "flops_per_step": flops_per_step, "small_op_us": small_op_us, "compile_log": compile_log,
-                         "deep": deep or None, "scheduler": scheduler, "set": set_ or None, "config": config}
+        trace_options = {
+            "run": run,
+            "host": host,
+            "steps": steps,
+            "tokens_per_step": tokens_per_step,
+            "flops_per_step": flops_per_step,
+            "small_op_us": small_op_us,
+            "compile_log": compile_log,
+            "deep": deep or None,
+            "scheduler": scheduler,
+            "set": set_ or None,
+            "config": config,
+        }
         given = ["--" + k.replace("_", "-") for k, v in trace_options.items() if v is not None]
         if given:
             raise ConfigError(f"{trace_dir} is a saved report; {', '.join(given)} only apply to a trace folder")
@@ -66,10 +100,16 @@ def report_command(
         settings = settings_from(set_, config=config, small_op_us=positive("--small-op-us", small_op_us))
         wanted = parse_steps(steps)
         result = report(
-            trace_dir, run=run, host=host, steps=wanted,
+            trace_dir,
+            run=run,
+            host=host,
+            steps=wanted,
             tokens_per_step=positive("--tokens-per-step", tokens_per_step),
-            flops_per_step=positive("--flops-per-step", flops_per_step), compile_log=compile_log, settings=settings,
-            deep=deep, scheduler=scheduler,
+            flops_per_step=positive("--flops-per-step", flops_per_step),
+            compile_log=compile_log,
+            settings=settings,
+            deep=deep,
+            scheduler=scheduler,
         )
         if wanted is not None and result.frames is not None:
             check_steps_found(steps, wanted, result.frames.steps["step"], trace_dir)

@@ -30,18 +30,21 @@ EXIT_INTERRUPTED = 130
 
 @app.command(
     "run",
-    context_settings={"allow_extra_args": True, "allow_interspersed_args": False,
-                      "ignore_unknown_options": True},
+    context_settings={"allow_extra_args": True, "allow_interspersed_args": False, "ignore_unknown_options": True},
 )
 def run_command(
     ctx: typer.Context,
     script: str = typer.Argument(
-        ..., metavar="SCRIPT", help="The Python script to run; the arguments after it are the script's."),
+        ..., metavar="SCRIPT", help="The Python script to run; the arguments after it are the script's."
+    ),
     log_dir: Optional[Path] = typer.Option(
-        None, "--log-dir", help="Write every compile record to a JSONL log in this folder."),
+        None, "--log-dir", help="Write every compile record to a JSONL log in this folder."
+    ),
     jax_internals: bool = typer.Option(
-        True, "--jax-internals/--no-jax-internals",
-        help="Record JAX's own jitted helpers (eager jnp ops) too; the summary folds them into one line."),
+        True,
+        "--jax-internals/--no-jax-internals",
+        help="Record JAX's own jitted helpers (eager jnp ops) too; the summary folds them into one line.",
+    ),
     summary: bool = typer.Option(True, "--summary/--no-summary", help="Print the compile summary at exit."),
     width: Optional[int] = typer.Option(None, help="Width of the summary table."),
 ) -> None:
@@ -120,8 +123,10 @@ def summarize(records: list, *, width: int | None = None, color: bool = False) -
         seconds = sum(r.compile_s for r in internal)
         counts = Counter(r.function for r in internal)
         most = ", ".join(f"{name} {n}x" for name, n in counts.most_common(3))
-        lines.append(f"jaxdiag: and {len(internal)} compile(s) of JAX's own jitted helpers (eager jnp "
-                     f"ops, primitives run outside jit), {seconds:.2f} s; most: {most}\n")
+        lines.append(
+            f"jaxdiag: and {len(internal)} compile(s) of JAX's own jitted helpers (eager jnp "
+            f"ops, primitives run outside jit), {seconds:.2f} s; most: {most}\n"
+        )
     if files:
         lines.append(f"jaxdiag: compile log: {files[0]}\n")
     return "".join(lines)

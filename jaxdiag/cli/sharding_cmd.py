@@ -19,22 +19,27 @@ from jaxdiag.cli.app import app
 from jaxdiag.cli.options import CONFIG_HELP, SET_HELP, check_width, settings_from
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagError, TraceFormatError
 
-_NO_FACTS = ("no sharding facts in {where}: jaxdiag.jit records them for functions on more than one "
-             "device (or with analysis=True); write its log with jaxdiag.configure(log_dir=...) next to the capture")
+_NO_FACTS = (
+    "no sharding facts in {where}: jaxdiag.jit records them for functions on more than one "
+    "device (or with analysis=True); write its log with jaxdiag.configure(log_dir=...) next to the capture"
+)
 
 
 @app.command("sharding")
 def sharding_command(
     path: Path = typer.Argument(
-        ..., metavar="LOG_OR_TRACE_DIR",
+        ...,
+        metavar="LOG_OR_TRACE_DIR",
         help="A compile log (.jsonl or folder), a capture (logdir, run folder, .xplane.pb) or a saved report JSON.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (schema jaxdiag.sharding/1) instead of tables."),
     function: Optional[str] = typer.Option(None, "--function", help="Only this function (name or module.qualname)."),
     compile_log: Optional[Path] = typer.Option(
-        None, help="Compile log to join to a capture (default: the one beside it)."),
+        None, help="Compile log to join to a capture (default: the one beside it)."
+    ),
     replicated_param_mb: Optional[float] = typer.Option(
-        None, help="Report inputs replicated on every device from this size (MiB, default 64)."),
+        None, help="Report inputs replicated on every device from this size (MiB, default 64)."
+    ),
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help=SET_HELP),
     config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
@@ -43,8 +48,11 @@ def sharding_command(
     width = check_width(width)
     if replicated_param_mb is not None and not (replicated_param_mb > 0 and replicated_param_mb < float("inf")):
         raise ConfigError(f"--replicated-param-mb must be positive, got {replicated_param_mb}")
-    thresholds = settings_from(set_, config=config, replicated_param_bytes=None if replicated_param_mb is None
-                               else max(1, int(replicated_param_mb * 2**20)))
+    thresholds = settings_from(
+        set_,
+        config=config,
+        replicated_param_bytes=None if replicated_param_mb is None else max(1, int(replicated_param_mb * 2**20)),
+    )
     section, findings = _section(path, compile_log, thresholds)
     if function is not None:
         section, findings = _only(section, findings, function, path)
@@ -64,8 +72,10 @@ def _section(path: Path, compile_log: Path | None, thresholds: Any) -> tuple[dic
     from jaxdiag.checks.inputs import is_report_file
 
     if not path.exists():
-        raise JaxdiagError(f"{path}: no such file or folder; give a compile log (.jsonl or its folder), "
-                           "a capture (logdir, run folder, .xplane.pb) or a saved report JSON")
+        raise JaxdiagError(
+            f"{path}: no such file or folder; give a compile log (.jsonl or its folder), "
+            "a capture (logdir, run folder, .xplane.pb) or a saved report JSON"
+        )
     if path.is_file() and path.suffix.lower() == ".jsonl":
         return _from_log(path, thresholds)
     if is_report_file(path):
@@ -99,8 +109,11 @@ def _from_log(path: Path, thresholds: Any) -> tuple[dict[str, Any], list[Any]]:
     log = read_compile_log(path)
     if log.skipped_lines:
         file, line, reason = log.skipped_lines[0]
-        typer.echo(f"jaxdiag: warning: skipped {len(log.skipped_lines)} unreadable line(s) in {path} "
-                   f"(first: {file}:{line}: {reason})", err=True)
+        typer.echo(
+            f"jaxdiag: warning: skipped {len(log.skipped_lines)} unreadable line(s) in {path} "
+            f"(first: {file}:{line}: {reason})",
+            err=True,
+        )
     result = analyze_records([r.to_dict() for r in log.records], thresholds)
     return result.to_dict(), list(result.findings)
 
@@ -110,8 +123,9 @@ def _only(section: dict[str, Any], findings: list[Any], function: str, path: Pat
     functions = [f for f in section.get("functions") or () if function in (f.get("function"), f.get("qualname"))]
     if not functions:
         seen = sorted({str(f.get("function")) for f in section.get("functions") or ()})
-        raise ConfigError(f"{path}: no sharding facts for function {function!r}; "
-                          f"functions with facts: {', '.join(seen) or 'none'}")
+        raise ConfigError(
+            f"{path}: no sharding facts for function {function!r}; functions with facts: {', '.join(seen) or 'none'}"
+        )
     names = {f.get("function") for f in functions}
     timeline = [r for r in section.get("timeline") or () if r.get("function") in names]
     kept = [f for f in findings if f.evidence.get("function") in names]

@@ -97,8 +97,14 @@ def fun_sourceinfo(jit_info: Any) -> str | None:
 
 #: ``jit_info`` fields that are jit options, with their defaults; each names its own cache.
 _JIT_OPTION_DEFAULTS: dict[str, Any] = {
-    "static_argnums": (), "static_argnames": (), "donate_argnums": (), "donate_argnames": (),
-    "device": None, "backend": None, "keep_unused": False, "inline": False,
+    "static_argnums": (),
+    "static_argnames": (),
+    "donate_argnums": (),
+    "donate_argnames": (),
+    "device": None,
+    "backend": None,
+    "keep_unused": False,
+    "inline": False,
     "compiler_options_kvs": (),
 }
 
@@ -198,8 +204,10 @@ def aot_arguments(frame: types.FrameType) -> tuple[tuple[Any, ...], dict[str, An
             return jax.ShapeDtypeStruct(info.shape, info.dtype, weak_type=weak)
 
         is_info = lambda x: hasattr(x, "donated") and hasattr(x, "shape")  # noqa: E731
-        return (tuple(jax.tree_util.tree_map(struct, tuple(args), is_leaf=is_info)),
-                dict(jax.tree_util.tree_map(struct, dict(kwargs), is_leaf=is_info)))
+        return (
+            tuple(jax.tree_util.tree_map(struct, tuple(args), is_leaf=is_info)),
+            dict(jax.tree_util.tree_map(struct, dict(kwargs), is_leaf=is_info)),
+        )
     except Exception:
         return None
 
@@ -232,14 +240,15 @@ def cached_calls(fun: Any, jit_info: Any, limit: int = 8) -> list[tuple[tuple[An
     return out[-limit:]
 
 
-def _rebuild_call(jax: Any, sig: Any, avals: Any, static_argnums: tuple[int, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _rebuild_call(
+    jax: Any, sig: Any, avals: Any, static_argnums: tuple[int, ...]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     treedefs, names = list(sig.dynamic_arg_treedefs), list(sig.dynamic_arg_names)
     statics, static_names = list(sig.static_args), list(sig.static_arg_names)
-    leaves = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=bool(getattr(a, "weak_type", False)))
-              for a in avals]
+    leaves = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=bool(getattr(a, "weak_type", False))) for a in avals]
     dynamic, start = [], 0
     for treedef in treedefs:
-        dynamic.append(jax.tree_util.tree_unflatten(treedef, leaves[start:start + treedef.num_leaves]))
+        dynamic.append(jax.tree_util.tree_unflatten(treedef, leaves[start : start + treedef.num_leaves]))
         start += treedef.num_leaves
     if start != len(leaves):
         raise ValueError("leaf count")

@@ -100,7 +100,8 @@ def advise(records: Sequence[CompileRecord], thresholds: Thresholds = DEFAULT_TH
         static = _static_values(qualname, recs)
         covered = frozenset(
             [("shape", p) for a in padding for p in [a.evidence["path"], *(w[0] for w in a.evidence["also"])]]
-            + [("static", a.evidence["path"]) for a in static])
+            + [("static", a.evidence["path"]) for a in static]
+        )
         found = [*padding, *static, *_by_change(qualname, recs, changed, covered)]
         out += [dataclasses.replace(a, source=source) for a in found]
     out.sort(key=lambda a: (-a.compile_s, -a.compiles, a.function, a.kind))
@@ -210,8 +211,7 @@ def _changes(recs: list[CompileRecord]) -> list[tuple[CompileRecord, tuple[Chang
     return [(r, None if r.explanation is None else r.explanation.changes) for r in with_explanations(recs)]
 
 
-def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int,
-             changed: list | None = None) -> list[Advice]:
+def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int, changed: list | None = None) -> list[Advice]:
     """Buckets for an axis that took ``MIN_DISTINCT`` sizes or more.
 
     The counts are honest: "recompiles from this axis" counts only the compiles whose
@@ -261,19 +261,32 @@ def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int,
             f"{plan.overhead:.1%} mean padding per compiled size; powers of two "
             f"{list(pow2.edges)}: {pow2.compiles} sizes, {pow2.overhead:.1%} padding"
         )
-        out.append(Advice(
-            qualname, "padding", message, suggestion, involved,
-            sum(recs[i].compile_s for i, _ in series),
-            {"path": path, "axis": axis, "also": [list(w) for w in where[1:]],
-             "sizes": {str(s): c for s, c in sorted(counts.items())},
-             "buckets": list(plan.edges), "bucket_compiles": plan.compiles,
-             "padding_overhead": round(plan.overhead, 6), "actual_compiles": involved,
-             "recompiles_from_axis": due, "distinct_sizes": len(counts),
-             "plans": [{"buckets": list(p.edges), "padding_overhead": round(p.overhead, 6)}
-                       for p in plans],
-             "pow2_buckets": list(pow2.edges), "pow2_compiles": pow2.compiles,
-             "pow2_padding_overhead": round(pow2.overhead, 6)},
-        ))
+        out.append(
+            Advice(
+                qualname,
+                "padding",
+                message,
+                suggestion,
+                involved,
+                sum(recs[i].compile_s for i, _ in series),
+                {
+                    "path": path,
+                    "axis": axis,
+                    "also": [list(w) for w in where[1:]],
+                    "sizes": {str(s): c for s, c in sorted(counts.items())},
+                    "buckets": list(plan.edges),
+                    "bucket_compiles": plan.compiles,
+                    "padding_overhead": round(plan.overhead, 6),
+                    "actual_compiles": involved,
+                    "recompiles_from_axis": due,
+                    "distinct_sizes": len(counts),
+                    "plans": [{"buckets": list(p.edges), "padding_overhead": round(p.overhead, 6)} for p in plans],
+                    "pow2_buckets": list(pow2.edges),
+                    "pow2_compiles": pow2.compiles,
+                    "pow2_padding_overhead": round(pow2.overhead, 6),
+                },
+            )
+        )
     return out
 
 
@@ -289,56 +302,87 @@ def _static_values(qualname: str, recs: list[CompileRecord]) -> list[Advice]:
             continue
         involved = [r for rs in by_value.values() for r in rs]
         label = next((a.label for r in recs for a in r.args if a.path == path and a.label), path)
-        out.append(Advice(
-            qualname, "static_values",
-            f"{recs[0].function}: static argument {label} took {len(by_value)} values "
-            f"({_listing(list(by_value))}), each a separate compile",
-            f"make {label} a traced argument (drop it from static_argnums/static_argnames) "
-            f"if it only feeds arithmetic, or limit it to a few values",
-            len(involved), sum(r.compile_s for r in involved),
-            {"path": path, "values": list(by_value), "distinct": len(by_value)},
-        ))
+        out.append(
+            Advice(
+                qualname,
+                "static_values",
+                f"{recs[0].function}: static argument {label} took {len(by_value)} values "
+                f"({_listing(list(by_value))}), each a separate compile",
+                f"make {label} a traced argument (drop it from static_argnums/static_argnames) "
+                f"if it only feeds arithmetic, or limit it to a few values",
+                len(involved),
+                sum(r.compile_s for r in involved),
+                {"path": path, "values": list(by_value), "distinct": len(by_value)},
+            )
+        )
     return out
 
 
 _RULES: dict[str, tuple[str, str, str]] = {
     # change.what -> (advice kind, message template, suggestion template)
-    "weak_type": ("weak_type", "{path} flipped between a Python scalar and a typed array",
-                  "pass a consistently typed array, e.g. jnp.{dtype}(x) every time"),
+    "weak_type": (
+        "weak_type",
+        "{path} flipped between a Python scalar and a typed array",
+        "pass a consistently typed array, e.g. jnp.{dtype}(x) every time",
+    ),
     # Not jit's in_shardings: for an input already committed elsewhere it raises
     # "Sharding passed to jit does not match the sharding on the respective arg".
-    "sharding": ("sharding", "{path} arrived with different shardings ({values})",
-                 "place {path} with jax.device_put(x, sharding) once, with one sharding, "
-                 "before the loop, and pass the placed array every call"),
-    "memory_kind": ("memory_kind", "{path} arrived in different memory kinds ({values})",
-                    "keep {path} in one memory kind (device_put it once)"),
-    "dtype": ("dtype", "{path} arrived with different dtypes ({values})",
-              "cast {path} to one dtype before the call"),
-    "function": ("new_function", "was jitted as a new function object or closure",
-                 "hoist jax.jit out of the loop / don't re-create the closure: jit once "
-                 "and pass changing values as arguments"),
-    "structure": ("structure", "{path} changed its pytree structure",
-                  "keep the argument pytree fixed: always pass {path} (a placeholder when "
-                  "unused), or split the function"),
-    "container": ("container", "{path} came in different container types ({values}) holding the same leaves",
-                  "pass {path} as one container type every call (e.g. always a tuple)"),
-    "config": ("config", "jax config {path} differed between calls ({values})",
-               "set {path} once, before the first call (jax.config.update at start-up), "
-               "instead of changing it or its context manager around calls"),
-    "jit_options": ("jit_options", "was jitted again with other jit options ({path}: {values})",
-                    "build one jax.jit of the function, with the options you want, and call "
-                    "that object everywhere"),
-    "shape": ("shape", "{path} changed size once ({values})",
-              "if the size can vary, pad {path} to one size (the largest seen: {largest}); "
-              "if it changes only once, this recompile is expected"),
-    "static": ("static", "static argument {path} changed ({values})",
-               "keep {path} fixed, or make it a traced argument (drop it from static_argnums/"
-               "static_argnames, or from the module's static fields) if it only feeds arithmetic"),
+    "sharding": (
+        "sharding",
+        "{path} arrived with different shardings ({values})",
+        "place {path} with jax.device_put(x, sharding) once, with one sharding, "
+        "before the loop, and pass the placed array every call",
+    ),
+    "memory_kind": (
+        "memory_kind",
+        "{path} arrived in different memory kinds ({values})",
+        "keep {path} in one memory kind (device_put it once)",
+    ),
+    "dtype": ("dtype", "{path} arrived with different dtypes ({values})", "cast {path} to one dtype before the call"),
+    "function": (
+        "new_function",
+        "was jitted as a new function object or closure",
+        "hoist jax.jit out of the loop / don't re-create the closure: jit once and pass changing values as arguments",
+    ),
+    "structure": (
+        "structure",
+        "{path} changed its pytree structure",
+        "keep the argument pytree fixed: always pass {path} (a placeholder when unused), or split the function",
+    ),
+    "container": (
+        "container",
+        "{path} came in different container types ({values}) holding the same leaves",
+        "pass {path} as one container type every call (e.g. always a tuple)",
+    ),
+    "config": (
+        "config",
+        "jax config {path} differed between calls ({values})",
+        "set {path} once, before the first call (jax.config.update at start-up), "
+        "instead of changing it or its context manager around calls",
+    ),
+    "jit_options": (
+        "jit_options",
+        "was jitted again with other jit options ({path}: {values})",
+        "build one jax.jit of the function, with the options you want, and call that object everywhere",
+    ),
+    "shape": (
+        "shape",
+        "{path} changed size once ({values})",
+        "if the size can vary, pad {path} to one size (the largest seen: {largest}); "
+        "if it changes only once, this recompile is expected",
+    ),
+    "static": (
+        "static",
+        "static argument {path} changed ({values})",
+        "keep {path} fixed, or make it a traced argument (drop it from static_argnums/"
+        "static_argnames, or from the module's static fields) if it only feeds arithmetic",
+    ),
 }
 
 
-def _by_change(qualname: str, recs: list[CompileRecord], changed: list,
-               covered: frozenset[tuple[str, str]] = frozenset()) -> list[Advice]:
+def _by_change(
+    qualname: str, recs: list[CompileRecord], changed: list, covered: frozenset[tuple[str, str]] = frozenset()
+) -> list[Advice]:
     """One piece of advice per (kind of change, path); ``covered`` are told by padding or static values."""
     # (what, path) -> the records with such a change, and the changes themselves
     hits: dict[tuple[str, str], dict[int, CompileRecord]] = defaultdict(dict)
@@ -362,30 +406,40 @@ def _by_change(qualname: str, recs: list[CompileRecord], changed: list,
         values = list(dict.fromkeys(v for c in found for v in (c.old, c.new) if v is not None))
         label = path or "the argument tree"
         if what == "structure":
-            verbs = {"appeared" if c.old is None else "disappeared" if c.new is None else "changed"
-                     for c in found}
+            verbs = {"appeared" if c.old is None else "disappeared" if c.new is None else "changed" for c in found}
             message = "{path} " + "/".join(sorted(verbs)) + " (pytree structure)"
         label = next((c.label for c in found if c.label), label)
         numbers = [int(v) for v in values if v.isdigit()]
-        fill = {"path": label, "values": _listing(values),
-                "dtype": _leaf_dtype(involved[-1], path) or "float32",
-                "largest": max(numbers) if numbers else "?"}
-        out.append(Advice(
-            qualname, kind,
-            f"{name}: {message.format(**fill)}; {len(involved)} recompile(s)",
-            suggestion.format(**fill), len(involved), sum(r.compile_s for r in involved),
-            {"path": path, "what": what, "values": values,
-             "compile_indices": [r.compile_index for r in involved]},
-        ))
+        fill = {
+            "path": label,
+            "values": _listing(values),
+            "dtype": _leaf_dtype(involved[-1], path) or "float32",
+            "largest": max(numbers) if numbers else "?",
+        }
+        out.append(
+            Advice(
+                qualname,
+                kind,
+                f"{name}: {message.format(**fill)}; {len(involved)} recompile(s)",
+                suggestion.format(**fill),
+                len(involved),
+                sum(r.compile_s for r in involved),
+                {"path": path, "what": what, "values": values, "compile_indices": [r.compile_index for r in involved]},
+            )
+        )
     if same:
-        out.append(Advice(
-            qualname, "same_signature",
-            f"{name}: compiled {len(same)} time(s) with a signature identical to an earlier one",
-            "cause unknown (signature, jit options and config states compared equal): look for "
-            "jax.clear_caches() and for inputs committed to other devices around the calls",
-            len(same), sum(r.compile_s for r in same),
-            {"compile_indices": [r.compile_index for r in same]},
-        ))
+        out.append(
+            Advice(
+                qualname,
+                "same_signature",
+                f"{name}: compiled {len(same)} time(s) with a signature identical to an earlier one",
+                "cause unknown (signature, jit options and config states compared equal): look for "
+                "jax.clear_caches() and for inputs committed to other devices around the calls",
+                len(same),
+                sum(r.compile_s for r in same),
+                {"compile_indices": [r.compile_index for r in same]},
+            )
+        )
     return out
 
 
@@ -396,14 +450,17 @@ def _eager(function: str, site: str | None, recs: list[CompileRecord]) -> Advice
         return None
     where = f"{site} ({recs[0].call_function})" if recs[0].call_function else site
     return Advice(
-        f"jax.{function}", "eager_op",
+        f"jax.{function}",
+        "eager_op",
         f"eager {function} at {where} compiled {len(recs)} times, {len(again)} for new argument "
         f"shapes or dtypes ({_summary_tail(again[-1])})",
         f"move the {function} at {where} inside the jitted step, so that it is part of that "
         "compile, or give it arguments of one shape and dtype",
-        len(again), sum(r.compile_s for r in again),
+        len(again),
+        sum(r.compile_s for r in again),
         {"call_site": site, "compile_indices": [r.compile_index for r in again]},
-        source=site)
+        source=site,
+    )
 
 
 def _leaf_dtype(rec: CompileRecord, path: str) -> str | None:

@@ -69,8 +69,7 @@ def check(records: Sequence[CompileRecord], max: int, function: Any = None) -> N
     """Raise ``CompileBudgetExceeded`` if ``records`` number more than ``max``."""
     if len(records) > max:
         of = "" if function is None else f" of {_function_text(function)}"
-        raise CompileBudgetExceeded(
-            f"expected at most {max} compile(s){of}, got {len(records)}: {summarize(records)}")
+        raise CompileBudgetExceeded(f"expected at most {max} compile(s){of}, got {len(records)}: {summarize(records)}")
 
 
 def summarize(records: Sequence[CompileRecord]) -> str:
@@ -90,9 +89,11 @@ def summarize(records: Sequence[CompileRecord]) -> str:
 
 def over_budget_message(record: CompileRecord, max_compiles: int) -> str:
     """Why one function's compile went past its ``max_compiles``."""
-    return (f"{record.function} compiled {record.compile_index} times, more than "
-            f"max_compiles={max_compiles}; this time because: {compile_log.cause(record)} "
-            f"(call at {record.call_site or 'an unknown site'})")
+    return (
+        f"{record.function} compiled {record.compile_index} times, more than "
+        f"max_compiles={max_compiles}; this time because: {compile_log.cause(record)} "
+        f"(call at {record.call_site or 'an unknown site'})"
+    )
 
 
 def enforce(record: CompileRecord, max_compiles: int | None, on_exceed: str, *, starting: bool) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _UNSET: Any = object()
 
+
 class RecordSink(Protocol):
     """Where records go besides memory. ``write`` raises ``OSError`` when it cannot write."""
 
@@ -286,10 +287,8 @@ def matches(record: CompileRecord, function: Any) -> bool:
     if function is None:
         return True
     if isinstance(function, str):
-        return function in (record.function, record.qualname) or record.qualname.endswith(
-            "." + function)
-    ids = {function_id(f, create=False) for f in (function, getattr(function, "__wrapped__", None))
-           if f is not None}
+        return function in (record.function, record.qualname) or record.qualname.endswith("." + function)
+    ids = {function_id(f, create=False) for f in (function, getattr(function, "__wrapped__", None)) if f is not None}
     return record.function_id in ids - {None}
 
 
@@ -346,38 +345,77 @@ def cause(record: CompileRecord) -> str | None:
     if record.compile_index != 1:
         return None
     if record.earlier_unseen:
-        return (f"first compile seen: JAX already held {record.earlier_unseen} trace(s) of this "
-                "function, so it compiled before recording started")
+        return (
+            f"first compile seen: JAX already held {record.earlier_unseen} trace(s) of this "
+            "function, so it compiled before recording started"
+        )
     # A late watch cannot tell a first compile from the first it saw, unless JAX's cache says.
     return "first compile" if record.origin == "jit" or record.earlier_unseen == 0 else "first compile seen"
 
 
 def _row_columns() -> Iterator[str]:
-    yield from ("function", "compile_index", "compile_s", "trace_s", "lower_s",
-                "backend_compile_s", "cause", "call_site", "source", "qualname", "time",
-                "traced", "lowered", "compiled", "persistent_cache_hit", "n_args", "flops",
-                "bytes_accessed", "argument_bytes", "output_bytes", "temp_bytes",
-                "generated_code_bytes", "origin", "function_id", "pid", "thread", "record")
+    yield from (
+        "function",
+        "compile_index",
+        "compile_s",
+        "trace_s",
+        "lower_s",
+        "backend_compile_s",
+        "cause",
+        "call_site",
+        "source",
+        "qualname",
+        "time",
+        "traced",
+        "lowered",
+        "compiled",
+        "persistent_cache_hit",
+        "n_args",
+        "flops",
+        "bytes_accessed",
+        "argument_bytes",
+        "output_bytes",
+        "temp_bytes",
+        "generated_code_bytes",
+        "origin",
+        "function_id",
+        "pid",
+        "thread",
+        "record",
+    )
 
 
 def _row(r: CompileRecord) -> dict[str, Any]:
     cost, memory = r.cost or {}, r.memory or {}
     return {
-        "function": r.function, "compile_index": r.compile_index, "compile_s": r.compile_s,
-        "trace_s": r.trace_s, "lower_s": r.lower_s, "backend_compile_s": r.backend_compile_s,
-        "cause": cause(r), "call_site": r.call_site, "source": r.source,
-        "qualname": r.qualname, "time": r.time_unix, "traced": r.traced,
-        "lowered": r.lowered, "compiled": r.compiled,
+        "function": r.function,
+        "compile_index": r.compile_index,
+        "compile_s": r.compile_s,
+        "trace_s": r.trace_s,
+        "lower_s": r.lower_s,
+        "backend_compile_s": r.backend_compile_s,
+        "cause": cause(r),
+        "call_site": r.call_site,
+        "source": r.source,
+        "qualname": r.qualname,
+        "time": r.time_unix,
+        "traced": r.traced,
+        "lowered": r.lowered,
+        "compiled": r.compiled,
         "persistent_cache_hit": r.persistent_cache_hit,
         "n_args": sum(1 for a in r.args if a.kind == "array"),
-        "flops": cost.get("flops"), "bytes_accessed": cost.get("bytes_accessed"),
-        "argument_bytes": memory.get("argument_bytes"), "output_bytes": memory.get("output_bytes"),
+        "flops": cost.get("flops"),
+        "bytes_accessed": cost.get("bytes_accessed"),
+        "argument_bytes": memory.get("argument_bytes"),
+        "output_bytes": memory.get("output_bytes"),
         "temp_bytes": memory.get("temp_bytes"),
         "generated_code_bytes": memory.get("generated_code_bytes"),
-        "origin": r.origin, "function_id": r.function_id, "pid": r.pid, "thread": r.thread,
+        "origin": r.origin,
+        "function_id": r.function_id,
+        "pid": r.pid,
+        "thread": r.thread,
         "record": r.to_dict(),
     }
 
 
-__all__ = ["configure", "compiles", "records", "clear", "cause", "JsonlSink",
-           "RecordSink", "collecting"]
+__all__ = ["configure", "compiles", "records", "clear", "cause", "JsonlSink", "RecordSink", "collecting"]

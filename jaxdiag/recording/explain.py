@@ -67,8 +67,11 @@ _TRANSFORMS = {
     "aot": "ahead-of-time compile (.lower().compile())",
 }
 _UNDER = {
-    "grad-forward": "forward pass under jax.grad/vjp", "grad-backward": "backward pass under jax.grad/vjp",
-    "vmap": "under jax.vmap", "jvp": "under jax.jvp", "transformed": "transformed",
+    "grad-forward": "forward pass under jax.grad/vjp",
+    "grad-backward": "backward pass under jax.grad/vjp",
+    "vmap": "under jax.vmap",
+    "jvp": "under jax.jvp",
+    "transformed": "transformed",
     "aot": "compiled ahead of time",
 }
 _INTERNAL_ORIGIN = "jax-internal"
@@ -113,15 +116,20 @@ def explain(history: Sequence[CompileRecord], new: CompileRecord) -> Explanation
                 break
     assert best is not None
     changes = diff(best, new)
-    return Explanation(summary=summarize(new, changes, best.compile_index), changes=changes,
-                       compared_to=best.compile_index)
+    return Explanation(
+        summary=summarize(new, changes, best.compile_index), changes=changes, compared_to=best.compile_index
+    )
 
 
 def diff(old: CompileRecord, new: CompileRecord) -> tuple[Change, ...]:
     """List what differs between two records of one function, function first, then by leaf."""
     changes: list[Change] = list(_context_changes(old, new))
-    if (old.function_id is not None and new.function_id is not None and old.function_id != new.function_id
-            and new.origin != _INTERNAL_ORIGIN):  # JAX's helpers: new objects are JAX's, not the user's
+    if (
+        old.function_id is not None
+        and new.function_id is not None
+        and old.function_id != new.function_id
+        and new.origin != _INTERNAL_ORIGIN
+    ):  # JAX's helpers: new objects are JAX's, not the user's
         changes.append(Change("", "function", str(old.function_id), str(new.function_id)))
     old_index = {a.path: a for a in old.args}
     new_index = {a.path: a for a in new.args}
@@ -139,11 +147,13 @@ def diff(old: CompileRecord, new: CompileRecord) -> tuple[Change, ...]:
             gone, came, renamed = [], [], True
     labels = {a.path: a.label for a in (*old.args, *new.args) if a.label}
     for root, leaves in _group_by_new_root(gone, new_index):
-        changes.append(Change(root, "structure", old=_describe_subtree(leaves, old_index), new=None,
-                              label=_label_of(root, labels)))
+        changes.append(
+            Change(root, "structure", old=_describe_subtree(leaves, old_index), new=None, label=_label_of(root, labels))
+        )
     for root, leaves in _group_by_new_root(came, old_index):
-        changes.append(Change(root, "structure", old=None, new=_describe_subtree(leaves, new_index),
-                              label=_label_of(root, labels)))
+        changes.append(
+            Change(root, "structure", old=None, new=_describe_subtree(leaves, new_index), label=_label_of(root, labels))
+        )
     if not renamed and not gone and not came and old.in_tree and new.in_tree and old.in_tree != new.in_tree:
         # Same leaf paths, different containers (tuple vs list, a namedtuple, a None leaf).
         found = treedef_text.container_changes(old.in_tree, new.in_tree)
@@ -179,8 +189,10 @@ _OPTION = re.compile(r"(?:^|, )([a-z_]+)=")
 def _options(text: str) -> dict[str, str]:
     """``"donate_argnums=(0,), keep_unused=True"`` -> ``{"donate_argnums": "(0,)", ...}``."""
     marks = list(_OPTION.finditer(text))
-    return {m.group(1): text[m.end(): marks[i + 1].start() if i + 1 < len(marks) else len(text)]
-            for i, m in enumerate(marks)}
+    return {
+        m.group(1): text[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(text)]
+        for i, m in enumerate(marks)
+    }
 
 
 def _unnamed(a: ArgSignature) -> ArgSignature:
@@ -193,7 +205,7 @@ def _label_of(path: str, labels: dict[str, str]) -> str | None:
         if leaf_path == path:
             return label
         if leaf_path.startswith(path):
-            rest = leaf_path[len(path):]
+            rest = leaf_path[len(path) :]
             if label.endswith(rest):
                 return label[: len(label) - len(rest)] or None
     return None
@@ -215,8 +227,7 @@ def describe(change: Change) -> str:
         return f"jit option {change.path} differs ({change.old} -> {change.new})"
     if what == "transform":
         if change.new is None:
-            return (f"first compile of the call itself (earlier compiles were under a "
-                    f"transformation: {change.old})")
+            return f"first compile of the call itself (earlier compiles were under a transformation: {change.old})"
         return f"first compile of its {_TRANSFORMS.get(str(change.new), str(change.new))}"
     if what == "container":
         return f"{p} changed container type {change.old} -> {change.new} (same leaves)"
@@ -254,22 +265,29 @@ def summarize(new: CompileRecord, changes: Sequence[Change], compared_index: int
     if new.origin == _INTERNAL_ORIGIN and changes:
         kinds = "/".join(dict.fromkeys(c.what.replace("_", " ") for c in changes))
         shown = "; ".join(describe(c) for c in changes[:MAX_SUMMARY_CHANGES])
-        return (f"eager {name} on a new {kinds}{where.replace('; called', '')}: {shown}; "
-                "move it inside the jitted step (or give it one shape)")
+        return (
+            f"eager {name} on a new {kinds}{where.replace('; called', '')}: {shown}; "
+            "move it inside the jitted step (or give it one shape)"
+        )
     if new.compile_index == 1 and any(c.what == "jit_options" for c in changes):
         shown = "; ".join(describe(c) for c in changes if c.what == "jit_options")
-        return (f"{name}: first compile of another jit object of this function: {shown}; "
-                f"JAX caches each set of jit options separately{where}")
+        return (
+            f"{name}: first compile of another jit object of this function: {shown}; "
+            f"JAX caches each set of jit options separately{where}"
+        )
     if not changes and new.origin == _INTERNAL_ORIGIN:
-        return (f"eager {name}{where.replace('; called', '')} compiled again with the same "
-                "argument signature: its own parameters (an output shape, an axis, a dtype), which "
-                "jaxdiag does not compare, likely changed; move it inside the jitted step")
+        return (
+            f"eager {name}{where.replace('; called', '')} compiled again with the same "
+            "argument signature: its own parameters (an output shape, an axis, a dtype), which "
+            "jaxdiag does not compare, likely changed; move it inside the jitted step"
+        )
     if not changes:
         reason = _SAME_SIGNATURE_TRACED if new.traced else _SAME_SIGNATURE_LOWERED
         if new.config is not None and new.jit_options is not None:
             known = len(CONFIG_DEFAULTS) or len(new.config)
             reason = (_SAME_ALL_TRACED if new.traced else _SAME_ALL_LOWERED).format(
-                n=known, index=compared_index if compared_index is not None else "?")
+                n=known, index=compared_index if compared_index is not None else "?"
+            )
         return f"{name}: {reason}{where}"
     shown = "; ".join(describe(c) for c in changes[:MAX_SUMMARY_CHANGES])
     more = len(changes) - MAX_SUMMARY_CHANGES
@@ -303,7 +321,9 @@ def function_key(rec: CompileRecord) -> tuple[str, str | None]:
 
 
 def _last_of_function(
-    history: Sequence[CompileRecord], key: tuple[str, str | None], limit: int,
+    history: Sequence[CompileRecord],
+    key: tuple[str, str | None],
+    limit: int,
     transform: str | None | bool = False,
 ) -> list[CompileRecord]:
     """The last ``limit`` records of function ``key`` (of one ``transform``, unless ``False``)."""
@@ -415,8 +435,12 @@ def _count_leaf_fields(o: ArgSignature, n: ArgSignature) -> tuple[int, int]:
         if o.shape is not None and n.shape is not None and len(o.shape) == len(n.shape):
             axes += sum(a != b for a, b in zip(o.shape, n.shape))
     # ``None`` means "not known", which is no evidence of a change (as in ``_leaf_changes``).
-    for a, b in ((o.dtype, n.dtype), (o.weak_type, n.weak_type), (o.sharding, n.sharding),
-                 (o.memory_kind, n.memory_kind)):
+    for a, b in (
+        (o.dtype, n.dtype),
+        (o.weak_type, n.weak_type),
+        (o.sharding, n.sharding),
+        (o.memory_kind, n.memory_kind),
+    ):
         if a != b and a is not None and b is not None:
             fields += 1
     return fields + (o.value != n.value), axes

@@ -58,8 +58,15 @@ class HostCheck(Collector):
       process_index, process_count: this process and how many there are (default: JAX's).
     """
 
-    def __init__(self, raise_on_mismatch: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S, *,
-                 client: Any = None, process_index: int | None = None, process_count: int | None = None) -> None:
+    def __init__(
+        self,
+        raise_on_mismatch: bool = False,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        *,
+        client: Any = None,
+        process_index: int | None = None,
+        process_count: int | None = None,
+    ) -> None:
         if not timeout_s > 0:
             raise ConfigError(f"host check timeout_s must be positive, got {timeout_s!r}")
         self.raise_on_mismatch = raise_on_mismatch
@@ -122,25 +129,31 @@ class HostCheck(Collector):
             return False
         return self._count > 1
 
-    def _compare(self, record: CompileRecord, mine: dict[str, Any], theirs: dict[int, dict[str, Any]],
-                 silent: list[int]) -> None:
+    def _compare(
+        self, record: CompileRecord, mine: dict[str, Any], theirs: dict[int, dict[str, Any]], silent: list[int]
+    ) -> None:
         where = f"`{record.function}` (compile {record.compile_index}" + (
-            f", step {mine['step']})" if mine.get("step") is not None else ")")
+            f", step {mine['step']})" if mine.get("step") is not None else ")"
+        )
         if silent:
-            message = (f"jaxdiag host check: process(es) {_ranges(silent)} did not publish their {where} within "
-                       f"{self.timeout_s:g} s: they compile it fewer times than process {self._index}, or later; "
-                       "not compared with them.")
+            message = (
+                f"jaxdiag host check: process(es) {_ranges(silent)} did not publish their {where} within "
+                f"{self.timeout_s:g} s: they compile it fewer times than process {self._index}, or later; "
+                "not compared with them."
+            )
             with self._lock:
                 self.silent.append(message)
             _warn(message)
         differ = {p: e for p, e in theirs.items() if e.get("fp") != mine["fp"]}
         if not differ:
             return
-        message = (f"jaxdiag host check: process {self._index} and process(es) {_ranges(differ)} compiled "
-                   f"{where} with different signatures: " + "; ".join(
-                       describe(mine, self._index, e, p) for p, e in sorted(differ.items())[:3])
-                   + ". In a multi-controller run the processes now run different programs: this hangs or "
-                   "fails at the next collective. Give every process the same shapes (pad or drop the last batch).")
+        message = (
+            f"jaxdiag host check: process {self._index} and process(es) {_ranges(differ)} compiled "
+            f"{where} with different signatures: "
+            + "; ".join(describe(mine, self._index, e, p) for p, e in sorted(differ.items())[:3])
+            + ". In a multi-controller run the processes now run different programs: this hangs or "
+            "fails at the next collective. Give every process the same shapes (pad or drop the last batch)."
+        )
         with self._lock:
             self.mismatches.append(message)
         if self.raise_on_mismatch:
@@ -152,8 +165,12 @@ def entry(record: CompileRecord, step: int | None = None) -> dict[str, Any]:
     """What a process publishes about one compile: a fingerprint, the arguments behind it, the step."""
     args = {a.path: _arg_text(a) for a in record.args}
     body = json.dumps([sorted(args.items()), record.in_tree or ""], separators=(",", ":"))
-    return {"fp": hashlib.sha1(body.encode()).hexdigest()[:16], "args": args, "step": step,
-            "compile": record.compile_index}
+    return {
+        "fp": hashlib.sha1(body.encode()).hexdigest()[:16],
+        "args": args,
+        "step": step,
+        "compile": record.compile_index,
+    }
 
 
 def describe(a: dict[str, Any], pa: Any, b: dict[str, Any], pb: Any) -> str:
@@ -230,4 +247,4 @@ def resolve(check_hosts: Any) -> HostCheck | None:
         return HostCheck()
     if check_hosts == "raise":
         return HostCheck(raise_on_mismatch=True)
-    raise ConfigError(f"check_hosts must be True, False, \"raise\" or a HostCheck, got {check_hosts!r}")
+    raise ConfigError(f'check_hosts must be True, False, "raise" or a HostCheck, got {check_hosts!r}')

@@ -153,11 +153,13 @@ def install() -> None:
         _has_start_events = register_start is not None
         _hide_wrapper_frames()
         _internals = found
-        for lost, capability in ((found.cache_miss is None, "jit_call_frame"),
-                                 (not _has_start_events, "stage_start_events"),
-                                 (found.cached_compilation is None, "compiled_executable"),
-                                 (found.timed_exit is None, "stage_exceptions"),
-                                 (jax_internals.pmap_call_frame() is None, "pmap_call_frame")):
+        for lost, capability in (
+            (found.cache_miss is None, "jit_call_frame"),
+            (not _has_start_events, "stage_start_events"),
+            (found.cached_compilation is None, "compiled_executable"),
+            (found.timed_exit is None, "stage_exceptions"),
+            (jax_internals.pmap_call_frame() is None, "pmap_call_frame"),
+        ):
             if lost:
                 jax_internals.warn_lost(capability)
 
@@ -201,8 +203,7 @@ def trace_started(hooks: CompileHooks, args: tuple[Any, ...], kwargs: dict[str, 
     opens: list[_OpenTrace] = getattr(_tls, "opens", [])
     if not opens or opens[-1].name != hooks.name or opens[-1].pending is not None:
         return None
-    p = Pending(hooks, args, dict(kwargs), None, opens[-1].start_unix,
-                threading.current_thread().name)
+    p = Pending(hooks, args, dict(kwargs), None, opens[-1].start_unix, threading.current_thread().name)
     pending[:] = [q for q in pending if q.hooks is not hooks]  # a stale one never compiled
     pending.append(p)
     opens[-1].pending = p
@@ -222,18 +223,27 @@ def analyze_executable(executable: Any) -> tuple[dict[str, float] | None, dict[s
     cost = executable.cost_analysis()
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else {}
-    cost_out = {k: float(cost[src]) for k, src in (("flops", "flops"),
-                                                    ("bytes_accessed", "bytes accessed"))
-                if src in (cost or {})}
+    cost_out = {
+        k: float(cost[src])
+        for k, src in (("flops", "flops"), ("bytes_accessed", "bytes accessed"))
+        if src in (cost or {})
+    }
     stats = executable.get_compiled_memory_stats()
-    memory = {k: int(getattr(stats, src)) for k, src in (
-        ("argument_bytes", "argument_size_in_bytes"), ("output_bytes", "output_size_in_bytes"),
-        ("temp_bytes", "temp_size_in_bytes"),
-        ("generated_code_bytes", "generated_code_size_in_bytes")) if hasattr(stats, src)}
+    memory = {
+        k: int(getattr(stats, src))
+        for k, src in (
+            ("argument_bytes", "argument_size_in_bytes"),
+            ("output_bytes", "output_size_in_bytes"),
+            ("temp_bytes", "temp_size_in_bytes"),
+            ("generated_code_bytes", "generated_code_size_in_bytes"),
+        )
+        if hasattr(stats, src)
+    }
     return cost_out or None, memory or None
 
 
 # --- event handlers ------------------------------------------------------------------
+
 
 def _on_start(event: str, value: float, **kwargs: Any) -> None:
     if event in _STAGE_FIELD and not getattr(_tls, "busy", False):
@@ -265,8 +275,11 @@ def _stage_done(event: str, duration: float, fun_name: Any) -> None:
     assert _internals is not None
     if _internals.cache_miss is not None:
         frame = _call_frame()
-        p = None if frame is None else _pending_for(
-            frame, create=not _has_start_events, start_unix=time.time() - duration)
+        p = (
+            None
+            if frame is None
+            else _pending_for(frame, create=not _has_start_events, start_unix=time.time() - duration)
+        )
     elif event == TRACE_EVENT:
         opens: list[_OpenTrace] = getattr(_tls, "opens", [])
         opened = opens.pop() if opens and opens[-1].name == fun_name else None
@@ -332,6 +345,7 @@ def _finish(p: Pending) -> None:
 
 # --- frames --------------------------------------------------------------------------
 
+
 def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> Pending | None:
     pending = _pendings()
     for p in reversed(pending):
@@ -350,8 +364,17 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
         return None
     _drop_dead(pending)
     transformed.remember_source(info, fun)
-    p = Pending(hooks, args, kwargs, jax_internals.jit_static(info),
-                start_unix, threading.current_thread().name, frame=frame, fun=fun, jit_info=info)
+    p = Pending(
+        hooks,
+        args,
+        kwargs,
+        jax_internals.jit_static(info),
+        start_unix,
+        threading.current_thread().name,
+        frame=frame,
+        fun=fun,
+        jit_info=info,
+    )
     _add_context(p)
     pending.append(p)
     _call(hooks.begin, p, on_error=lambda: pending.remove(p))
@@ -363,8 +386,7 @@ def _add_context(p: Pending) -> None:
     p.jit_options = internals_reads.jit_options(p.jit_info)
     state = internals_reads.config_state()
     if state is not None:
-        p.config = {k: v for k, v in state.items() if CONFIG_DEFAULTS.get(k, v) != v
-                    or k not in CONFIG_DEFAULTS}
+        p.config = {k: v for k, v in state.items() if CONFIG_DEFAULTS.get(k, v) != v or k not in CONFIG_DEFAULTS}
 
 
 def _drop_dead(pending: list[Pending]) -> None:
@@ -446,6 +468,7 @@ def _pendings() -> list[Pending]:
 
 # --- safety --------------------------------------------------------------------------
 
+
 def _call(fn: Any, p: Pending, on_error: Any = None) -> None:
     """Run a hook with events ignored (hooks may touch jax), undoing ``p`` if it raises."""
     _tls.busy = True
@@ -484,13 +507,15 @@ def warn_once(key: str, message: str) -> None:
 
 # --- internals -----------------------------------------------------------------------
 
+
 def _find_internals() -> _Internals:
     cache_miss = jax_internals.jit_call_frame()
     stoppers = jax_internals.aot_entry_points() or frozenset()
     impl_miss = internals_reads.impl_cache_miss_code() if cache_miss is not None else None
     aot = internals_reads.aot_compile_code() if cache_miss is not None else None
-    return _Internals(cache_miss, stoppers, jax_internals.compiled_executable(), jax_internals.stage_exceptions(),
-                      impl_miss, aot)
+    return _Internals(
+        cache_miss, stoppers, jax_internals.compiled_executable(), jax_internals.stage_exceptions(), impl_miss, aot
+    )
 
 
 def _hide_wrapper_frames() -> None:
@@ -506,4 +531,3 @@ def _hide_wrapper_frames() -> None:
             jax_internals.warn_lost("traceback_exclusion")
     except Exception:
         pass
-

@@ -158,9 +158,13 @@ def _problem(d: Any) -> str | None:
     if exp is not None and not isinstance(exp.get("summary", ""), str):
         return "field 'explanation.summary' is not text"
     for change in (exp or {}).get("changes") or ():
-        if not (isinstance(change, dict) and isinstance(change.get("what"), str) and isinstance(change.get("path"), str)
-                and all(change.get(k) is None or isinstance(change[k], str) for k in ("old", "new"))
-                and (change.get("axis") is None or _is_int(change["axis"]))):
+        if not (
+            isinstance(change, dict)
+            and isinstance(change.get("what"), str)
+            and isinstance(change.get("path"), str)
+            and all(change.get(k) is None or isinstance(change[k], str) for k in ("old", "new"))
+            and (change.get("axis") is None or _is_int(change["axis"]))
+        ):
             return "not a compile record (an entry of 'explanation.changes' lacks text 'what' and 'path')"
     return None
 
@@ -189,8 +193,19 @@ def records_from_dicts(dicts: Any, source: str) -> tuple[list[CompileRecord], li
 
 #: Fields a record may leave out, and the JSON type each has when present.
 _OPTIONAL_FIELDS: dict[str, type] = {
-    "source": str, "call_site": str, "in_tree": str, "origin": str, "thread": str, "function_id": int, "pid": int,
-    "traced": bool, "lowered": bool, "compiled": bool, "persistent_cache_hit": bool, "cost": dict, "memory": dict,
+    "source": str,
+    "call_site": str,
+    "in_tree": str,
+    "origin": str,
+    "thread": str,
+    "function_id": int,
+    "pid": int,
+    "traced": bool,
+    "lowered": bool,
+    "compiled": bool,
+    "persistent_cache_hit": bool,
+    "cost": dict,
+    "memory": dict,
     "sharding": dict,
 }
 _KIND_NAMES = {str: "text", int: "an integer", bool: "true or false", dict: "an object"}

@@ -240,8 +240,11 @@ def history_key(rec: CompileRecord) -> tuple[str, str | None, str]:
     (eager ops) are one history per calling line: a ``jnp`` op on labels at one line
     and on activations at another are different programs, not a recompile.
     """
-    return rec.qualname, rec.source, history_variant(
-        rec.jit_options, rec.transform, rec.call_site if rec.origin == JAX_INTERNAL_ORIGIN else None)
+    return (
+        rec.qualname,
+        rec.source,
+        history_variant(rec.jit_options, rec.transform, rec.call_site if rec.origin == JAX_INTERNAL_ORIGIN else None),
+    )
 
 
 def history_variant(jit_options: str | None, transform: str | None, eager_site: str | None) -> str:

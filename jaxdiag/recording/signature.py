@@ -83,8 +83,7 @@ def call_site_and_function(skip: int = 1) -> tuple[str | None, str | None]:
     frame = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not (filename.startswith(_LIBRARY_DIRS) or filename == _FUNCTOOLS_FILE
-                or filename.startswith("<frozen")):
+        if not (filename.startswith(_LIBRARY_DIRS) or filename == _FUNCTOOLS_FILE or filename.startswith("<frozen")):
             return f"{filename}:{frame.f_lineno}", frame.f_code.co_name
         frame = frame.f_back
     return None, None
@@ -113,8 +112,7 @@ def _positional_names(fun: Any) -> tuple[str, ...] | None:
         params = inspect.signature(fun).parameters.values()
     except (TypeError, ValueError):
         return None
-    return tuple(p.name for p in params
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def _label(path: str, names: tuple[str, ...]) -> str | None:
@@ -124,12 +122,12 @@ def _label(path: str, names: tuple[str, ...]) -> str | None:
             i = int(path[5:end])
         except ValueError:
             return None
-        return names[i] + path[end + 1:] if 0 <= i < len(names) else None
+        return names[i] + path[end + 1 :] if 0 <= i < len(names) else None
     if path.startswith("kwargs["):
         end = path.find("]")
         key = path[7:end]
         if len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
-            return key[1:-1] + path[end + 1:]
+            return key[1:-1] + path[end + 1 :]
     return None
 
 
@@ -180,6 +178,7 @@ def traced_signature(
     args: Sequence[Any], kwargs: Mapping[str, Any], max_static_repr: int
 ) -> tuple[tuple[ArgSignature, ...], str]:
     """Signatures from inside a trace, where every non-static argument is a tracer."""
+
     def all_tracers(x: Any) -> bool:
         leaves = jax.tree_util.tree_leaves(x)
         return bool(leaves) and all(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
@@ -206,8 +205,10 @@ def _leaves(prefix: str, tree: Any, batch_axes: Mapping[int, int] | None = None)
         return [ArgSignature(path=prefix, kind="other", value=type(tree).__name__)]
     sigs = [leaf_signature(prefix + jax.tree_util.keystr(path), leaf) for path, leaf in pairs]
     if batch_axes:
-        sigs = [dataclasses.replace(sig, batch_axis=batch_axes[id(leaf)])
-                if id(leaf) in batch_axes else sig for sig, (_, leaf) in zip(sigs, pairs)]
+        sigs = [
+            dataclasses.replace(sig, batch_axis=batch_axes[id(leaf)]) if id(leaf) in batch_axes else sig
+            for sig, (_, leaf) in zip(sigs, pairs)
+        ]
     return sigs
 
 
@@ -252,7 +253,7 @@ def describe_sharding(sharding: Any) -> str | None:
             if any(t != "Auto" for t in types):
                 axes += "; " + ", ".join(types)
             spec = repr(sharding.spec)  # JAX before 0.9 writes PartitionSpec(...) for P(...)
-            spec = "P" + spec[len("PartitionSpec"):] if spec.startswith("PartitionSpec(") else spec
+            spec = "P" + spec[len("PartitionSpec") :] if spec.startswith("PartitionSpec(") else spec
             return f"{spec} on mesh({axes})"
         if kind == "SingleDeviceSharding":
             (device,) = sharding.device_set

@@ -59,13 +59,25 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
     static: tuple[tuple[int, ...], tuple[str, ...]] = ((), ())
     if outer is not None:
         remember_source(info, fun)
-        tree = _with_leaves(tuple(local.get("args", ())), dict(local.get("kwargs", {})),
-                            jax_internals.jit_static(info), flat)
+        tree = _with_leaves(
+            tuple(local.get("args", ())), dict(local.get("kwargs", {})), jax_internals.jit_static(info), flat
+        )
         if tree is not None:
             args, kwargs = tree
             static = jax_internals.jit_static(info)
-    p = listener.Pending(hooks, args, kwargs, static, start_unix, threading.current_thread().name,
-                frame=frame, fun=fun, transform=transform, user_frame=outer, jit_info=info)
+    p = listener.Pending(
+        hooks,
+        args,
+        kwargs,
+        static,
+        start_unix,
+        threading.current_thread().name,
+        frame=frame,
+        fun=fun,
+        transform=transform,
+        user_frame=outer,
+        jit_info=info,
+    )
     listener._add_context(p)
     if transform == "vmap":
         dims = internals_reads.batch_dims(frame)
@@ -93,22 +105,28 @@ def aot_pending(frame: types.FrameType, start_unix: float) -> listener.Pending |
     hooks = aot(listener._strip_jit(name))
     pending = listener._pendings()
     listener._drop_dead(pending)
-    p = listener.Pending(hooks, call[0], call[1], ((), ()), start_unix, threading.current_thread().name,
-                frame=frame, transform="aot")
+    p = listener.Pending(
+        hooks, call[0], call[1], ((), ()), start_unix, threading.current_thread().name, frame=frame, transform="aot"
+    )
     listener._add_context(p)
     pending.append(p)
     listener._call(hooks.begin, p, on_error=lambda: pending.remove(p))
     return p
 
 
-def _with_leaves(args: tuple[Any, ...], kwargs: dict[str, Any],
-                 static: tuple[tuple[int, ...], tuple[str, ...]],
-                 flat: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+def _with_leaves(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    static: tuple[tuple[int, ...], tuple[str, ...]],
+    flat: tuple[Any, ...],
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     """The call's arguments with their dynamic leaves replaced by ``flat`` (jit's flattening order)."""
     nums, names = static
     static_pos = {i % len(args) for i in nums if -len(args) <= i < len(args)}
-    dyn = (tuple(a for i, a in enumerate(args) if i not in static_pos),
-           {k: v for k, v in kwargs.items() if k not in names})
+    dyn = (
+        tuple(a for i, a in enumerate(args) if i not in static_pos),
+        {k: v for k, v in kwargs.items() if k not in names},
+    )
     try:
         leaves, tree = jax.tree_util.tree_flatten(dyn)
         if len(leaves) != len(flat):
@@ -119,7 +137,6 @@ def _with_leaves(args: tuple[Any, ...], kwargs: dict[str, Any],
     it = iter(dyn_args)
     new_args = tuple(a if i in static_pos else next(it) for i, a in enumerate(args))
     return new_args, {k: (v if k in names else dyn_kwargs[k]) for k, v in kwargs.items()}
-
 
 
 def remember_source(info: Any, fun: Any) -> None:

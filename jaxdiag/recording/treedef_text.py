@@ -55,7 +55,7 @@ class _Parser:
             self.i = m.end()
             aux_start = self.i
             self._skip_brackets()  # [aux data]
-            aux = t[aux_start + 1:self.i - 1]
+            aux = t[aux_start + 1 : self.i - 1]
             self.eat(", ")
             children = self._items("[", "]")
             self.eat(")")
@@ -66,7 +66,7 @@ class _Parser:
         if m is not None and t.startswith("(", m.end()):
             self.i = m.end()
             return Node(m.group(0), self._items("(", ")"))
-        raise ValueError(f"unexpected {t[self.i:self.i + 10]!r}")
+        raise ValueError(f"unexpected {t[self.i : self.i + 10]!r}")
 
     def _skip_brackets(self) -> None:
         depth = 0

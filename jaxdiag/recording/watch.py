@@ -53,15 +53,27 @@ from jaxdiag.recording.records import (
 
 WATCH_ORIGIN = "watch"
 #: Packages whose frames are wrappers, never the user's call site.
-WRAPPER_PACKAGES = frozenset({
-    "jax", "jaxlib", "jaxdiag", "functools", "contextlib", "equinox", "flax", "optax",
-    "chex", "jaxtyping", "typeguard", "beartype"})
+WRAPPER_PACKAGES = frozenset(
+    {
+        "jax",
+        "jaxlib",
+        "jaxdiag",
+        "functools",
+        "contextlib",
+        "equinox",
+        "flax",
+        "optax",
+        "chex",
+        "jaxtyping",
+        "typeguard",
+        "beartype",
+    }
+)
 #: Static fields listed one by one per record; past this, they are folded into one digest.
 MAX_STATIC_FIELDS = 512
 _MAX_TREE_TEXT = 4000
 _ADAPTER_DEPTH = 6  # frames searched outward from ``cache_miss`` for a library wrapper
-_UNKNOWN_CAUSE = ("compiled again; the cause is unknown (this JAX lacks the internals "
-                  "that give argument signatures)")
+_UNKNOWN_CAUSE = "compiled again; the cause is unknown (this JAX lacks the internals that give argument signatures)"
 
 
 class watch(contextlib.ContextDecorator):
@@ -168,6 +180,7 @@ def _switch(on: bool, jax_internals: bool) -> Any:
 
 # --- the listener's hooks ------------------------------------------------------------
 
+
 class _Recorder:
     """The factory given to ``listener.set_watch``, and the hooks it gives for every function.
 
@@ -208,13 +221,21 @@ class _Recorder:
             return
         target = wrapper._Target(call.fun, origin=JAX_INTERNAL_ORIGIN if internal else WATCH_ORIGIN)
         target.function_id = None if call.identity is None else compile_log.function_id(call.identity)
-        args, tree = call_signature(call.args, call.kwargs, call.static_argnums,
-                                    call.static_argnames, static_leaves=call.static_leaves,
-                                    batch_axes=pending.batch_axes)
+        args, tree = call_signature(
+            call.args,
+            call.kwargs,
+            call.static_argnums,
+            call.static_argnames,
+            static_leaves=call.static_leaves,
+            batch_axes=pending.batch_axes,
+        )
         args = signature.with_labels(args, call.fun)
         pending.context = (args, tree, call_site_and_function(pending.frame))
-        if (pending.transform is None and call.fun is p_fun(pending) and compile_log.LOG.peek(
-                target.history_key(pending))[0] == 1):
+        if (
+            pending.transform is None
+            and call.fun is p_fun(pending)
+            and compile_log.LOG.peek(target.history_key(pending))[0] == 1
+        ):
             pending.earlier = _earlier_calls(pending, call)
         target.end(pending)
 
@@ -280,17 +301,31 @@ class _ByName:
 
     def end(self, p: listener.Pending) -> None:
         index, _ = compile_log.LOG.reserve((self.name, None, ""))
-        compile_log.LOG.append(CompileRecord(
-            function=self.name, qualname=self.name, source=None,
-            call_site=call_site(sys._getframe(1)), call_function=None, compile_index=index, time_unix=p.start_unix,
-            lowered=p.lower_s is not None, compiled=p.backend_compile_s is not None,
-            trace_s=p.trace_s, lower_s=p.lower_s, backend_compile_s=p.backend_compile_s,
-            persistent_cache_hit=p.persistent_cache_hit,
-            explanation=None if index == 1 else Explanation(f"{self.name}: {_UNKNOWN_CAUSE}"),
-            origin=WATCH_ORIGIN, pid=os.getpid(), thread=p.thread))
+        compile_log.LOG.append(
+            CompileRecord(
+                function=self.name,
+                qualname=self.name,
+                source=None,
+                call_site=call_site(sys._getframe(1)),
+                call_function=None,
+                compile_index=index,
+                time_unix=p.start_unix,
+                lowered=p.lower_s is not None,
+                compiled=p.backend_compile_s is not None,
+                trace_s=p.trace_s,
+                lower_s=p.lower_s,
+                backend_compile_s=p.backend_compile_s,
+                persistent_cache_hit=p.persistent_cache_hit,
+                explanation=None if index == 1 else Explanation(f"{self.name}: {_UNKNOWN_CAUSE}"),
+                origin=WATCH_ORIGIN,
+                pid=os.getpid(),
+                thread=p.thread,
+            )
+        )
 
 
 # --- whose call it was ---------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Call:
@@ -372,14 +407,14 @@ def call_site_and_function(frame: types.FrameType | None) -> tuple[str | None, s
     """``call_site``, and the name of the function that line is in."""
     while frame is not None:
         module = frame.f_globals.get("__name__") or ""
-        if (module.partition(".")[0] not in WRAPPER_PACKAGES
-                and not frame.f_code.co_filename.startswith("<frozen")):
+        if module.partition(".")[0] not in WRAPPER_PACKAGES and not frame.f_code.co_filename.startswith("<frozen"):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}", frame.f_code.co_name
         frame = frame.f_back
     return None, None
 
 
 # --- signatures with static fields ---------------------------------------------------
+
 
 def call_signature(
     args: tuple[Any, ...],
@@ -432,8 +467,7 @@ def call_signature(
 class _Walker:
     """Collects leaf signatures and tree text, descending into nodes with static fields."""
 
-    def __init__(self, static_leaves: bool, max_repr: int,
-                 batch_axes: Mapping[int, int] | None = None) -> None:
+    def __init__(self, static_leaves: bool, max_repr: int, batch_axes: Mapping[int, int] | None = None) -> None:
         self.static_leaves, self.max_repr = static_leaves, max_repr
         self.batch_axes = batch_axes or {}
         self.sigs: list[ArgSignature] = []
@@ -455,16 +489,20 @@ class _Walker:
             elif self.static_leaves and not isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
                 self.sigs.append(signature.static_signature(path, leaf, self.max_repr))
             elif id(leaf) in self.batch_axes:
-                self.sigs.append(dataclasses.replace(signature.leaf_signature(path, leaf),
-                                                     batch_axis=self.batch_axes[id(leaf)]))
+                self.sigs.append(
+                    dataclasses.replace(signature.leaf_signature(path, leaf), batch_axis=self.batch_axes[id(leaf)])
+                )
             else:
                 self.sigs.append(signature.leaf_signature(path, leaf))
 
     def _node(self, path: str, node: Any, fields: list[tuple[str, Any]]) -> None:
         children, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda y: y is not node)
         if len(children) == 1 and children[0][1] is node:  # not a pytree node: one leaf
-            self.sigs.append(signature.static_signature(path, node, self.max_repr) if self.static_leaves
-                             else signature.leaf_signature(path, node))
+            self.sigs.append(
+                signature.static_signature(path, node, self.max_repr)
+                if self.static_leaves
+                else signature.leaf_signature(path, node)
+            )
             return
         self.segments.append(f"{path}: {type(node).__qualname__}")
         for name, value in fields:
@@ -497,8 +535,7 @@ def _static_fields(node: Any) -> list[tuple[str, Any]]:
     state = getattr(node, "__dict__", None)
     flags = jax_internals.nnx_node_flags(state) if isinstance(state, dict) else None
     if flags is not None:  # flax nnx: attribute -> whether it is a pytree node
-        return [(k, state.get(k)) for k, is_node in flags.items()
-                if not is_node and not k.startswith("_pytree__")]
+        return [(k, state.get(k)) for k, is_node in flags.items() if not is_node and not k.startswith("_pytree__")]
     names = _dataclass_static_names(type(node)) if dataclasses.is_dataclass(node) else ()
     return [(name, getattr(node, name, None)) for name in names]
 
@@ -510,8 +547,11 @@ def _has_static_fields(node: Any) -> bool:
 @functools.lru_cache(maxsize=1024)
 def _dataclass_static_names(cls: type) -> tuple[str, ...]:
     # equinox: field(static=True); flax.struct: field(pytree_node=False)
-    return tuple(f.name for f in dataclasses.fields(cls)
-                 if f.metadata.get("static") is True or f.metadata.get("pytree_node") is False)
+    return tuple(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("static") is True or f.metadata.get("pytree_node") is False
+    )
 
 
 def _short(text: str) -> str:

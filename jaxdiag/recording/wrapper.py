@@ -36,13 +36,28 @@ _ON_EXCEED = ("warn", "raise")
 
 
 @overload
-def jit(fun: F, /, *, max_compiles: int | None = None, on_exceed: str = "warn",
-        analysis: bool | None = None, **jax_jit_kwargs: Any) -> F: ...
+def jit(
+    fun: F,
+    /,
+    *,
+    max_compiles: int | None = None,
+    on_exceed: str = "warn",
+    analysis: bool | None = None,
+    **jax_jit_kwargs: Any,
+) -> F: ...
 @overload
-def jit(*, max_compiles: int | None = None, on_exceed: str = "warn",
-        analysis: bool | None = None, **jax_jit_kwargs: Any) -> Callable[[F], F]: ...
-def jit(fun: Any = _NOT_GIVEN, /, *, max_compiles: int | None = None, on_exceed: str = "warn",
-        analysis: bool | None = None, **jax_jit_kwargs: Any) -> Any:
+def jit(
+    *, max_compiles: int | None = None, on_exceed: str = "warn", analysis: bool | None = None, **jax_jit_kwargs: Any
+) -> Callable[[F], F]: ...
+def jit(
+    fun: Any = _NOT_GIVEN,
+    /,
+    *,
+    max_compiles: int | None = None,
+    on_exceed: str = "warn",
+    analysis: bool | None = None,
+    **jax_jit_kwargs: Any,
+) -> Any:
     """Set up ``fun`` for just-in-time compilation, like ``jax.jit``, recording each compile.
 
     Takes every argument of ``jax.jit`` and returns what ``jax.jit`` returns, so
@@ -77,10 +92,15 @@ def jit(fun: Any = _NOT_GIVEN, /, *, max_compiles: int | None = None, on_exceed:
     if analysis is not None and not isinstance(analysis, bool):
         raise ConfigError(f"analysis must be True, False or None, got {analysis!r}")
     if fun is _NOT_GIVEN:
-        return functools.partial(jit, max_compiles=max_compiles, on_exceed=on_exceed,
-                                 analysis=analysis, **jax_jit_kwargs)
-    if (isinstance(fun, staticmethod) or not callable(fun)
-            or inspect.isgeneratorfunction(fun) or not _weakly_referenceable(fun)):
+        return functools.partial(
+            jit, max_compiles=max_compiles, on_exceed=on_exceed, analysis=analysis, **jax_jit_kwargs
+        )
+    if (
+        isinstance(fun, staticmethod)
+        or not callable(fun)
+        or inspect.isgeneratorfunction(fun)
+        or not _weakly_referenceable(fun)
+    ):
         # JAX's own TypeError, now or (for no weak references) at the first call
         return jax.jit(fun, **jax_jit_kwargs)
     listener.install()
@@ -104,11 +124,27 @@ def _weakly_referenceable(fun: Any) -> bool:
 class _Target:
     """One ``jaxdiag.jit`` function as the listener sees it (a ``listener.CompileHooks``)."""
 
-    __slots__ = ("name", "qualname", "source", "function_id", "max_compiles", "on_exceed",
-                 "analysis", "origin", "_traced", "__weakref__")
+    __slots__ = (
+        "name",
+        "qualname",
+        "source",
+        "function_id",
+        "max_compiles",
+        "on_exceed",
+        "analysis",
+        "origin",
+        "_traced",
+        "__weakref__",
+    )
 
-    def __init__(self, fun: Any, max_compiles: int | None = None, on_exceed: str = "warn",
-                 analysis: bool | None = None, origin: str = "jit") -> None:
+    def __init__(
+        self,
+        fun: Any,
+        max_compiles: int | None = None,
+        on_exceed: str = "warn",
+        analysis: bool | None = None,
+        origin: str = "jit",
+    ) -> None:
         self.name = signature.fun_name(fun)
         self.qualname = signature.qualname(fun)
         self.source = signature.source(fun)
@@ -139,15 +175,14 @@ class _Target:
         if pending.static is None:
             args, tree = signature.traced_signature(pending.args, pending.kwargs, max_repr)
         else:
-            args, tree = signature.signature_of(pending.args, pending.kwargs, *pending.static,
-                                                max_static_repr=max_repr,
-                                                batch_axes=pending.batch_axes)
+            args, tree = signature.signature_of(
+                pending.args, pending.kwargs, *pending.static, max_static_repr=max_repr, batch_axes=pending.batch_axes
+            )
         args = signature.with_labels(args, self._fun())
         pending.context = (args, tree, signature.call_site_and_function())
         if self.max_compiles is not None and self.on_exceed == "raise":
             index, history = compile_log.LOG.peek(self.history_key(pending))
-            budget.enforce(self._record(pending, index, history), self.max_compiles,
-                           self.on_exceed, starting=True)
+            budget.enforce(self._record(pending, index, history), self.max_compiles, self.on_exceed, starting=True)
 
     def _fun(self) -> Any:
         traced = self._traced() if self._traced is not None else None
@@ -163,23 +198,41 @@ class _Target:
             except Exception as exc:
                 listener.warn_once("analysis", f"jaxdiag: no cost/memory analysis ({exc})")
         elif self.wants_executable():
-            listener.warn_once("analysis", "jaxdiag: cost/memory analysis needs JAX internals "
-                               "this JAX lacks; records carry no cost or memory")
+            listener.warn_once(
+                "analysis",
+                "jaxdiag: cost/memory analysis needs JAX internals this JAX lacks; records carry no cost or memory",
+            )
         compile_log.LOG.append(record)
         budget.enforce(record, self.max_compiles, self.on_exceed, starting=False)
 
     def _record(self, p: listener.Pending, index: int, history: list[CompileRecord]) -> CompileRecord:
         args, tree, (site, site_function) = p.context
         record = CompileRecord(
-            function=self.name, qualname=self.qualname, source=self.source, call_site=site,
-            compile_index=index, time_unix=p.start_unix,
+            function=self.name,
+            qualname=self.qualname,
+            source=self.source,
+            call_site=site,
+            compile_index=index,
+            time_unix=p.start_unix,
             traced=p.trace_s is not None or p.static is None,
-            lowered=p.lower_s is not None, compiled=p.backend_compile_s is not None,
-            trace_s=p.trace_s, lower_s=p.lower_s, backend_compile_s=p.backend_compile_s,
-            persistent_cache_hit=p.persistent_cache_hit, args=args, in_tree=tree,
-            function_id=self.function_id, origin=self.origin, pid=os.getpid(), thread=p.thread,
-            sharding=p.sharding, call_function=site_function, transform=p.transform,
-            jit_options=p.jit_options, config=p.config)
+            lowered=p.lower_s is not None,
+            compiled=p.backend_compile_s is not None,
+            trace_s=p.trace_s,
+            lower_s=p.lower_s,
+            backend_compile_s=p.backend_compile_s,
+            persistent_cache_hit=p.persistent_cache_hit,
+            args=args,
+            in_tree=tree,
+            function_id=self.function_id,
+            origin=self.origin,
+            pid=os.getpid(),
+            thread=p.thread,
+            sharding=p.sharding,
+            call_function=site_function,
+            transform=p.transform,
+            jit_options=p.jit_options,
+            config=p.config,
+        )
         if index == 1 and p.transform is None and self.origin != "jit":
             record = dataclasses.replace(record, earlier_unseen=_earlier_unseen(p, record))
             if record.earlier_unseen and p.earlier:
@@ -195,10 +248,13 @@ def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Ex
         from jaxdiag.recording.explain import explain
     except ImportError:
         return None
-    stand_ins = [dataclasses.replace(record, args=args, in_tree=tree, compile_index=0, explanation=None,
-                                     call_site=None, config=None)
-                 for args, tree in earlier
-                 if (args, tree) != (_types_only(record.args), record.in_tree)]  # not this trace
+    stand_ins = [
+        dataclasses.replace(
+            record, args=args, in_tree=tree, compile_index=0, explanation=None, call_site=None, config=None
+        )
+        for args, tree in earlier
+        if (args, tree) != (_types_only(record.args), record.in_tree)
+    ]  # not this trace
     if not stand_ins:
         return None
     try:
@@ -208,10 +264,12 @@ def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Ex
     if found is None or not found.changes:
         return None
     return dataclasses.replace(
-        found, compared_to=None,
+        found,
+        compared_to=None,
         summary=f"first compile seen (JAX already held {record.earlier_unseen} trace(s) of this function "
-                f"from before recording started); against the closest of them: "
-                f"{found.summary.split(': ', 1)[-1]}")
+        f"from before recording started); against the closest of them: "
+        f"{found.summary.split(': ', 1)[-1]}",
+    )
 
 
 def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -221,8 +279,7 @@ def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:
     """For a first compile seen by a late ``watch``: how many traces JAX already held, if any."""
-    if any(r.qualname == record.qualname and r.source == record.source
-           for r in compile_log.LOG.records()):
+    if any(r.qualname == record.qualname and r.source == record.source for r in compile_log.LOG.records()):
         return None  # the same function with other jit options: seen, a sibling history
     from jaxdiag.jax_internals import transforms as internals_reads
 
@@ -244,16 +301,18 @@ def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation
             if record.origin == JAX_INTERNAL_ORIGIN:
                 return None  # the first call from this line
             key = history_key(record)
-            others = [r for r in compile_log.LOG.records()
-                      if (r.qualname, r.source) == (record.qualname, record.source) and history_key(r) != key]
+            others = [
+                r
+                for r in compile_log.LOG.records()
+                if (r.qualname, r.source) == (record.qualname, record.source) and history_key(r) != key
+            ]
             siblings = [r for r in others if (r.jit_options or "") != (record.jit_options or "")]
             if siblings:  # a new jit object: compared as if of this transformation, options differ
                 return explain([dataclasses.replace(r, transform=record.transform) for r in siblings], record)
             return explain(others, record) if others else None  # a transformation's first
         return explain(history, record)
     except Exception as exc:
-        listener.warn_once("explain", f"jaxdiag could not explain a recompile: "
-                           f"{type(exc).__name__}: {exc}")
+        listener.warn_once("explain", f"jaxdiag could not explain a recompile: {type(exc).__name__}: {exc}")
         return None
 
 
@@ -277,10 +336,12 @@ class _Traced:
         name = signature.fun_name(fun)
         self.__dict__.update(getattr(fun, "__dict__", {}))
         self.__dict__.update(
-            __name__=name, __qualname__=getattr(fun, "__qualname__", name),
+            __name__=name,
+            __qualname__=getattr(fun, "__qualname__", name),
             __module__=getattr(fun, "__module__", "<unknown module>"),
             __doc__=getattr(fun, "__doc__", None),
-            __annotations__=getattr(fun, "__annotations__", {}))
+            __annotations__=getattr(fun, "__annotations__", {}),
+        )
         if isinstance(fun, functools.partial):  # JAX reads a partial's signature, func's source
             try:
                 self.__dict__["__signature__"] = inspect.signature(fun)

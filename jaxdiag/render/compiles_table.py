@@ -153,16 +153,23 @@ def function_rows(records: Sequence[CompileRecord]) -> list[FunctionRow]:
     return rows
 
 
-def render(log: "CompileLog", advice: Sequence["Advice"], *, width: int | None = None,
-           color: bool | None = None) -> str:
+def render(
+    log: "CompileLog", advice: Sequence["Advice"], *, width: int | None = None, color: bool | None = None
+) -> str:
     """The compile table as text (with ANSI colour when ``color``)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     buf = io.StringIO()
-    console = Console(file=buf, width=width or 120, force_terminal=bool(color),
-                      color_system="auto" if color else None, highlight=False, soft_wrap=False)
+    console = Console(
+        file=buf,
+        width=width or 120,
+        force_terminal=bool(color),
+        color_system="auto" if color else None,
+        highlight=False,
+        soft_wrap=False,
+    )
     rows = function_rows(log.records)
     total_s = sum(r.compile_s for r in rows)
     console.print(
@@ -170,8 +177,13 @@ def render(log: "CompileLog", advice: Sequence["Advice"], *, width: int | None =
         f"{total_s:.2f} s compiling" + (f"  ({len(log.files)} file(s))" if log.files else "")
     )
     table = Table(show_edge=False, show_lines=True, expand=True)
-    for col, just, ratio in (("function", "left", None), ("compiles", "right", None),
-                             ("compile s", "right", None), ("causes", "left", 2), ("advice", "left", 3)):
+    for col, just, ratio in (
+        ("function", "left", None),
+        ("compiles", "right", None),
+        ("compile s", "right", None),
+        ("causes", "left", 2),
+        ("advice", "left", 3),
+    ):
         table.add_column(col, justify=just, overflow="fold", ratio=ratio)
     by_function: dict[tuple[str, str | None], list[Advice]] = {}
     for a in advice:
@@ -180,15 +192,20 @@ def render(log: "CompileLog", advice: Sequence["Advice"], *, width: int | None =
         causes = [f"{c.count}x {escape(c.label)}" for c in row.causes[:_MAX_CAUSES]]
         if len(row.causes) > _MAX_CAUSES:
             causes.append(f"... {len(row.causes) - _MAX_CAUSES} more")
-        tips = [f"{escape(a.message.removeprefix(row.function + ': '))}\n[bold]->[/bold] {escape(a.suggestion)}"
-                for a in by_function.get((row.qualname, row.source), [])]
+        tips = [
+            f"{escape(a.message.removeprefix(row.function + ': '))}\n[bold]->[/bold] {escape(a.suggestion)}"
+            for a in by_function.get((row.qualname, row.source), [])
+        ]
         sites = list(dict.fromkeys(call_site_text(r) for r in row.records if r.call_site))
         shown = "\n".join(f"called at {escape(s)}" for s in sites[:_MAX_SITES])
         if len(sites) > _MAX_SITES:
             shown += f"\n... {len(sites) - _MAX_SITES} more call sites"
         table.add_row(
-            escape(name) + (f"\n[dim]{shown}[/dim]" if shown else ""), str(row.compiles), f"{row.compile_s:.2f}",
-            "\n".join(causes) or "—", "\n\n".join(tips) or "—",
+            escape(name) + (f"\n[dim]{shown}[/dim]" if shown else ""),
+            str(row.compiles),
+            f"{row.compile_s:.2f}",
+            "\n".join(causes) or "—",
+            "\n\n".join(tips) or "—",
         )
     console.print(table)
     return buf.getvalue()
@@ -199,8 +216,10 @@ def _display_names(rows: list[FunctionRow]) -> list[str]:
     names = Counter(row.function for row in rows)
     qualnames = Counter(row.qualname for row in rows)
     return [
-        row.function if names[row.function] == 1
-        else row.qualname if qualnames[row.qualname] == 1
+        row.function
+        if names[row.function] == 1
+        else row.qualname
+        if qualnames[row.qualname] == 1
         else f"{row.qualname} ({row.source})"
         for row in rows
     ]
@@ -232,8 +251,9 @@ def _function_json(row: FunctionRow) -> dict[str, Any]:
         "compiles": row.compiles,
         "recompiles": row.recompiles,
         "compile_s": round(row.compile_s, 6),
-        "causes": [{"what": c.what, "path": c.path, "axis": c.axis, "label": c.label, "count": c.count}
-                   for c in row.causes],
+        "causes": [
+            {"what": c.what, "path": c.path, "axis": c.axis, "label": c.label, "count": c.count} for c in row.causes
+        ],
         "records": [
             {
                 "compile_index": r.compile_index,

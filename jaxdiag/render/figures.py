@@ -23,23 +23,29 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Fixed colours, so a component has the same colour in every figure.
 COLORS = {
-    "device compute": "#4C78A8", "exposed collectives": "#F58518", "overlapped": "#54A24B",
-    "compile": "#E45756", "idle": "#BAB0AC", "steady": "#4C78A8",
+    "device compute": "#4C78A8",
+    "exposed collectives": "#F58518",
+    "overlapped": "#54A24B",
+    "compile": "#E45756",
+    "idle": "#BAB0AC",
+    "steady": "#4C78A8",
 }
 _CAUSE_COLORS = ("#B279A2", "#EECA3B", "#9D755D", "#FF9DA6", "#72B7B2", "#79706E", "#D67195")
 _TEMPLATE = "plotly_white"
 
 
-def all_figures(report: "Report", *, step: int | None = None, host: str | None = None,
-                devices: Sequence[str] | None = None) -> dict[str, "go.Figure"]:
+def all_figures(
+    report: "Report", *, step: int | None = None, host: str | None = None, devices: Sequence[str] | None = None
+) -> dict[str, "go.Figure"]:
     """Every figure of every section (``reporting.sections``), in the order the HTML report shows them."""
     from jaxdiag.reporting import sections
 
     figures = {}
     for name in (name for section in sections.SECTIONS for name in section.figures):
         builder = globals()[name]
-        figures[name] = (builder(report, step, host=host, devices=devices) if name == "step_timeline"
-                         else builder(report))
+        figures[name] = (
+            builder(report, step, host=host, devices=devices) if name == "step_timeline" else builder(report)
+        )
     return figures
 
 
@@ -79,7 +85,8 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
         return no_data(title, "no steps were found in this capture")
     by_step = {
         int(e["step"]): {c["cause"]: _ms(c.get("ms")) for c in e.get("by_cause") or [] if c.get("cause") != "compile"}
-        for e in (report.host_waits or {}).get("by_step") or [] if e.get("step") is not None
+        for e in (report.host_waits or {}).get("by_step") or []
+        if e.get("step") is not None
     }
     causes = [c["cause"] for c in (report.host_waits or {}).get("by_cause") or [] if c.get("cause") != "compile"]
     for step_waits in by_step.values():
@@ -115,21 +122,40 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
     for name, values in rows.items():
         color = COLORS.get(name) or next(cause_colors)
         pct[name] = [100.0 * v / w if w > 0 else 0.0 for v, w in zip(values, walls)]
-        fig.add_trace(go.Bar(
-            x=x, y=values, name=name, marker_color=color, customdata=walls,
-            hovertemplate=f"step %{{x}}<br>{name}: %{{y:.3f}}<br>step wall: %{{customdata:.3f}} ms<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=values,
+                name=name,
+                marker_color=color,
+                customdata=walls,
+                hovertemplate=f"step %{{x}}<br>{name}: %{{y:.3f}}<br>step wall: %{{customdata:.3f}} ms<extra></extra>",
+            )
+        )
     fig.update_layout(
-        barmode="stack", bargap=0.15, xaxis_title="step", yaxis_title="ms",
-        updatemenus=[dict(
-            type="buttons", direction="right", x=1.0, xanchor="right", y=1.12, yanchor="bottom", showactive=True,
-            buttons=[
-                dict(label="ms", method="update",
-                     args=[{"y": list(rows.values())}, {"yaxis.title.text": "ms"}]),
-                dict(label="% of step", method="update",
-                     args=[{"y": list(pct.values())}, {"yaxis.title.text": "% of step wall time"}]),
-            ],
-        )],
+        barmode="stack",
+        bargap=0.15,
+        xaxis_title="step",
+        yaxis_title="ms",
+        updatemenus=[
+            dict(
+                type="buttons",
+                direction="right",
+                x=1.0,
+                xanchor="right",
+                y=1.12,
+                yanchor="bottom",
+                showactive=True,
+                buttons=[
+                    dict(label="ms", method="update", args=[{"y": list(rows.values())}, {"yaxis.title.text": "ms"}]),
+                    dict(
+                        label="% of step",
+                        method="update",
+                        args=[{"y": list(pct.values())}, {"yaxis.title.text": "% of step wall time"}],
+                    ),
+                ],
+            )
+        ],
     )
     return _finish(fig, title, note)
 
@@ -155,15 +181,25 @@ def host_wait_waterfall(report: "Report", step: int | None = None, *, include_co
         return no_data(title, why)
     names = [str(c.get("cause")) for c in shown]
     values = [_ms(c.get("ms")) for c in shown]
-    fig = go.Figure(go.Waterfall(
-        x=[*names, "total"], y=[*values, sum(values)], measure=["relative"] * len(values) + ["total"],
-        text=[_fmt_ms(v) for v in [*values, sum(values)]], textposition="outside",
-        connector={"line": {"color": "#BAB0AC"}},
-        increasing={"marker": {"color": _CAUSE_COLORS[0]}}, totals={"marker": {"color": "#4C78A8"}},
-        hovertemplate="%{x}: %{y:.3f} ms<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Waterfall(
+            x=[*names, "total"],
+            y=[*values, sum(values)],
+            measure=["relative"] * len(values) + ["total"],
+            text=[_fmt_ms(v) for v in [*values, sum(values)]],
+            textposition="outside",
+            connector={"line": {"color": "#BAB0AC"}},
+            increasing={"marker": {"color": _CAUSE_COLORS[0]}},
+            totals={"marker": {"color": "#4C78A8"}},
+            hovertemplate="%{x}: %{y:.3f} ms<extra></extra>",
+        )
+    )
     fig.update_layout(yaxis_title="device idle, ms", showlegend=False)
-    note = f"compile ({_fmt_ms(compile_ms)}) left out: see the compile timeline" if compile_ms and not include_compile else ""
+    note = (
+        f"compile ({_fmt_ms(compile_ms)}) left out: see the compile timeline"
+        if compile_ms and not include_compile
+        else ""
+    )
     return _finish(fig, title, note)
 
 
@@ -185,34 +221,57 @@ def small_op_histogram(report: "Report", *, top: int = 10) -> "go.Figure":
     offenders = [o for o in so.get("top") or [] if _ms(o.get("total_ms")) > 0][:top]
     if not len(counts) and not offenders:
         return no_data(title, "no device compute ops in this report" + _older(report, "op_durations"))
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.2,
-                        subplot_titles=("ops by duration (log scale)", f"top {len(offenders)} small-op offenders"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.55, 0.45],
+        horizontal_spacing=0.2,
+        subplot_titles=("ops by duration (log scale)", f"top {len(offenders)} small-op offenders"),
+    )
     notes = []
     if len(counts):
         # Bin edges fall on the threshold, so the red bars hold exactly the ops counted as small.
         mids = np.sqrt(edges[:-1] * edges[1:])
         small = mids < (threshold or 0)
-        fig.add_trace(go.Bar(
-            x=mids, y=counts, width=np.diff(edges), marker_color=np.where(small, "#E45756", "#4C78A8"),
-            customdata=np.stack([edges[:-1], edges[1:]], axis=1), name="ops", showlegend=False,
-            hovertemplate="%{customdata[0]:.3g}-%{customdata[1]:.3g} µs: %{y} ops<extra></extra>",
-        ), row=1, col=1)
+        fig.add_trace(
+            go.Bar(
+                x=mids,
+                y=counts,
+                width=np.diff(edges),
+                marker_color=np.where(small, "#E45756", "#4C78A8"),
+                customdata=np.stack([edges[:-1], edges[1:]], axis=1),
+                name="ops",
+                showlegend=False,
+                hovertemplate="%{customdata[0]:.3g}-%{customdata[1]:.3g} µs: %{y} ops<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
         if threshold:
             fig.add_vline(x=float(threshold), line_dash="dash", line_color="#E45756", row=1, col=1)
         fig.update_xaxes(type="log", title_text="duration, µs", row=1, col=1)
         fig.update_yaxes(title_text="ops", row=1, col=1)
     else:
-        notes.append("durations are not in this report" + (_older(report, "op_durations") or
-                                                           ": no device compute op in its steps"))
+        notes.append(
+            "durations are not in this report"
+            + (_older(report, "op_durations") or ": no device compute op in its steps")
+        )
     if offenders:
         labels = [_short(f"{o.get('name')}", 38) for o in offenders][::-1]
-        fig.add_trace(go.Bar(
-            x=[_ms(o.get("total_ms")) for o in offenders][::-1], y=labels, orientation="h",
-            marker_color="#E45756", showlegend=False,
-            customdata=[[o.get("name"), o.get("module") or "", o.get("count")] for o in offenders][::-1],
-            hovertemplate="%{customdata[0]}<br>module %{customdata[1]}<br>%{customdata[2]} ops, "
-                          "%{x:.3f} ms<extra></extra>",
-        ), row=1, col=2)
+        fig.add_trace(
+            go.Bar(
+                x=[_ms(o.get("total_ms")) for o in offenders][::-1],
+                y=labels,
+                orientation="h",
+                marker_color="#E45756",
+                showlegend=False,
+                customdata=[[o.get("name"), o.get("module") or "", o.get("count")] for o in offenders][::-1],
+                hovertemplate="%{customdata[0]}<br>module %{customdata[1]}<br>%{customdata[2]} ops, "
+                "%{x:.3f} ms<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
         fig.update_xaxes(title_text="total ms", row=1, col=2)
     else:
         notes.append("no op is under the threshold")
@@ -232,14 +291,31 @@ def collective_overlap(report: "Report") -> "go.Figure":
     names = [str(k.get("kind")) for k in kinds][::-1]
     exposed = [_ms(k.get("exposed_ms")) for k in kinds][::-1]
     overlapped = [max(_ms(k.get("total_ms")) - e, 0.0) for k, e in zip(kinds[::-1], exposed)]
-    text = [f"{100 * k['overlap_fraction']:.0f}% overlapped" if k.get("overlap_fraction") is not None else ""
-            for k in kinds][::-1]
-    fig = go.Figure([
-        go.Bar(y=names, x=overlapped, orientation="h", name="overlapped by compute", marker_color=COLORS["overlapped"],
-               hovertemplate="%{y}: %{x:.3f} ms overlapped<extra></extra>"),
-        go.Bar(y=names, x=exposed, orientation="h", name="exposed", marker_color=COLORS["exposed collectives"],
-               text=text, textposition="outside", hovertemplate="%{y}: %{x:.3f} ms exposed<extra></extra>"),
-    ])
+    text = [
+        f"{100 * k['overlap_fraction']:.0f}% overlapped" if k.get("overlap_fraction") is not None else "" for k in kinds
+    ][::-1]
+    fig = go.Figure(
+        [
+            go.Bar(
+                y=names,
+                x=overlapped,
+                orientation="h",
+                name="overlapped by compute",
+                marker_color=COLORS["overlapped"],
+                hovertemplate="%{y}: %{x:.3f} ms overlapped<extra></extra>",
+            ),
+            go.Bar(
+                y=names,
+                x=exposed,
+                orientation="h",
+                name="exposed",
+                marker_color=COLORS["exposed collectives"],
+                text=text,
+                textposition="outside",
+                hovertemplate="%{y}: %{x:.3f} ms exposed<extra></extra>",
+            ),
+        ]
+    )
     fig.update_layout(barmode="stack", xaxis_title="ms (mean per device)", height=max(260, 90 + 40 * len(names)))
     return _finish(fig, title, "")
 
@@ -261,21 +337,30 @@ def recompile_timeline(report: "Report", *, max_rows: int = 40) -> "go.Figure":
         kept = sorted(range(len(compiles)), key=lambda i: -_ms(compiles[i].get("compile_ms")))[:max_rows]
         note = f"the {max_rows} costliest of {len(compiles)} compiles"
         compiles = [compiles[i] for i in sorted(kept)]
-    labels = timeline.unique_labels([
-        f"{'outside steps' if c.get('step') is None else 'step ' + str(c['step'])} · {c.get('function')}"
-        for c in compiles
-    ])
+    labels = timeline.unique_labels(
+        [
+            f"{'outside steps' if c.get('step') is None else 'step ' + str(c['step'])} · {c.get('function')}"
+            for c in compiles
+        ]
+    )
     ms = [_ms(c.get("compile_ms")) for c in compiles]
     has_log = any(c.get("logged") for c in report.recompiles or [])
     unknown = "cause unknown (not in the compile log)" if has_log else "cause unknown (no compile log)"
     causes = [str(c.get("cause") or unknown) for c in compiles]
-    fig = go.Figure(go.Bar(
-        x=ms, y=labels, orientation="h", marker_color=[COLORS["compile"] if c.get("cause") else "#BAB0AC"
-                                                        for c in compiles],
-        text=[f"{_fmt_ms(m)} · {_short(c, 70)}" for m, c in zip(ms, causes)], textposition="outside",
-        cliponaxis=False, customdata=causes, showlegend=False,
-        hovertemplate="%{y}<br>%{x:.1f} ms<br>%{customdata}<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Bar(
+            x=ms,
+            y=labels,
+            orientation="h",
+            marker_color=[COLORS["compile"] if c.get("cause") else "#BAB0AC" for c in compiles],
+            text=[f"{_fmt_ms(m)} · {_short(c, 70)}" for m, c in zip(ms, causes)],
+            textposition="outside",
+            cliponaxis=False,
+            customdata=causes,
+            showlegend=False,
+            hovertemplate="%{y}<br>%{x:.1f} ms<br>%{customdata}<extra></extra>",
+        )
+    )
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title_text="compile ms", range=[0, max(ms) * 2.2 if max(ms) > 0 else 1])
     fig.update_layout(height=max(220, 110 + 30 * len(compiles)))
@@ -299,31 +384,55 @@ def throughput(report: "Report", *, max_points: int = 2000) -> "go.Figure":
     if not rows:
         return no_data(title, "no per-step throughput (no steps found)")
     many = len(rows) > max_points
-    fig = go.Figure(go.Scatter(
-        x=[r["step"] for r in rows], y=[r[key] for r in rows], mode="lines", name="every step",
-        line={"color": COLORS["steady"] if many else "#BAB0AC", "width": 1}, showlegend=many,
-        hoverinfo="x+y" if many else "skip",
-    ))
-    for label, compiled, style in (("steady state", False, {"color": COLORS["steady"], "size": 8}),
-                                   ("compiled in this step", True, {"color": COLORS["compile"], "size": 11,
-                                                                    "symbol": "x"})):
+    fig = go.Figure(
+        go.Scatter(
+            x=[r["step"] for r in rows],
+            y=[r[key] for r in rows],
+            mode="lines",
+            name="every step",
+            line={"color": COLORS["steady"] if many else "#BAB0AC", "width": 1},
+            showlegend=many,
+            hoverinfo="x+y" if many else "skip",
+        )
+    )
+    for label, compiled, style in (
+        ("steady state", False, {"color": COLORS["steady"], "size": 8}),
+        ("compiled in this step", True, {"color": COLORS["compile"], "size": 11, "symbol": "x"}),
+    ):
         part = [r for r in rows if bool(r.get("compiled")) == compiled]
         if part and not (many and not compiled):
-            fig.add_trace(go.Scatter(
-                x=[r["step"] for r in part], y=[r[key] for r in part], mode="markers", name=label, marker=style,
-                customdata=[_ms(r.get("period_ms") or r.get("wall_ms")) for r in part],
-                hovertemplate=f"step %{{x}}: %{{y:,.1f}} {unit}<br>period %{{customdata:.3f}} ms<extra></extra>",
-            ))
+            fig.add_trace(
+                go.Scatter(
+                    x=[r["step"] for r in part],
+                    y=[r[key] for r in part],
+                    mode="markers",
+                    name=label,
+                    marker=style,
+                    customdata=[_ms(r.get("period_ms") or r.get("wall_ms")) for r in part],
+                    hovertemplate=f"step %{{x}}: %{{y:,.1f}} {unit}<br>period %{{customdata:.3f}} ms<extra></extra>",
+                )
+            )
     steady = tp.get(f"steady_{key}")
     if steady is not None:
-        fig.add_hline(y=float(steady), line_dash="dash", line_color=COLORS["steady"],
-                      annotation_text=f"steady state {steady:,.1f} {unit}", annotation_position="top left")
+        fig.add_hline(
+            y=float(steady),
+            line_dash="dash",
+            line_color=COLORS["steady"],
+            annotation_text=f"steady state {steady:,.1f} {unit}",
+            annotation_position="top left",
+        )
     fig.update_layout(xaxis_title="step", yaxis_title=unit)
     return _finish(fig, title, f"{len(rows):,} steps: steady steps drawn as a line, no markers" if many else "")
 
 
-def step_timeline(report: "Report", step: int | None = None, *, host: str | None = None,
-                  devices: Sequence[str] | None = None, max_rects: int | None = None) -> "go.Figure":
+def step_timeline(
+    report: "Report",
+    step: int | None = None,
+    *,
+    host: str | None = None,
+    devices: Sequence[str] | None = None,
+    max_rects: int | None = None,
+) -> "go.Figure":
     """One step's events: host annotations (nested ones on rows below) above the device streams.
 
     Args:
@@ -355,24 +464,31 @@ def step_timeline(report: "Report", step: int | None = None, *, host: str | None
     if isinstance(found, str):
         return no_data(title, found)
     title = (f"{title} on {found.host}" if step is not None else f"Whole capture on {found.host}") + (
-        ": host annotations above device streams")
+        ": host annotations above device streams"
+    )
     rects = found.rects if devices is None else found.rects.keep_devices(list(devices))
     if not len(rects):
         return no_data(title, "no annotations or device events in this window")
     note = ""
     if found.resolution_ns is not None:
         events = int(rects.count.sum())
-        merged_what = "overlapping events of a row" if found.resolution_ns <= 1 else (
-            f"events of a row closer than {timeline.fmt_ns(found.resolution_ns)}")
-        note = (f"{events:,} events drawn as {len(rects):,} rectangles: {merged_what} merged "
-                "(a trace viewer shows each one)")
+        merged_what = (
+            "overlapping events of a row"
+            if found.resolution_ns <= 1
+            else (f"events of a row closer than {timeline.fmt_ns(found.resolution_ns)}")
+        )
+        note = (
+            f"{events:,} events drawn as {len(rects):,} rectangles: {merged_what} merged "
+            "(a trace viewer shows each one)"
+        )
     return _finish(timeline.draw(rects, found.duration_ns / 1e6), title, note)
 
 
 def _not_kept(report: "Report", step: int | None) -> str:
     """Why a report read from JSON cannot draw ``step``'s timeline."""
-    windows = [(w.get("step"), w.get("host")) for w in report.section("timeline").get("windows") or []
-               if w.get("why") is None]
+    windows = [
+        (w.get("step"), w.get("host")) for w in report.section("timeline").get("windows") or [] if w.get("why") is None
+    ]
     hosts = [str(h) for s, h in windows if s == step]
     if hosts:
         why = f"the report keeps step {step} on host {', '.join(hosts)} only"
@@ -403,27 +519,47 @@ def no_data(title: str, why: str) -> "go.Figure":
     """An empty figure that says there is nothing to draw, and why."""
     go = _go()
     fig = go.Figure()
-    fig.add_annotation(text=f"no data: {why}", x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font={"size": 14, "color": "#57606a"})
+    fig.add_annotation(
+        text=f"no data: {why}",
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        showarrow=False,
+        font={"size": 14, "color": "#57606a"},
+    )
     fig.update_layout(height=200, xaxis_visible=False, yaxis_visible=False)
     return _finish(fig, title, "")
 
 
 def _finish(fig: "go.Figure", title: str, note: str) -> "go.Figure":
     """Title, template and margins; ``note`` (what was dropped or merged) goes under the title."""
-    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, template=_TEMPLATE,
-                      margin={"l": 60, "r": 30, "t": 90 if note else 60, "b": 50},
-                      legend={"orientation": "h", "y": -0.2})
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        template=_TEMPLATE,
+        margin={"l": 60, "r": 30, "t": 90 if note else 60, "b": 50},
+        legend={"orientation": "h", "y": -0.2},
+    )
     if fig.layout.height is None:
         fig.update_layout(height=360)
     if note:
-        fig.add_annotation(text=note, x=0, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
-                           yshift=8, showarrow=False, font={"size": 12, "color": "#9a6700"})
+        fig.add_annotation(
+            text=note,
+            x=0,
+            y=1.0,
+            xref="paper",
+            yref="paper",
+            xanchor="left",
+            yanchor="bottom",
+            yshift=8,
+            showarrow=False,
+            font={"size": 12, "color": "#9a6700"},
+        )
     return fig
 
 
 def _mean_groups(values: list[float], k: int) -> list[float]:
-    return [sum(values[i:i + k]) / len(values[i:i + k]) for i in range(0, len(values), k)]
+    return [sum(values[i : i + k]) / len(values[i : i + k]) for i in range(0, len(values), k)]
 
 
 def _ms(value: Any) -> float:

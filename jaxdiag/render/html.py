@@ -80,12 +80,24 @@ def _summary(report: "Report") -> str:
     if findings:
         from jaxdiag.render.ops_memory import place_html
 
-        parts.append(_table(
-            ("#", "severity", "lost ms", "what happened", "what to change", "where"),
-            ([str(i), f"<span class='{f.severity.value}'>{f.severity.value}</span>", _num(f.time_lost_ms),
-              _e(f.message), _e(f.suggestion), place_html(report, f, i)] for i, f in enumerate(findings, 1)),
-            numeric=(0, 2), escape=False,
-        ))
+        parts.append(
+            _table(
+                ("#", "severity", "lost ms", "what happened", "what to change", "where"),
+                (
+                    [
+                        str(i),
+                        f"<span class='{f.severity.value}'>{f.severity.value}</span>",
+                        _num(f.time_lost_ms),
+                        _e(f.message),
+                        _e(f.suggestion),
+                        place_html(report, f, i),
+                    ]
+                    for i, f in enumerate(findings, 1)
+                ),
+                numeric=(0, 2),
+                escape=False,
+            )
+        )
     else:
         parts.append("<p>No findings: nothing measurable was lost.</p>")
     if report.notes:
@@ -93,8 +105,16 @@ def _summary(report: "Report") -> str:
     return "".join(parts)
 
 
-_STEP_COLUMNS = ("step", "wall_ms", "device_busy_ms", "host_wait_ms", "compile_ms", "collective_ms",
-                 "exposed_collective_ms", "tokens")
+_STEP_COLUMNS = (
+    "step",
+    "wall_ms",
+    "device_busy_ms",
+    "host_wait_ms",
+    "compile_ms",
+    "collective_ms",
+    "exposed_collective_ms",
+    "tokens",
+)
 
 
 def _steps_table(report: "Report") -> str:
@@ -103,8 +123,8 @@ def _steps_table(report: "Report") -> str:
     unit = (report.throughput or {}).get("count_unit")
     header = tuple((unit if unit in ("tokens", "samples") else c) if c == "tokens" else c for c in _STEP_COLUMNS)
     return "<h2>Per step (ms)</h2>" + _table(
-        header, ([_num(s.get(c)) for c in _STEP_COLUMNS] for s in report.steps),
-        numeric=range(len(_STEP_COLUMNS)))
+        header, ([_num(s.get(c)) for c in _STEP_COLUMNS] for s in report.steps), numeric=range(len(_STEP_COLUMNS))
+    )
 
 
 def hosts_table(report: "Report") -> str:
@@ -114,8 +134,12 @@ def hosts_table(report: "Report") -> str:
     if not rows:
         return ""
     al = section.get("alignment") or {}
-    aligned = (f"clocks aligned on {_num(al.get('shared_collectives'))} shared collectives, to within "
-               f"{_num(al.get('residual_ms'))} ms" if al.get("aligned") else _e(al.get("note") or "clocks not aligned"))
+    aligned = (
+        f"clocks aligned on {_num(al.get('shared_collectives'))} shared collectives, to within "
+        f"{_num(al.get('residual_ms'))} ms"
+        if al.get("aligned")
+        else _e(al.get("note") or "clocks not aligned")
+    )
     hosts = section.get("hosts") or sorted({r.get("host") for r in rows})
     by = {(r.get("host"), r.get("step")): r for r in rows}
     set_by = {r.get("step"): r.get("host") for r in section.get("step_set_by") or []}
@@ -123,15 +147,19 @@ def hosts_table(report: "Report") -> str:
     def cell(r: dict[str, Any] | None) -> str:
         if r is None:
             return "—"
-        extra = [f"late {_num(r.get('late_ms'))}" if r.get("late_ms") else "",
-                 f"waited {_num(r.get('waited_ms'))}" if r.get("waited_ms") else ""]
+        extra = [
+            f"late {_num(r.get('late_ms'))}" if r.get("late_ms") else "",
+            f"waited {_num(r.get('waited_ms'))}" if r.get("waited_ms") else "",
+        ]
         return _num(r.get("wall_ms")) + "".join(f" ({e})" for e in extra if e)
 
     steps = sorted({r.get("step") for r in rows})
-    return (f"<h2>Per host and step (ms)</h2><p class='meta'>{aligned}</p>"
-            + _table(("step", *hosts, "step time set by"),
-                     ([_num(s), *(cell(by.get((h, s))) for h in hosts), _e(set_by.get(s, "—"))] for s in steps),
-                     numeric=range(len(hosts) + 1), escape=False))
+    return f"<h2>Per host and step (ms)</h2><p class='meta'>{aligned}</p>" + _table(
+        ("step", *hosts, "step time set by"),
+        ([_num(s), *(cell(by.get((h, s))) for h in hosts), _e(set_by.get(s, "—"))] for s in steps),
+        numeric=range(len(hosts) + 1),
+        escape=False,
+    )
 
 
 def _details(report: "Report") -> str:
@@ -144,9 +172,15 @@ def _details(report: "Report") -> str:
 def recompiles_table(report: "Report") -> str:
     if not report.recompiles:
         return ""
-    return "<h2>Compiles on the timeline</h2>" + _table(("function", "step", "compile ms", "cause"), (
-        [_e(r.get("function")), _num(r.get("step")), _num(r.get("compile_ms")), _e(r.get("cause") or "—")]
-        for r in report.recompiles), numeric=(1, 2), escape=False)
+    return "<h2>Compiles on the timeline</h2>" + _table(
+        ("function", "step", "compile ms", "cause"),
+        (
+            [_e(r.get("function")), _num(r.get("step")), _num(r.get("compile_ms")), _e(r.get("cause") or "—")]
+            for r in report.recompiles
+        ),
+        numeric=(1, 2),
+        escape=False,
+    )
 
 
 def host_waits_table(report: "Report") -> str:
@@ -154,8 +188,8 @@ def host_waits_table(report: "Report") -> str:
     if not hw.get("by_cause"):
         return ""
     return f"<h2>Host waits: {_num(hw.get('total_ms'))} ms</h2>" + _table(
-        ("cause", "ms"), ([_e(c.get("cause")), _num(c.get("ms"))] for c in hw["by_cause"]),
-        numeric=(1,), escape=False)
+        ("cause", "ms"), ([_e(c.get("cause")), _num(c.get("ms"))] for c in hw["by_cause"]), numeric=(1,), escape=False
+    )
 
 
 def small_ops_table(report: "Report") -> str:
@@ -163,9 +197,11 @@ def small_ops_table(report: "Report") -> str:
     if not so.get("top"):
         return ""
     return f"<h2>Small ops (&lt; {_num(so.get('threshold_us'))} µs): {so.get('count')} ops</h2>" + _table(
-        ("op", "module", "count", "total ms"), (
-            [_e(r.get("name")), _e(r.get("module")), _num(r.get("count")), _num(r.get("total_ms"))]
-            for r in so["top"]), numeric=(2, 3), escape=False)
+        ("op", "module", "count", "total ms"),
+        ([_e(r.get("name")), _e(r.get("module")), _num(r.get("count")), _num(r.get("total_ms"))] for r in so["top"]),
+        numeric=(2, 3),
+        escape=False,
+    )
 
 
 def collectives_table(report: "Report") -> str:
@@ -173,21 +209,41 @@ def collectives_table(report: "Report") -> str:
     if not co.get("by_kind"):
         return ""
     return f"<h2>Collectives: {_num(co.get('exposed_ms'))} ms exposed</h2>" + _table(
-        ("kind", "count", "total ms", "exposed ms", "overlap"), (
-            [_e(k.get("kind")), _num(k.get("count")), _num(k.get("total_ms")), _num(k.get("exposed_ms")),
-             _num(k.get("overlap_fraction"))] for k in co["by_kind"]), numeric=(1, 2, 3, 4), escape=False)
+        ("kind", "count", "total ms", "exposed ms", "overlap"),
+        (
+            [
+                _e(k.get("kind")),
+                _num(k.get("count")),
+                _num(k.get("total_ms")),
+                _num(k.get("exposed_ms")),
+                _num(k.get("overlap_fraction")),
+            ]
+            for k in co["by_kind"]
+        ),
+        numeric=(1, 2, 3, 4),
+        escape=False,
+    )
 
 
 def _throughput(tp: dict[str, Any]) -> str:
     unit = tp.get("count_unit") if tp.get("count_unit") in ("tokens", "samples") else "tokens"
-    items = [(label, tp.get(key)) for key, label in (
-        ("steps_per_s", "steps/s"), ("steady_steps_per_s", "steady steps/s"),
-        ("tokens_per_s", f"{unit}/s"), ("steady_tokens_per_s", f"steady {unit}/s"), ("mfu", "MFU"))]
+    items = [
+        (label, tp.get(key))
+        for key, label in (
+            ("steps_per_s", "steps/s"),
+            ("steady_steps_per_s", "steady steps/s"),
+            ("tokens_per_s", f"{unit}/s"),
+            ("steady_tokens_per_s", f"steady {unit}/s"),
+            ("mfu", "MFU"),
+        )
+    ]
     shown = [f"{label}: <b>{_num(v)}</b>" for label, v in items if v is not None]
     return f"<p>{' · '.join(shown)}</p>" if shown else ""
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = (), escape: bool = True) -> str:
+def _table(
+    header: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = (), escape: bool = True
+) -> str:
     num = set(numeric)
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = []

@@ -42,8 +42,9 @@ class Dashboard:
     host: str | None = None
     devices: tuple[str, ...] | None = None
 
-    def select(self, *, step: int | None = None, host: str | None = None,
-               devices: Sequence[str] | None = None) -> "Dashboard":
+    def select(
+        self, *, step: int | None = None, host: str | None = None, devices: Sequence[str] | None = None
+    ) -> "Dashboard":
         """The same report for this step, host and devices (each ``None``: its default)."""
         return dataclasses.replace(self, step=step, host=host, devices=None if devices is None else tuple(devices))
 
@@ -73,7 +74,12 @@ class Dashboard:
         devices = [d for d in source.get("devices") or [] if self.host is None or d.get("host") == self.host]
         planes = list(dict.fromkeys(str(d.get("plane")) for d in devices))
         default = figures.default_step(self.report)
-        return {"step": steps, "host": hosts, "device": planes, "default_step": [default] if default is not None else []}
+        return {
+            "step": steps,
+            "host": hosts,
+            "device": planes,
+            "default_step": [default] if default is not None else [],
+        }
 
     def static_parts(self) -> list[Any]:
         """What the static view displays, in order: HTML and figures."""
@@ -127,13 +133,21 @@ class DashboardWidget:
         choices = dash.choices()
         start = dash.step if dash.step is not None else (choices["default_step"] or [None])[0]
         self.pickers = {
-            "step": widgets.Dropdown(description="step", options=[(str(s), s) for s in choices["step"]] or
-                                     [("none", None)], value=start if start in choices["step"] else None),
-            "host": widgets.Dropdown(description="host", value=dash.host if dash.host in choices["host"] else None,
-                                     options=[("slowest", None)] + [(h, h) for h in choices["host"]]),
-            "device": widgets.Dropdown(description="device", options=[_ALL_DEVICES] + choices["device"],
-                                       value=dash.devices[0] if dash.devices and dash.devices[0] in choices["device"]
-                                       else _ALL_DEVICES),
+            "step": widgets.Dropdown(
+                description="step",
+                options=[(str(s), s) for s in choices["step"]] or [("none", None)],
+                value=start if start in choices["step"] else None,
+            ),
+            "host": widgets.Dropdown(
+                description="host",
+                value=dash.host if dash.host in choices["host"] else None,
+                options=[("slowest", None)] + [(h, h) for h in choices["host"]],
+            ),
+            "device": widgets.Dropdown(
+                description="device",
+                options=[_ALL_DEVICES] + choices["device"],
+                value=dash.devices[0] if dash.devices and dash.devices[0] in choices["device"] else _ALL_DEVICES,
+            ),
         }
         self.selected = widgets.Output()
         run = widgets.Output()
@@ -141,14 +155,23 @@ class DashboardWidget:
         for picker in self.pickers.values():
             picker.observe(self.redraw, names="value")
         self.redraw()
-        self.box = widgets.VBox([widgets.HTML(render_summary_html(dash.report)), run,
-                                 widgets.HBox(list(self.pickers.values())), self.selected])
+        self.box = widgets.VBox(
+            [
+                widgets.HTML(render_summary_html(dash.report)),
+                run,
+                widgets.HBox(list(self.pickers.values())),
+                self.selected,
+            ]
+        )
 
     def redraw(self, _change: Any = None) -> None:
         """Draw the selection figures for the pickers' values."""
         device = self.pickers["device"].value
-        self.current = self.current.select(step=self.pickers["step"].value, host=self.pickers["host"].value,
-                                           devices=None if device == _ALL_DEVICES else [device])
+        self.current = self.current.select(
+            step=self.pickers["step"].value,
+            host=self.pickers["host"].value,
+            devices=None if device == _ALL_DEVICES else [device],
+        )
         self.selected.outputs = tuple(_output(fig) for fig in self.current.selection_figures().values())
 
     def _ipython_display_(self) -> None:
@@ -176,8 +199,9 @@ def _output(fig: "go.Figure") -> dict[str, Any]:
     return {"output_type": "display_data", "data": bundle, "metadata": {}}
 
 
-def dashboard(report: "Report", *, step: int | None = None, host: str | None = None,
-              devices: Sequence[str] | None = None) -> Dashboard:
+def dashboard(
+    report: "Report", *, step: int | None = None, host: str | None = None, devices: Sequence[str] | None = None
+) -> Dashboard:
     """The dashboard of ``report``: show it as a cell's last expression, or with ``display``.
 
     Args:

@@ -54,15 +54,31 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
         + ("" if top.get("deep") else "; FLOPs, bytes and bound with --deep")
     )
     t = Table(show_edge=False)
-    for col, right in (("id", False), ("op", False), ("function", False), ("ms/step", True), ("share", True),
-                       ("GFLOP", True), ("FLOP/B", True), ("bound", False), ("source", False)):
+    for col, right in (
+        ("id", False),
+        ("op", False),
+        ("function", False),
+        ("ms/step", True),
+        ("share", True),
+        ("GFLOP", True),
+        ("FLOP/B", True),
+        ("bound", False),
+        ("source", False),
+    ):
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in rows[:TERMINAL_ROWS]:
         flops = r.get("flops")
-        t.add_row(str(r.get("id")), str(r.get("name")), str(r.get("function") or "—"),
-                  _num(r.get("per_step_ms") if r.get("per_step_ms") is not None else r.get("total_ms")),
-                  _pct(r.get("share")), "—" if flops is None else f"{flops / 1e9:.3g}",
-                  _num(r.get("intensity")), str(r.get("bound") or "unknown"), str(r.get("source") or "—"))
+        t.add_row(
+            str(r.get("id")),
+            str(r.get("name")),
+            str(r.get("function") or "—"),
+            _num(r.get("per_step_ms") if r.get("per_step_ms") is not None else r.get("total_ms")),
+            _pct(r.get("share")),
+            "—" if flops is None else f"{flops / 1e9:.3g}",
+            _num(r.get("intensity")),
+            str(r.get("bound") or "unknown"),
+            str(r.get("source") or "—"),
+        )
     console.print(t)
     console.print()
 
@@ -93,14 +109,22 @@ def _print_memory(report: "Report", console: "Console") -> None:
         for col in ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity"):
             t.add_column(col, justify="left" if col == "function" else "right")
         for c in compiles:
-            t.add_row(str(c.get("function")), str(c.get("compile_index")), _bytes(c.get("argument_bytes")),
-                      _bytes(c.get("output_bytes")), _bytes(c.get("temp_bytes")),
-                      _bytes(c.get("generated_code_bytes")), _bytes(c.get("total_bytes")),
-                      _pct(c.get("share_of_capacity")))
+            t.add_row(
+                str(c.get("function")),
+                str(c.get("compile_index")),
+                _bytes(c.get("argument_bytes")),
+                _bytes(c.get("output_bytes")),
+                _bytes(c.get("temp_bytes")),
+                _bytes(c.get("generated_code_bytes")),
+                _bytes(c.get("total_bytes")),
+                _pct(c.get("share_of_capacity")),
+            )
         console.print(t)
     for p in peaks:
-        console.print(f"  measured peak {p.get('host')} {p.get('allocator')}: {_bytes(p.get('peak_bytes'))} "
-                      f"of {_bytes(p.get('capacity_bytes'))} (XProf memory_profile)")
+        console.print(
+            f"  measured peak {p.get('host')} {p.get('allocator')}: {_bytes(p.get('peak_bytes'))} "
+            f"of {_bytes(p.get('capacity_bytes'))} (XProf memory_profile)"
+        )
     console.print()
 
 
@@ -119,24 +143,60 @@ def html_top_ops(report: "Report") -> str:
     rows = top.get("rows") or []
     if rows:
         ridge = top.get("ridge_point")
-        parts.append("<h2>Top ops by device time</h2><p class='meta'>"
-                     + (_e(f"ridge point {ridge:.0f} FLOP/byte ({top.get('roofline_source')})") if ridge else "")
-                     + ("" if top.get("deep") else " · FLOPs, bytes and bound: jaxdiag report --deep") + "</p>")
-        parts.append(_table(
-            ("id", "op", "module", "function", "kind", "count", "ms/step", "share", "GFLOP", "MB", "FLOP/B",
-             "bound", "XProf bound", "source"),
-            ([r.get("id"), r.get("name"), r.get("module"), r.get("function"), r.get("kind"), _num(r.get("count")),
-              _num(r.get("per_step_ms")), _pct(r.get("share")),
-              "—" if r.get("flops") is None else f"{r['flops'] / 1e9:.3g}",
-              "—" if r.get("bytes_accessed") is None else f"{r['bytes_accessed'] / 1e6:.3g}",
-              _num(r.get("intensity")), r.get("bound"), r.get("xprof_bound_by") or "—", r.get("source") or "—"]
-             for r in rows), row_ids=[f"jd-{r.get('id')}" for r in rows]))
+        parts.append(
+            "<h2>Top ops by device time</h2><p class='meta'>"
+            + (_e(f"ridge point {ridge:.0f} FLOP/byte ({top.get('roofline_source')})") if ridge else "")
+            + ("" if top.get("deep") else " · FLOPs, bytes and bound: jaxdiag report --deep")
+            + "</p>"
+        )
+        parts.append(
+            _table(
+                (
+                    "id",
+                    "op",
+                    "module",
+                    "function",
+                    "kind",
+                    "count",
+                    "ms/step",
+                    "share",
+                    "GFLOP",
+                    "MB",
+                    "FLOP/B",
+                    "bound",
+                    "XProf bound",
+                    "source",
+                ),
+                (
+                    [
+                        r.get("id"),
+                        r.get("name"),
+                        r.get("module"),
+                        r.get("function"),
+                        r.get("kind"),
+                        _num(r.get("count")),
+                        _num(r.get("per_step_ms")),
+                        _pct(r.get("share")),
+                        "—" if r.get("flops") is None else f"{r['flops'] / 1e9:.3g}",
+                        "—" if r.get("bytes_accessed") is None else f"{r['bytes_accessed'] / 1e6:.3g}",
+                        _num(r.get("intensity")),
+                        r.get("bound"),
+                        r.get("xprof_bound_by") or "—",
+                        r.get("source") or "—",
+                    ]
+                    for r in rows
+                ),
+                row_ids=[f"jd-{r.get('id')}" for r in rows],
+            )
+        )
     basis = (report.throughput or {}).get("mfu_basis") or {}
     if basis:
-        parts.append("<h2>MFU: where the numbers come from</h2><ul class='meta'>"
-                     f"<li>FLOPs per step: {_e(_big(basis.get('flops_per_step')))} ({_e(basis.get('flops_source'))})</li>"
-                     f"<li>peak: {_e(_big(basis.get('peak_flops')))}/s ({_e(basis.get('peak_source'))})</li>"
-                     f"<li>dtype: {_e(basis.get('dtype') or 'unknown')} ({_e(basis.get('dtype_source'))})</li></ul>")
+        parts.append(
+            "<h2>MFU: where the numbers come from</h2><ul class='meta'>"
+            f"<li>FLOPs per step: {_e(_big(basis.get('flops_per_step')))} ({_e(basis.get('flops_source'))})</li>"
+            f"<li>peak: {_e(_big(basis.get('peak_flops')))}/s ({_e(basis.get('peak_source'))})</li>"
+            f"<li>dtype: {_e(basis.get('dtype') or 'unknown')} ({_e(basis.get('dtype_source'))})</li></ul>"
+        )
     return "".join(parts)
 
 
@@ -145,18 +205,45 @@ def html_memory(report: "Report") -> str:
     parts: list[str] = []
     mem = getattr(report, "memory", None) or {}
     if mem.get("compiles") or mem.get("peaks"):
-        parts.append(f"<h2>Memory per device</h2><p class='meta'>capacity {_e(_bytes(mem.get('capacity_bytes')))} "
-                     f"({_e(mem.get('capacity_source'))})</p>")
+        parts.append(
+            f"<h2>Memory per device</h2><p class='meta'>capacity {_e(_bytes(mem.get('capacity_bytes')))} "
+            f"({_e(mem.get('capacity_source'))})</p>"
+        )
         if mem.get("compiles"):
-            parts.append(_table(
-                ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity"),
-                ([c.get("function"), c.get("compile_index"), _bytes(c.get("argument_bytes")),
-                  _bytes(c.get("output_bytes")), _bytes(c.get("temp_bytes")), _bytes(c.get("generated_code_bytes")),
-                  _bytes(c.get("total_bytes")), _pct(c.get("share_of_capacity"))] for c in mem["compiles"])))
+            parts.append(
+                _table(
+                    ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity"),
+                    (
+                        [
+                            c.get("function"),
+                            c.get("compile_index"),
+                            _bytes(c.get("argument_bytes")),
+                            _bytes(c.get("output_bytes")),
+                            _bytes(c.get("temp_bytes")),
+                            _bytes(c.get("generated_code_bytes")),
+                            _bytes(c.get("total_bytes")),
+                            _pct(c.get("share_of_capacity")),
+                        ]
+                        for c in mem["compiles"]
+                    ),
+                )
+            )
         if mem.get("peaks"):
-            parts.append(_table(("host", "allocator", "measured peak", "capacity", "of capacity"), (
-                [p.get("host"), p.get("allocator"), _bytes(p.get("peak_bytes")), _bytes(p.get("capacity_bytes")),
-                 _pct(p.get("share_of_capacity"))] for p in mem["peaks"])))
+            parts.append(
+                _table(
+                    ("host", "allocator", "measured peak", "capacity", "of capacity"),
+                    (
+                        [
+                            p.get("host"),
+                            p.get("allocator"),
+                            _bytes(p.get("peak_bytes")),
+                            _bytes(p.get("capacity_bytes")),
+                            _pct(p.get("share_of_capacity")),
+                        ]
+                        for p in mem["peaks"]
+                    ),
+                )
+            )
     return "".join(parts)
 
 
@@ -206,30 +293,48 @@ def roofline(report: "Report") -> "go.Figure":
 
     top = getattr(report, "top_ops", None) or {}
     title = "Top ops on the roofline"
-    points = [r for r in top.get("rows") or []
-              if r.get("achieved_flops_per_s") and r.get("intensity")]
+    points = [r for r in top.get("rows") or [] if r.get("achieved_flops_per_s") and r.get("intensity")]
     if not points:
-        why = "run jaxdiag report --deep for FLOPs and bytes per op" if not top.get("deep") else \
-            "XProf gave no FLOPs for the top ops"
+        why = (
+            "run jaxdiag report --deep for FLOPs and bytes per op"
+            if not top.get("deep")
+            else "XProf gave no FLOPs for the top ops"
+        )
         return no_data(title, why)
     x = [float(r["intensity"]) for r in points]
     y = [float(r["achieved_flops_per_s"]) / 1e12 for r in points]
-    fig = go.Figure(go.Scatter(
-        x=x, y=y, mode="markers+text", text=[r.get("id") for r in points], textposition="top center",
-        customdata=[[r.get("name"), r.get("function"), r.get("bound")] for r in points],
-        hovertemplate="%{customdata[0]} (%{customdata[1]}): %{x:.1f} FLOP/B, %{y:.2f} TFLOP/s, "
-                      "%{customdata[2]}-bound<extra></extra>", name="ops"))
+    fig = go.Figure(
+        go.Scatter(
+            x=x,
+            y=y,
+            mode="markers+text",
+            text=[r.get("id") for r in points],
+            textposition="top center",
+            customdata=[[r.get("name"), r.get("function"), r.get("bound")] for r in points],
+            hovertemplate="%{customdata[0]} (%{customdata[1]}): %{x:.1f} FLOP/B, %{y:.2f} TFLOP/s, "
+            "%{customdata[2]}-bound<extra></extra>",
+            name="ops",
+        )
+    )
     peak, bw = top.get("peak_flops"), top.get("memory_bandwidth_bps")
     note = ""
     if peak and bw:
         lo, hi = min(x + [1.0]) / 2, max(x + [peak / bw]) * 2
         ridge = peak / bw
-        fig.add_trace(go.Scatter(x=[lo, ridge, hi], y=[lo * bw / 1e12, peak / 1e12, peak / 1e12], mode="lines",
-                                 name="roofline", line={"color": "#E45756"}))
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, ridge, hi],
+                y=[lo * bw / 1e12, peak / 1e12, peak / 1e12],
+                mode="lines",
+                name="roofline",
+                line={"color": "#E45756"},
+            )
+        )
     else:
         note = "device peak or bandwidth unknown: no roofline drawn"
-    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="FLOP per byte",
-                      yaxis_title="achieved TFLOP/s (per device)")
+    fig.update_layout(
+        xaxis_type="log", yaxis_type="log", xaxis_title="FLOP per byte", yaxis_title="achieved TFLOP/s (per device)"
+    )
     return _finish(fig, title, note)
 
 

@@ -17,8 +17,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.reporting.model import Report
 
 TITLE = "Collectives by function: what the compiler moved between devices"
-_ORIGIN_COLORS = {"resharding": "#E45756", "user": "#4C78A8", "reduction": "#54A24B", "constraint": "#F58518",
-                  "requested": "#B279A2"}
+_ORIGIN_COLORS = {
+    "resharding": "#E45756",
+    "user": "#4C78A8",
+    "reduction": "#54A24B",
+    "constraint": "#F58518",
+    "requested": "#B279A2",
+}
 _MAX_BARS = 30
 
 
@@ -28,8 +33,11 @@ def sharding_collectives(report: "Report") -> "go.Figure":
     rows = [r for r in section.get("timeline") or [] if (r.get("total_ms") or 0) > 0]
     value_key, axis_title = "total_ms", "time on the timeline (ms)"
     if not rows:
-        rows = [dict(c, function=f.get("function")) for f in section.get("functions") or []
-                for c in f.get("collectives") or []]
+        rows = [
+            dict(c, function=f.get("function"))
+            for f in section.get("functions") or []
+            for c in f.get("collectives") or []
+        ]
         value_key, axis_title = "bytes_per_call", "bytes per call"
     rows = [r for r in rows if (r.get(value_key) or 0) > 0]
     if not rows:
@@ -42,11 +50,14 @@ def sharding_collectives(report: "Report") -> "go.Figure":
     for origin in dict.fromkeys(str(r.get("origin") or "other") for r in rows):
         mine = [r for r in rows if str(r.get("origin") or "other") == origin]
         fig.add_bar(
-            y=[_label(r) for r in mine], x=[float(r.get(value_key) or 0) for r in mine], orientation="h",
-            name=origin, marker_color=_ORIGIN_COLORS.get(origin, "#BAB0AC"),
+            y=[_label(r) for r in mine],
+            x=[float(r.get(value_key) or 0) for r in mine],
+            orientation="h",
+            name=origin,
+            marker_color=_ORIGIN_COLORS.get(origin, "#BAB0AC"),
             customdata=[[r.get("bytes"), r.get("count"), r.get("module"), r.get("op")] for r in mine],
             hovertemplate="%{y}<br>%{x}<br>bytes %{customdata[0]}, count %{customdata[1]}"
-                          "<br>%{customdata[2]} / %{customdata[3]}<extra>%{fullData.name}</extra>",
+            "<br>%{customdata[2]} / %{customdata[3]}<extra>%{fullData.name}</extra>",
         )
     fig.update_layout(barmode="stack", height=max(260, 28 * len(rows) + 140), xaxis_title=axis_title)
     return _finish(fig, TITLE, note)

@@ -38,19 +38,29 @@ _MAX_LEAVES = 12
 
 
 def to_json(section: Mapping[str, Any], findings: Sequence["Finding"]) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "functions": distinct_compiles(section.get("functions")),
-            "timeline": list(section.get("timeline") or ()),
-            "findings": [f.to_dict() for f in findings if f.kind in FINDING_KINDS]}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "functions": distinct_compiles(section.get("functions")),
+        "timeline": list(section.get("timeline") or ()),
+        "findings": [f.to_dict() for f in findings if f.kind in FINDING_KINDS],
+    }
 
 
-def render(section: Mapping[str, Any], findings: Sequence["Finding"], *, width: int | None = None,
-           color: bool = False) -> str:
+def render(
+    section: Mapping[str, Any], findings: Sequence["Finding"], *, width: int | None = None, color: bool = False
+) -> str:
     """The sharding section as text tables (ANSI colour when ``color``)."""
     from rich.console import Console
 
     buf = io.StringIO()
-    console = Console(file=buf, width=width or 120, force_terminal=color, color_system="auto" if color else None,
-                      highlight=False, soft_wrap=False)
+    console = Console(
+        file=buf,
+        width=width or 120,
+        force_terminal=color,
+        color_system="auto" if color else None,
+        highlight=False,
+        soft_wrap=False,
+    )
     print_functions(section, console, detail=True)
     print_timeline(section, console)
     print_findings(findings, console)
@@ -121,8 +131,15 @@ def _ints(values: Any) -> list[int]:
 def _runs(fn: Mapping[str, Any]) -> int:
     """How often a compile's collectives ran on the timeline (0 without a capture)."""
     colls = fn.get("collectives")
-    return sum(c.get("timeline_count") or 0 for c in colls if isinstance(c, Mapping)
-               and isinstance(c.get("timeline_count"), int)) if isinstance(colls, list) else 0
+    return (
+        sum(
+            c.get("timeline_count") or 0
+            for c in colls
+            if isinstance(c, Mapping) and isinstance(c.get("timeline_count"), int)
+        )
+        if isinstance(colls, list)
+        else 0
+    )
 
 
 _TIMELINE_KEYS = frozenset({"compiles", "timeline_count", "timeline_ms", "steady", "steady_by"})
@@ -130,6 +147,7 @@ _TIMELINE_KEYS = frozenset({"compiles", "timeline_count", "timeline_ms", "steady
 
 def _placement_key(fn: Mapping[str, Any]) -> str:
     """The facts of a compile with equivalent specs written one way, for telling distinct compiles apart."""
+
     def norm(value: Any, key: str = "") -> Any:
         if key == "spec" and isinstance(value, list):
             return normal_spec(value)
@@ -171,19 +189,38 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
 
     for fn in distinct_compiles(section.get("functions")):
         compiles = ", ".join(str(c) for c in fn.get("compiles") or ())
-        console.print(f"[bold]{escape(str(fn.get('function')))}[/bold] ({escape(str(fn.get('module') or '?'))}, "
-                      f"compile {compiles}){_steady_text(fn)}  "
-                      f"{escape(mesh_line(fn))}   communication {_bytes(fn.get('comm_bytes_per_call'))} per call"
-                      + ("" if fn.get("hlo", True) else "   (optimized HLO not read)"))
+        console.print(
+            f"[bold]{escape(str(fn.get('function')))}[/bold] ({escape(str(fn.get('module') or '?'))}, "
+            f"compile {compiles}){_steady_text(fn)}  "
+            f"{escape(mesh_line(fn))}   communication {_bytes(fn.get('comm_bytes_per_call'))} per call"
+            + ("" if fn.get("hlo", True) else "   (optimized HLO not read)")
+        )
         if detail:
             leaves = [("in", x) for x in fn.get("inputs") or ()] + [("out", x) for x in fn.get("outputs") or ()]
             t = Table(show_edge=False, pad_edge=False)
-            for col, just in (("", "left"), ("array", "left"), ("shape", "left"), ("spec", "left"),
-                              ("per device", "right"), ("chosen by", "left")):
+            for col, just in (
+                ("", "left"),
+                ("array", "left"),
+                ("shape", "left"),
+                ("spec", "left"),
+                ("per device", "right"),
+                ("chosen by", "left"),
+            ):
                 t.add_column(col, justify=just, overflow="fold")
             for side, leaf in leaves[:_MAX_LEAVES]:
-                t.add_row(side, *map(escape, (str(leaf.get("name") or leaf.get("path")), _shape(leaf), _spec(leaf),
-                                              _bytes(leaf.get("bytes_per_device")), str(leaf.get("chosen_by", "")))))
+                t.add_row(
+                    side,
+                    *map(
+                        escape,
+                        (
+                            str(leaf.get("name") or leaf.get("path")),
+                            _shape(leaf),
+                            _spec(leaf),
+                            _bytes(leaf.get("bytes_per_device")),
+                            str(leaf.get("chosen_by", "")),
+                        ),
+                    ),
+                )
             if len(leaves) > _MAX_LEAVES:
                 t.add_row("…", f"{len(leaves) - _MAX_LEAVES} more", "", "", "", "")
             console.print(t)
@@ -193,18 +230,37 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
             console.print()
             continue
         t = Table(show_edge=False, pad_edge=False)
-        for col, just in (("collective", "left"), ("kind", "left"), ("mesh axes", "left"), ("bytes/call", "right"),
-                          ("origin", "left"), ("array", "left"), ("from JAX op", "left"), ("timeline ms", "right")):
+        for col, just in (
+            ("collective", "left"),
+            ("kind", "left"),
+            ("mesh axes", "left"),
+            ("bytes/call", "right"),
+            ("origin", "left"),
+            ("array", "left"),
+            ("from JAX op", "left"),
+            ("timeline ms", "right"),
+        ):
             t.add_column(col, justify=just, overflow="fold")
         for c in colls:
             origin = str(c.get("origin"))
             style = "yellow" if origin == "resharding" else ""
             runs = f" ×{c.get('count')}" if _is_num(c.get("count")) and c["count"] > 1 else ""
             origin = escape(origin)
-            t.add_row(*map(escape, (str(c.get("name")), str(c.get("kind")), _axes(c.get("mesh_axes")),
-                                    _bytes(c.get("bytes_per_call")) + runs)),
-                      f"[{style}]{origin}[/{style}]" if style else origin, escape(_arrays(c)),
-                      escape(str(c.get("op_name") or "")), _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—")
+            t.add_row(
+                *map(
+                    escape,
+                    (
+                        str(c.get("name")),
+                        str(c.get("kind")),
+                        _axes(c.get("mesh_axes")),
+                        _bytes(c.get("bytes_per_call")) + runs,
+                    ),
+                ),
+                f"[{style}]{origin}[/{style}]" if style else origin,
+                escape(_arrays(c)),
+                escape(str(c.get("op_name") or "")),
+                _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—",
+            )
         console.print(t)
         console.print()
 
@@ -217,7 +273,9 @@ def _steady_text(fn: Mapping[str, Any]) -> str:
         return " [dim]another compile[/dim]"
     if by == "timeline":
         return f" [green]steady[/green]: ran most on the timeline ({_runs(fn)} collective runs)"
-    return " [yellow]latest[/yellow]: which compile ran most is unknown (no capture, or one that cannot tell them apart)"
+    return (
+        " [yellow]latest[/yellow]: which compile ran most is unknown (no capture, or one that cannot tell them apart)"
+    )
 
 
 def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
@@ -228,14 +286,26 @@ def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
     if not rows:
         return
     t = Table(title="Collectives on the timeline", title_justify="left", show_edge=False)
-    for col, just in (("op", "left"), ("function", "left"), ("array", "left"), ("mesh axes", "left"),
-                      ("count", "right"), ("ms / device", "right"), ("origin", "left")):
+    for col, just in (
+        ("op", "left"),
+        ("function", "left"),
+        ("array", "left"),
+        ("mesh axes", "left"),
+        ("count", "right"),
+        ("ms / device", "right"),
+        ("origin", "left"),
+    ):
         t.add_column(col, justify=just, overflow="fold")
     for r in rows:
-        t.add_row(escape(f"{r.get('module')}/{r.get('op')}"), escape(str(r.get("function") or "—")),
-                  escape(", ".join(str(a) for a in r.get("arrays") or ()) or "—"),
-                  escape(_axes(r.get("mesh_axes"))) if r.get("function") else "—",
-                  escape(str(r.get("count"))), _ms(r.get("total_ms")), escape(str(r.get("origin") or "—")))
+        t.add_row(
+            escape(f"{r.get('module')}/{r.get('op')}"),
+            escape(str(r.get("function") or "—")),
+            escape(", ".join(str(a) for a in r.get("arrays") or ()) or "—"),
+            escape(_axes(r.get("mesh_axes"))) if r.get("function") else "—",
+            escape(str(r.get("count"))),
+            _ms(r.get("total_ms")),
+            escape(str(r.get("origin") or "—")),
+        )
     console.print(t)
     console.print()
 

@@ -24,8 +24,12 @@ def render(report: "Report", *, width: int | None = None, color: bool | None = N
 
     buf = io.StringIO()
     console = Console(
-        file=buf, width=width or 110, force_terminal=bool(color), color_system="auto" if color else None,
-        highlight=False, soft_wrap=False,
+        file=buf,
+        width=width or 110,
+        force_terminal=bool(color),
+        color_system="auto" if color else None,
+        highlight=False,
+        soft_wrap=False,
     )
     print_report(report, console)
     return buf.getvalue()
@@ -117,9 +121,14 @@ def _steps(report: "Report", console: "Console") -> None:
     if not report.steps:
         return
     cols = (
-        ("step", "step"), ("wall_ms", "wall"), ("device_busy_ms", "device busy"),
-        ("host_wait_ms", "host wait"), ("compile_ms", "compile"), ("collective_ms", "collective"),
-        ("exposed_collective_ms", "exposed coll."), ("tokens", count_unit(report)),
+        ("step", "step"),
+        ("wall_ms", "wall"),
+        ("device_busy_ms", "device busy"),
+        ("host_wait_ms", "host wait"),
+        ("compile_ms", "compile"),
+        ("collective_ms", "collective"),
+        ("exposed_collective_ms", "exposed coll."),
+        ("tokens", count_unit(report)),
     )
     t = Table(title="Per step (ms)", title_justify="left", show_edge=False)
     for _, label in cols:
@@ -179,16 +188,24 @@ def _collectives(report: "Report", console: "Console") -> None:
     console.print(
         f"[bold]Collectives[/bold]: exposed {_ms(co.get('exposed_ms'))} ms"
         + (f", {frac:.0%} overlapped with compute" if isinstance(frac, (int, float)) else "")
-        + (f"; {_ms(co.get('waiting_for_hosts_ms'))} ms per device more waiting for a late host"
-           if co.get("waiting_for_hosts_ms") else "")
+        + (
+            f"; {_ms(co.get('waiting_for_hosts_ms'))} ms per device more waiting for a late host"
+            if co.get("waiting_for_hosts_ms")
+            else ""
+        )
     )
     t = Table(show_edge=False)
     for col in ("kind", "count", "total ms", "exposed ms", "overlap"):
         t.add_column(col, justify="left" if col == "kind" else "right")
     for k in kinds:
         of = k.get("overlap_fraction")
-        t.add_row(str(k.get("kind")), _int(k.get("count")), _ms(k.get("total_ms")), _ms(k.get("exposed_ms")),
-                  f"{of:.0%}" if isinstance(of, (int, float)) else "—")
+        t.add_row(
+            str(k.get("kind")),
+            _int(k.get("count")),
+            _ms(k.get("total_ms")),
+            _ms(k.get("exposed_ms")),
+            f"{of:.0%}" if isinstance(of, (int, float)) else "—",
+        )
     console.print(t)
     console.print()
 
@@ -203,8 +220,10 @@ def _stragglers(report: "Report", console: "Console") -> None:
         return
     al = section.get("alignment") or {}
     if al.get("aligned"):
-        console.print(f"[bold]Hosts[/bold]: clocks aligned on {al.get('shared_collectives')} shared collectives, "
-                      f"to within {_ms(al.get('residual_ms'))} ms")
+        console.print(
+            f"[bold]Hosts[/bold]: clocks aligned on {al.get('shared_collectives')} shared collectives, "
+            f"to within {_ms(al.get('residual_ms'))} ms"
+        )
     else:
         console.print(f"[bold]Hosts[/bold]: {al.get('note') or 'clocks not aligned'}")
     set_by = {r.get("step"): r.get("host") for r in section.get("step_set_by") or []}
@@ -213,8 +232,9 @@ def _stragglers(report: "Report", console: "Console") -> None:
     steps = sorted({r.get("step") for r in rows})
     if len(steps) > _MAX_STEP_ROWS:
         steps = steps[: _MAX_STEP_ROWS // 2] + steps[-_MAX_STEP_ROWS // 2 :]
-    t = Table(title="Per host and step: wall ms (late to collectives / waited in them)", title_justify="left",
-              show_edge=False)
+    t = Table(
+        title="Per host and step: wall ms (late to collectives / waited in them)", title_justify="left", show_edge=False
+    )
     t.add_column("step", justify="right")
     for h in hosts:
         t.add_column(str(h), justify="right")
@@ -226,8 +246,10 @@ def _stragglers(report: "Report", console: "Console") -> None:
             if r is None:
                 cells.append("—")
                 continue
-            extra = [f"late {_ms(r.get('late_ms'))}" if r.get("late_ms") else "",
-                     f"waited {_ms(r.get('waited_ms'))}" if r.get("waited_ms") else ""]
+            extra = [
+                f"late {_ms(r.get('late_ms'))}" if r.get("late_ms") else "",
+                f"waited {_ms(r.get('waited_ms'))}" if r.get("waited_ms") else "",
+            ]
             cells.append(_ms(r.get("wall_ms")) + "".join(f" ({e})" for e in extra if e))
         t.add_row(_int(step), *cells, str(set_by.get(step, "—")))
     console.print(t)

@@ -64,8 +64,7 @@ def report(
     """
     settings = settings if settings is not None else thresholds
     with _collector_paused(), using(settings):
-        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, settings, deep,
-                       scheduler)
+        return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, settings, deep, scheduler)
 
 
 @contextlib.contextmanager
@@ -87,9 +86,16 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _report(
-    path: str | Path, run: str | None, host: str | None, steps: Sequence[int] | None,
-    tokens_per_step: Mapping[int, float] | float | None, flops_per_step: float | None,
-    compile_log: str | Path | None, thresholds: Thresholds, deep: bool = False, scheduler: Any = None,
+    path: str | Path,
+    run: str | None,
+    host: str | None,
+    steps: Sequence[int] | None,
+    tokens_per_step: Mapping[int, float] | float | None,
+    flops_per_step: float | None,
+    compile_log: str | Path | None,
+    thresholds: Thresholds,
+    deep: bool = False,
+    scheduler: Any = None,
 ) -> Report:
     from jaxdiag.trace.load import start_load
 
@@ -162,8 +168,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
     findings: list[Finding] = [f for r in results.values() for f in r.findings]
     notes = tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes)
     findings += [
-        Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="")
-        for n in notes
+        Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="") for n in notes
     ]
     findings.sort(key=lambda f: (-f.time_lost_ms, _SEVERITY_ORDER[f.severity], f.kind))
     from jaxdiag.analyses.finding_places import place_findings
@@ -233,9 +238,7 @@ def _sidecar_facts(run_dir: str) -> tuple[Any, list[str]]:
         return None, [f"capture sidecar skipped: {exc}"]
 
 
-def _compile_log(
-    run_dir: str, path: str | Path, explicit: str | Path | None
-) -> tuple[list[dict[str, Any]], list[str]]:
+def _compile_log(run_dir: str, path: str | Path, explicit: str | Path | None) -> tuple[list[dict[str, Any]], list[str]]:
     """Compile records as dicts, and notes about what was found or skipped."""
     from jaxdiag.recording.log_reader import read_compile_log
 
@@ -274,4 +277,6 @@ def _skipped_note(log: Any) -> list[str]:
     if not log.skipped_lines:
         return []
     first = log.skipped_lines[0]
-    return [f"compile log: skipped {len(log.skipped_lines)} unreadable line(s), first {first[0]}:{first[1]} ({first[2]})"]
+    return [
+        f"compile log: skipped {len(log.skipped_lines)} unreadable line(s), first {first[0]}:{first[1]} ({first[2]})"
+    ]

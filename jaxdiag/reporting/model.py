@@ -136,8 +136,14 @@ class Report:
         fields = {name: d.get(name) or _empty(name) for name in REPORT_FIELDS}
         sections = {k: v for k, v in d.items() if k not in REPORT_FIELDS and k not in _OTHER_KEYS and v is not None}
         _check_sections({**sections, **fields})
-        return cls(source=d["source"], findings=findings, notes=tuple(d.get("notes", ())), sections=sections,
-                   schema_version=version, **fields)
+        return cls(
+            source=d["source"],
+            findings=findings,
+            notes=tuple(d.get("notes", ())),
+            sections=sections,
+            schema_version=version,
+            **fields,
+        )
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")
@@ -193,8 +199,7 @@ class Report:
 
 
 #: Sections that are fields of ``Report`` (the others live in ``Report.sections``).
-REPORT_FIELDS = tuple(f.name for f in dataclasses.fields(Report) if f.name not in _OTHER_KEYS | {
-    "sections", "frames"})
+REPORT_FIELDS = tuple(f.name for f in dataclasses.fields(Report) if f.name not in _OTHER_KEYS | {"sections", "frames"})
 
 
 def _check_sections(values: Mapping[str, Any]) -> None:
@@ -215,8 +220,13 @@ def _check_sections(values: Mapping[str, Any]) -> None:
 
 
 def _json_type(value: Any) -> str:
-    for kind, name in ((bool, "a boolean"), (dict, "an object"), (list, "an array"), (str, "a string"),
-                       ((int, float), "a number")):
+    for kind, name in (
+        (bool, "a boolean"),
+        (dict, "an object"),
+        (list, "an array"),
+        (str, "a string"),
+        ((int, float), "a number"),
+    ):
         if isinstance(value, kind):
             return name
     return "null"

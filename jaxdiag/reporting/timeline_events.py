@@ -63,8 +63,18 @@ class Rects:
         renumber = np.full(len(self.labels), -1, dtype=np.int64)
         renumber[kept] = np.arange(len(kept))
         m = renumber[self.row] >= 0
-        return Rects(tuple(self.labels[r] for r in kept), tuple(self.planes[r] for r in kept), renumber[self.row][m],
-                     self.start[m], self.end[m], self.name[m], self.kind[m], self.group[m], self.count[m], self.busy[m])
+        return Rects(
+            tuple(self.labels[r] for r in kept),
+            tuple(self.planes[r] for r in kept),
+            renumber[self.row][m],
+            self.start[m],
+            self.end[m],
+            self.name[m],
+            self.kind[m],
+            self.group[m],
+            self.count[m],
+            self.busy[m],
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,12 +196,18 @@ def encode(w: Window) -> dict[str, Any]:
     kinds = {k: i for i, k in enumerate(KINDS)}
     merged = bool((r.count > 1).any())
     return {
-        "step": w.step, "host": w.host, "duration_ns": int(w.duration_ns), "events": int(w.events),
+        "step": w.step,
+        "host": w.host,
+        "duration_ns": int(w.duration_ns),
+        "events": int(w.events),
         "resolution_ns": None if w.resolution_ns is None else int(w.resolution_ns),
         "rows": [{"label": label, "plane": plane} for label, plane in zip(r.labels, r.planes)],
         "names": names.tolist(),
-        "row": r.row.tolist(), "start_ns": r.start.tolist(), "dur_ns": (r.end - r.start).tolist(),
-        "name": name_idx.tolist(), "kind": [kinds[k] for k in r.kind.tolist()],
+        "row": r.row.tolist(),
+        "start_ns": r.start.tolist(),
+        "dur_ns": (r.end - r.start).tolist(),
+        "name": name_idx.tolist(),
+        "kind": [kinds[k] for k in r.kind.tolist()],
         "count": r.count.tolist() if merged else None,
         "busy_ns": r.busy.tolist() if merged else None,
     }
@@ -211,14 +227,26 @@ def decode(d: Mapping[str, Any]) -> Window:
     count = np.asarray(d["count"], dtype=np.int64) if d.get("count") is not None else np.ones(len(start), np.int64)
     busy = np.asarray(d["busy_ns"], dtype=np.int64) if d.get("busy_ns") is not None else end - start
     rects = Rects(
-        labels=tuple(str(r.get("label")) for r in rows), planes=planes,
-        row=row, start=start, end=end, name=names[np.asarray(d.get("name") or [], dtype=np.int64)],
+        labels=tuple(str(r.get("label")) for r in rows),
+        planes=planes,
+        row=row,
+        start=start,
+        end=end,
+        name=names[np.asarray(d.get("name") or [], dtype=np.int64)],
         kind=np.asarray(KINDS, dtype=object)[np.asarray(d.get("kind") or [], dtype=np.int64)],
-        group=groups[row] if len(row) else np.asarray([], dtype=object), count=count, busy=busy,
+        group=groups[row] if len(row) else np.asarray([], dtype=object),
+        count=count,
+        busy=busy,
     )
     step = d.get("step")
-    return Window(None if step is None else int(step), str(d.get("host")), int(d.get("duration_ns") or 0),
-                  int(d.get("events") or len(start)), d.get("resolution_ns"), rects)
+    return Window(
+        None if step is None else int(step),
+        str(d.get("host")),
+        int(d.get("duration_ns") or 0),
+        int(d.get("events") or len(start)),
+        d.get("resolution_ns"),
+        rects,
+    )
 
 
 def _ms(value: Any) -> float:
@@ -295,8 +323,18 @@ def select(frames: Any, host: str, lo: int, hi: int, devices: Sequence[str] | No
     labels = unique_labels([_row_label(k, host_lines) for k in order_keys])
     row_planes = tuple(k[1] for k in order_keys)
     o = np.lexsort((s, row))
-    return Rects(labels, row_planes, row[o], s[o], e[o], names[o], kind[o], group[o],
-                 np.ones(len(sel), dtype=np.int64), (e - s)[o])
+    return Rects(
+        labels,
+        row_planes,
+        row[o],
+        s[o],
+        e[o],
+        names[o],
+        kind[o],
+        group[o],
+        np.ones(len(sel), dtype=np.int64),
+        (e - s)[o],
+    )
 
 
 def coalesce(rects: Rects, max_rects: int) -> tuple[Rects, int | None]:
@@ -332,8 +370,18 @@ def coalesce(rects: Rects, max_rects: int) -> tuple[Rects, int | None]:
     idx = np.flatnonzero(starts_at(resolution))
     count = np.diff(np.append(idx, n))
     names = np.where(count == 1, rects.name[idx], np.char.add(count.astype(str), " events"))
-    merged = Rects(rects.labels, rects.planes, row[idx], start[idx], np.maximum.reduceat(end, idx), names,
-                   rects.kind[idx], rects.group[idx], count, np.add.reduceat(end - start, idx))
+    merged = Rects(
+        rects.labels,
+        rects.planes,
+        row[idx],
+        start[idx],
+        np.maximum.reduceat(end, idx),
+        names,
+        rects.kind[idx],
+        rects.group[idx],
+        count,
+        np.add.reduceat(end - start, idx),
+    )
     return merged, resolution
 
 

@@ -42,8 +42,11 @@ def _collect(pending: Any, executable: Callable[[], Any]) -> dict[str, Any] | No
     ex = pending.executable if pending.executable is not None else executable()
     devices = list(ex.local_devices()) if ex is not None else []
     # One local device may still be one of many (a process per GPU): then ask the arguments.
-    if len(devices) <= 1 and not pending.hooks.wants_executable() and (
-            specs.single_process() or not specs.spans_devices((pending.args, pending.kwargs))):
+    if (
+        len(devices) <= 1
+        and not pending.hooks.wants_executable()
+        and (specs.single_process() or not specs.spans_devices((pending.args, pending.kwargs)))
+    ):
         return None
     leaves = specs.dynamic_leaves(pending.args, pending.kwargs, pending.static)
     shardings = [specs.sharding_of(leaf) for _, _, leaf in leaves]
@@ -52,8 +55,15 @@ def _collect(pending: Any, executable: Callable[[], Any]) -> dict[str, Any] | No
     jit_in, jit_out = jax_internals.jit_shardings(jit_info)
     mesh = specs.named_mesh(shardings + jit_in + jit_out)
     text = ex.hlo_modules()[0].to_string() if ex is not None else None
-    facts = build_facts(text, leaves, mesh=mesh, devices=devices, out_shardings=_output_shardings(ex),
-                        user_in=user_in, user_out=user_out)
+    facts = build_facts(
+        text,
+        leaves,
+        mesh=mesh,
+        devices=devices,
+        out_shardings=_output_shardings(ex),
+        user_in=user_in,
+        user_out=user_out,
+    )
     return facts.to_dict()
 
 
@@ -83,8 +93,11 @@ def build_facts(
     if mesh is not None:
         mesh_f = specs.mesh_facts(mesh)
         ids = [d.id for d in mesh.devices.flat]
-        positions = tuple(ids.index(d.id) for d in devices) if devices and all(
-            d.id in ids for d in devices) and len(devices) == len(ids) else None
+        positions = (
+            tuple(ids.index(d.id) for d in devices)
+            if devices and all(d.id in ids for d in devices) and len(devices) == len(ids)
+            else None
+        )
     else:
         mesh_f = specs.device_mesh_facts(devices) if devices else MeshFacts(("devices",), (n,), inferred=True)
         positions = None
@@ -96,8 +109,9 @@ def build_facts(
     return ShardingFacts(module.name, mesh_f, inputs, outputs, tuple(hlo.collectives(module, geo)))
 
 
-def _inputs(module: hlo.HloModule | None, leaves: Sequence[tuple[str, str, Any]], geo: MeshGeometry,
-            user_in: bool) -> tuple[LeafSharding, ...]:
+def _inputs(
+    module: hlo.HloModule | None, leaves: Sequence[tuple[str, str, Any]], geo: MeshGeometry, user_in: bool
+) -> tuple[LeafSharding, ...]:
     params = module.entry_params() if module is not None else []
     paired = _pair(leaves, params)
     out = []
@@ -111,11 +125,18 @@ def _inputs(module: hlo.HloModule | None, leaves: Sequence[tuple[str, str, Any]]
         hs = hlo.entry_param_sharding(p)
         # A committed array's own spec is exact; otherwise read what the compiled program expects.
         spec = live.spec if live.chosen_by == "user" and live.spec is not None else geo.spec_of(hs)
-        out.append(LeafSharding(
-            path=path, name=p.op_name or None, shape=live.shape,
-            dtype=live.dtype or DTYPE_NAMES.get(p.shape[0][0]) if p.shape else live.dtype, spec=spec,
-            bytes_per_device=hlo.shape_bytes(p.shape), chosen_by=chosen_by,
-            hlo_sharding=None if spec is not None else hs.text))
+        out.append(
+            LeafSharding(
+                path=path,
+                name=p.op_name or None,
+                shape=live.shape,
+                dtype=live.dtype or DTYPE_NAMES.get(p.shape[0][0]) if p.shape else live.dtype,
+                spec=spec,
+                bytes_per_device=hlo.shape_bytes(p.shape),
+                chosen_by=chosen_by,
+                hlo_sharding=None if spec is not None else hs.text,
+            )
+        )
     return tuple(out)
 
 
@@ -147,8 +168,9 @@ def _fits(leaf: Any, param: hlo.Instr) -> bool:
     return len(shape) == len(dims) and all(d and s % d == 0 for s, d in zip(shape, dims))
 
 
-def _outputs(module: hlo.HloModule, geo: MeshGeometry, shardings: Sequence[HloSharding] | None,
-             user_out: bool) -> tuple[LeafSharding, ...]:
+def _outputs(
+    module: hlo.HloModule, geo: MeshGeometry, shardings: Sequence[HloSharding] | None, user_out: bool
+) -> tuple[LeafSharding, ...]:
     root = module.entry_root()
     if root is None:
         return ()
@@ -159,11 +181,18 @@ def _outputs(module: hlo.HloModule, geo: MeshGeometry, shardings: Sequence[HloSh
             hs = shardings[i] if len(shardings) == len(root.shape) else shardings[0]
         spec = geo.spec_of(hs) if hs is not None else None
         tiles = hs.tiles if hs is not None and hs.kind == "tiled" else ()
-        out.append(LeafSharding(
-            path=f"out[{i}]", name=None, shape=global_shape(dims, tiles) if tiles else dims,
-            dtype=DTYPE_NAMES.get(dtype, dtype), spec=spec, bytes_per_device=hlo.shape_bytes(((dtype, dims),)),
-            chosen_by="user" if user_out else "compiler",
-            hlo_sharding=None if spec is not None or hs is None else hs.text))
+        out.append(
+            LeafSharding(
+                path=f"out[{i}]",
+                name=None,
+                shape=global_shape(dims, tiles) if tiles else dims,
+                dtype=DTYPE_NAMES.get(dtype, dtype),
+                spec=spec,
+                bytes_per_device=hlo.shape_bytes(((dtype, dims),)),
+                chosen_by="user" if user_out else "compiler",
+                hlo_sharding=None if spec is not None or hs is None else hs.text,
+            )
+        )
     return tuple(out)
 
 

@@ -18,11 +18,33 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.sharding.hlo import HloModule, Instr
 
 # Ops through which an array passes unchanged in identity (a copy, a view, a transfer).
-_PASS = frozenset({"copy", "bitcast", "reshape", "transpose", "convert", "broadcast", "slice",
-                   "dynamic-slice", "copy-start", "copy-done", "bitcast-convert", "fusion",
-                   "custom-call", "optimization-barrier", "all-gather", "all-to-all",
-                   "collective-permute", "all-gather-start", "all-gather-done",
-                   "collective-permute-start", "collective-permute-done", "async-start", "async-done"})
+_PASS = frozenset(
+    {
+        "copy",
+        "bitcast",
+        "reshape",
+        "transpose",
+        "convert",
+        "broadcast",
+        "slice",
+        "dynamic-slice",
+        "copy-start",
+        "copy-done",
+        "bitcast-convert",
+        "fusion",
+        "custom-call",
+        "optimization-barrier",
+        "all-gather",
+        "all-to-all",
+        "collective-permute",
+        "all-gather-start",
+        "all-gather-done",
+        "collective-permute-start",
+        "collective-permute-done",
+        "async-start",
+        "async-done",
+    }
+)
 _NOT_DATA = frozenset({"constant", "iota", "partition-id", "replica-id"})
 
 
@@ -44,8 +66,9 @@ def arrays_served(module: HloModule, comp_name: str, ins: Instr, kind: str) -> t
     return (names, "operand") if names else ((), "")
 
 
-def source_param(module: HloModule, comp_name: str, name: str, tuple_path: tuple[int, ...] = (),
-                 depth: int = 0) -> Instr | None:
+def source_param(
+    module: HloModule, comp_name: str, name: str, tuple_path: tuple[int, ...] = (), depth: int = 0
+) -> Instr | None:
     """Follow copies, views and transfers of ``name`` back to the entry parameter it is, if any."""
     comp = module.computations.get(comp_name, {})
     ins = comp.get(name)
@@ -72,8 +95,11 @@ def source_param(module: HloModule, comp_name: str, name: str, tuple_path: tuple
         if ins.op == "dynamic-slice":
             data = list(ins.operands[:1])
         else:  # constants, ids and scalars (offsets, scales) are not the array
-            data = [o for o in ins.operands if o in comp and comp[o].op not in _NOT_DATA
-                    and comp[o].shape and math.prod(comp[o].shape[0][1]) > 1]
+            data = [
+                o
+                for o in ins.operands
+                if o in comp and comp[o].op not in _NOT_DATA and comp[o].shape and math.prod(comp[o].shape[0][1]) > 1
+            ]
         if len(data) == 1:
             return source_param(module, comp_name, data[0], tuple_path, depth + 1)
     return None
@@ -86,8 +112,9 @@ def _updated_params(module: HloModule, ins: Instr) -> tuple[tuple[str, ...], str
     if len(ins.shape) == 1:
         starts = [(ins.name, ins.shape[0])]
     else:  # a combined reduction: follow each element through its get-tuple-element
-        starts = [(u.name, u.shape[0]) for u in users.get(ins.name, ())
-                  if u.op == "get-tuple-element" and len(u.shape) == 1]
+        starts = [
+            (u.name, u.shape[0]) for u in users.get(ins.name, ()) if u.op == "get-tuple-element" and len(u.shape) == 1
+        ]
     params: list[str] = []
     outputs: list[str] = []
     for name, leaf in starts:
@@ -99,8 +126,9 @@ def _updated_params(module: HloModule, ins: Instr) -> tuple[tuple[str, ...], str
     return (tuple(dict.fromkeys(outputs)), "output") if outputs else ((), "")
 
 
-def _update_target(module: HloModule, name: str, leaf: tuple[str, tuple[int, ...]],
-                   users: dict[str, list[Instr]], outputs: list[str]) -> str | None:
+def _update_target(
+    module: HloModule, name: str, leaf: tuple[str, tuple[int, ...]], users: dict[str, list[Instr]], outputs: list[str]
+) -> str | None:
     """Within a few elementwise steps of ``name``, the parameter of the same shape it is combined with."""
     frontier, seen = [name], {name}
     for _ in range(4):

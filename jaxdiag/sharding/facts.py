@@ -14,11 +14,27 @@ from jaxdiag.sharding.hlo import Collective
 from jaxdiag.sharding.tiles import Spec, spec_text
 
 #: How HLO names element types, and the names numpy and JAX give them.
-DTYPE_NAMES = {"pred": "bool", "s4": "int4", "u4": "uint4", "s8": "int8", "u8": "uint8", "s16": "int16",
-               "u16": "uint16", "s32": "int32", "u32": "uint32", "s64": "int64", "u64": "uint64",
-               "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
-               "c64": "complex64", "c128": "complex128", "f8e4m3fn": "float8_e4m3fn",
-               "f8e5m2": "float8_e5m2"}
+DTYPE_NAMES = {
+    "pred": "bool",
+    "s4": "int4",
+    "u4": "uint4",
+    "s8": "int8",
+    "u8": "uint8",
+    "s16": "int16",
+    "u16": "uint16",
+    "s32": "int32",
+    "u32": "uint32",
+    "s64": "int64",
+    "u64": "uint64",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+    "c64": "complex64",
+    "c128": "complex128",
+    "f8e4m3fn": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,15 +65,25 @@ class MeshFacts:
         return "mesh(" + ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes)) + ")"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"axis_names": list(self.axis_names), "axis_sizes": list(self.axis_sizes),
-                "device_kinds": list(self.device_kinds), "platform": self.platform,
-                "axis_types": list(self.axis_types), "inferred": self.inferred}
+        return {
+            "axis_names": list(self.axis_names),
+            "axis_sizes": list(self.axis_sizes),
+            "device_kinds": list(self.device_kinds),
+            "platform": self.platform,
+            "axis_types": list(self.axis_types),
+            "inferred": self.inferred,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "MeshFacts":
-        return cls(tuple(d.get("axis_names") or ()), tuple(int(s) for s in d.get("axis_sizes") or ()),
-                   tuple(d.get("device_kinds") or ()), d.get("platform"), tuple(d.get("axis_types") or ()),
-                   bool(d.get("inferred", False)))
+        return cls(
+            tuple(d.get("axis_names") or ()),
+            tuple(int(s) for s in d.get("axis_sizes") or ()),
+            tuple(d.get("device_kinds") or ()),
+            d.get("platform"),
+            tuple(d.get("axis_types") or ()),
+            bool(d.get("inferred", False)),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,12 +133,18 @@ class LeafSharding:
         return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"path": self.path, "name": self.name,
-             "shape": None if self.shape is None else list(self.shape), "dtype": self.dtype,
-             "spec": None if self.spec is None else [e if e is None or isinstance(e, str) else list(e)
-                                                     for e in self.spec],
-             "replicated": self.replicated, "bytes_per_device": self.bytes_per_device,
-             "chosen_by": self.chosen_by}
+        d = {
+            "path": self.path,
+            "name": self.name,
+            "shape": None if self.shape is None else list(self.shape),
+            "dtype": self.dtype,
+            "spec": None
+            if self.spec is None
+            else [e if e is None or isinstance(e, str) else list(e) for e in self.spec],
+            "replicated": self.replicated,
+            "bytes_per_device": self.bytes_per_device,
+            "chosen_by": self.chosen_by,
+        }
         if self.hlo_sharding is not None:
             d["hlo_sharding"] = self.hlo_sharding
         return d
@@ -121,12 +153,15 @@ class LeafSharding:
     def from_dict(cls, d: dict[str, Any]) -> "LeafSharding":
         spec = d.get("spec")
         return cls(
-            path=str(d.get("path", "")), name=d.get("name"),
+            path=str(d.get("path", "")),
+            name=d.get("name"),
             shape=None if d.get("shape") is None else tuple(int(x) for x in d["shape"]),
             dtype=d.get("dtype"),
             spec=None if spec is None else tuple(e if e is None or isinstance(e, str) else tuple(e) for e in spec),
-            bytes_per_device=d.get("bytes_per_device"), chosen_by=str(d.get("chosen_by", "compiler")),
-            hlo_sharding=d.get("hlo_sharding"))
+            bytes_per_device=d.get("bytes_per_device"),
+            chosen_by=str(d.get("chosen_by", "compiler")),
+            hlo_sharding=d.get("hlo_sharding"),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,10 +193,15 @@ class ShardingFacts:
         return next((leaf for leaf in self.inputs if name in (leaf.name, leaf.path)), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"module": self.module, "mesh": self.mesh.to_dict(),
-                "inputs": [x.to_dict() for x in self.inputs], "outputs": [x.to_dict() for x in self.outputs],
-                "collectives": [c.to_dict() for c in self.collectives],
-                "comm_bytes_per_call": self.comm_bytes_per_call, "hlo": self.hlo}
+        return {
+            "module": self.module,
+            "mesh": self.mesh.to_dict(),
+            "inputs": [x.to_dict() for x in self.inputs],
+            "outputs": [x.to_dict() for x in self.outputs],
+            "collectives": [c.to_dict() for c in self.collectives],
+            "comm_bytes_per_call": self.comm_bytes_per_call,
+            "hlo": self.hlo,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ShardingFacts":
@@ -169,11 +209,13 @@ class ShardingFacts:
         if not isinstance(d, dict) or not isinstance(d.get("mesh"), dict):
             raise TypeError("sharding facts must be an object with a mesh object")
         facts = cls(
-            module=str(d.get("module", "")), mesh=MeshFacts.from_dict(d["mesh"]),
+            module=str(d.get("module", "")),
+            mesh=MeshFacts.from_dict(d["mesh"]),
             inputs=tuple(LeafSharding.from_dict(x) for x in d.get("inputs") or ()),
             outputs=tuple(LeafSharding.from_dict(x) for x in d.get("outputs") or ()),
             collectives=tuple(Collective.from_dict(c) for c in d.get("collectives") or ()),
-            hlo=bool(d.get("hlo", True)))
+            hlo=bool(d.get("hlo", True)),
+        )
         for part in (facts.mesh, *facts.inputs, *facts.outputs, *facts.collectives):
             _check_types(part)
         return facts

@@ -22,14 +22,48 @@ from typing import Any, Iterator
 from jaxdiag.sharding.tiles import HloSharding, MeshGeometry, parse_sharding, replica_groups, source_target_pairs
 
 #: Collective opcodes, their async ``-start`` forms map to the same kind.
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
-         "collective-permute", "collective-broadcast")
+KINDS = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+)
 _START = {f"{k}-start": k for k in KINDS}
 #: Bytes per element; sub-byte types count as fractions.
-_ITEMSIZE = {"pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2,
-             "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8,
-             "c64": 8, "c128": 16, "token": 0, "f4e2m1fn": 0.5, "f8e8m0fnu": 1, "f8e3m4": 1, "f8e4m3": 1,
-             "f8e4m3fn": 1, "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1, "f8e5m2": 1, "f8e5m2fnuz": 1}
+_ITEMSIZE = {
+    "pred": 1,
+    "s2": 0.25,
+    "u2": 0.25,
+    "s4": 0.5,
+    "u4": 0.5,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+    "token": 0,
+    "f4e2m1fn": 0.5,
+    "f8e8m0fnu": 1,
+    "f8e3m4": 1,
+    "f8e4m3": 1,
+    "f8e4m3fn": 1,
+    "f8e4m3fnuz": 1,
+    "f8e4m3b11fnuz": 1,
+    "f8e5m2": 1,
+    "f8e5m2fnuz": 1,
+}
 _LEAF = re.compile(r"\b([a-z][a-z0-9]*)\[([^\]]*)\]")
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
@@ -55,7 +89,7 @@ class Instr:
         m = re.search(r"(?:^|, )" + re.escape(key) + "=", self.attrs)
         if m is None:
             return default
-        return self.attrs[m.end(): _value_end(self.attrs, m.end())].strip()
+        return self.attrs[m.end() : _value_end(self.attrs, m.end())].strip()
 
     @property
     def op_name(self) -> str:
@@ -89,8 +123,12 @@ class HloModule:
         """For each computation, ``(instruction, attribute, callee)`` of the computations it calls."""
         out: dict[str, list[tuple[Instr, str, str]]] = {}
         for comp_name, comp in self.computations.items():
-            out[comp_name] = [(ins, key, callee) for ins in comp.values()
-                              for key, callee in _calls(ins) if callee in self.computations]
+            out[comp_name] = [
+                (ins, key, callee)
+                for ins in comp.values()
+                for key, callee in _calls(ins)
+                if callee in self.computations
+            ]
         return out
 
     @functools.cached_property
@@ -247,12 +285,13 @@ def _parse_instr(line: str) -> Instr | None:
         return None
     op = rest[:paren].strip()
     close = _balanced_end(rest, paren)
-    operand_text = rest[paren + 1: close - 1]
+    operand_text = rest[paren + 1 : close - 1]
     if op == "parameter":
         operands: tuple[str, ...] = (operand_text.strip(),)
     else:
         operands = tuple(re.findall(r"%([\w.\-]+)", operand_text)) or tuple(
-            p.split()[-1] for p in _split_top(operand_text) if p.strip() and not p.strip()[0].isdigit())
+            p.split()[-1] for p in _split_top(operand_text) if p.strip() and not p.strip()[0].isdigit()
+        )
     return Instr(m.group(2), shape_leaves(shape), op, operands, rest[close:].lstrip(", "), bool(m.group(1)))
 
 
@@ -323,15 +362,16 @@ def collectives(module: HloModule, mesh: MeshGeometry | None = None) -> list[Col
     return found
 
 
-def _collective(module: HloModule, comp_name: str, ins: Instr, kind: str, mesh: MeshGeometry | None,
-                count: int, exact: bool) -> Collective:
+def _collective(
+    module: HloModule, comp_name: str, ins: Instr, kind: str, mesh: MeshGeometry | None, count: int, exact: bool
+) -> Collective:
     comp = module.computations[comp_name]
     operand_leaves = tuple(leaf for o in ins.operands if o in comp for leaf in comp[o].shape)
     result = ins.shape
     aliases = list(module.done_of.get((comp_name, ins.name), ()))
     if ins.op in _START and len(result) > len(operand_leaves) >= 1:
         # A -start's shape is (operands, results[, context scalars]).
-        result = result[len(operand_leaves): 2 * len(operand_leaves)]
+        result = result[len(operand_leaves) : 2 * len(operand_leaves)]
     caller = module.callers.get(comp_name)
     if caller is not None and caller[1].op == "async-start":
         aliases.append(caller[1].name)
@@ -351,16 +391,29 @@ def _collective(module: HloModule, comp_name: str, ins: Instr, kind: str, mesh: 
             mesh_axes = mesh.axes_of_groups(groups)
     arrays, role = arrays_served(module, comp_name, ins, kind)
     return Collective(
-        name=ins.name, kind=kind, computation=comp_name,
+        name=ins.name,
+        kind=kind,
+        computation=comp_name,
         operand_shapes=tuple(shape_text(s) for s in operand_leaves),
         result_shapes=tuple(shape_text(s) for s in result),
-        operand_bytes=shape_bytes(operand_leaves), result_bytes=shape_bytes(result),
-        group_size=group_size, n_groups=n_groups, mesh_axes=mesh_axes, count=count,
-        count_exact=exact, op_name=ins.op_name, arrays=arrays, array_role=role, aliases=tuple(aliases))
+        operand_bytes=shape_bytes(operand_leaves),
+        result_bytes=shape_bytes(result),
+        group_size=group_size,
+        n_groups=n_groups,
+        mesh_axes=mesh_axes,
+        count=count,
+        count_exact=exact,
+        op_name=ins.op_name,
+        arrays=arrays,
+        array_role=role,
+        aliases=tuple(aliases),
+    )
 
 
-_CALL_ATTR = re.compile(r"(?:^|, )(calls|body|condition|to_apply|true_computation|false_computation|"
-                        r"branch_computations)=")
+_CALL_ATTR = re.compile(
+    r"(?:^|, )(calls|body|condition|to_apply|true_computation|false_computation|"
+    r"branch_computations)="
+)
 
 
 def _calls(ins: Instr) -> Iterator[tuple[str, str]]:

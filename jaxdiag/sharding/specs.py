@@ -109,8 +109,16 @@ def leaf_sharding(path: str, leaf: Any, *, name: str | None = None, chosen_by: s
     if chosen_by is None:
         chosen_by = "user" if _committed(leaf) else "compiler"
     nbytes = None if itemsize is None or per_device is None else int(math.prod(per_device) * itemsize)
-    return LeafSharding(path, name, shape, None if dtype is None else str(dtype), spec, nbytes,
-                        chosen_by, hlo_text if spec is None else None)
+    return LeafSharding(
+        path,
+        name,
+        shape,
+        None if dtype is None else str(dtype),
+        spec,
+        nbytes,
+        chosen_by,
+        hlo_text if spec is None else None,
+    )
 
 
 def _committed(leaf: Any) -> bool:
@@ -128,8 +136,9 @@ def _shard_shape(sharding: Any, shape: tuple[int, ...]) -> tuple[int, ...] | Non
         return None
 
 
-def dynamic_leaves(args: Sequence[Any], kwargs: Mapping[str, Any],
-                   static: tuple[Sequence[int], Sequence[str]] | None) -> list[tuple[str, str, Any]]:
+def dynamic_leaves(
+    args: Sequence[Any], kwargs: Mapping[str, Any], static: tuple[Sequence[int], Sequence[str]] | None
+) -> list[tuple[str, str, Any]]:
     """``(path, keystr, leaf)`` of the non-static argument leaves, in the order JAX numbers them.
 
     JAX flattens ``(args, kwargs)`` without the static ones, so keyword arguments
@@ -154,6 +163,7 @@ def dynamic_leaves(args: Sequence[Any], kwargs: Mapping[str, Any],
 
 def user_specified(jit_info: Any) -> tuple[bool, bool]:
     """Whether ``jax.jit`` was given ``in_shardings`` / ``out_shardings`` (read from its ``PjitInfo``)."""
+
     def given(leaves: Any) -> bool:
         return any(type(s).__name__ not in ("UnspecifiedValue", "NoneType") for s in leaves or ())
 

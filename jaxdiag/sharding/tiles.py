@@ -92,14 +92,16 @@ def _mesh_groups(text: str) -> list[tuple[int, ...]] | None:
     n = math.prod(sizes)
     ids_at = text.find("device_ids=(")
     if ids_at >= 0:
-        inner = text[ids_at + len("device_ids=("): brace].strip().removesuffix(")").strip()
+        inner = text[ids_at + len("device_ids=(") : brace].strip().removesuffix(")").strip()
         arr = _mesh_device_ids(inner, n)
         if arr is None:
             return None
     else:
         arr = np.arange(n, dtype=np.int64)
-    refs = [(name, int(pre) if pre else None, int(size) if size else None)
-            for name, pre, size in _AXIS_REF.findall(text[brace + 1: text.rfind("}")])]
+    refs = [
+        (name, int(pre) if pre else None, int(size) if size else None)
+        for name, pre, size in _AXIS_REF.findall(text[brace + 1 : text.rfind("}")])
+    ]
     if not refs or any(r[0] not in names for r in refs):
         return None
     # Split each axis into the pieces its sub-axis refs name, then group those pieces
@@ -182,7 +184,7 @@ def parse_sharding(text: str) -> HloSharding:
         return HloSharding("manual", t)
     if not body.startswith("devices="):
         return HloSharding("unknown", t)
-    arr = device_array(body[len("devices="):])
+    arr = device_array(body[len("devices=") :])
     if arr is None:
         return HloSharding("unknown", t)
     trailing = 0
@@ -210,7 +212,7 @@ def _top_level_braces(text: str) -> list[str]:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                parts.append(text[start: i + 1])
+                parts.append(text[start : i + 1])
     return parts
 
 

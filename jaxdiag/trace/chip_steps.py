@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from jaxdiag.trace.frames import (
-    CATEGORY, DEVICE, DUR_NS, HOST, LINE_KIND, NAME, PLANE, START_NS, STEP, TraceFrames,
+    CATEGORY,
+    DEVICE,
+    DUR_NS,
+    HOST,
+    LINE_KIND,
+    NAME,
+    PLANE,
+    START_NS,
+    STEP,
+    TraceFrames,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,8 +55,18 @@ def chip_steps(frames: TraceFrames) -> "pd.DataFrame":
     marked = ev.loc[(ev[LINE_KIND] == "steps").to_numpy()] if len(ev) else ev
     rows = _from_step_lines(marked) if len(marked) else _from_ops(frames)
     table = pd.DataFrame(rows, columns=list(CHIP_STEP_COLUMNS))
-    table = table.astype({DEVICE: "int64", STEP: "int64", START_NS: "int64", "end_ns": "int64",
-                          "busy_ns": "float64", HOST: "object", PLANE: "object", "source": "object"})
+    table = table.astype(
+        {
+            DEVICE: "int64",
+            STEP: "int64",
+            START_NS: "int64",
+            "end_ns": "int64",
+            "busy_ns": "float64",
+            HOST: "object",
+            PLANE: "object",
+            "source": "object",
+        }
+    )
     return table.sort_values([HOST, STEP, PLANE], kind="stable").reset_index(drop=True)
 
 
@@ -56,8 +75,9 @@ def _from_step_lines(marked: "pd.DataFrame") -> list[tuple]:
     rows = []
     for (host, plane, device), events in marked.groupby([HOST, PLANE, DEVICE], sort=True, observed=True):
         events = events.sort_values(START_NS, kind="stable")
-        for i, (name, start, dur, found) in enumerate(zip(events[NAME].tolist(), events[START_NS].tolist(),
-                                                          events[DUR_NS].tolist(), events[STEP].tolist())):
+        for i, (name, start, dur, found) in enumerate(
+            zip(events[NAME].tolist(), events[START_NS].tolist(), events[DUR_NS].tolist(), events[STEP].tolist())
+        ):
             step = int(name) if str(name).isdigit() else found if found >= 0 else i
             rows.append((str(host), str(plane), int(device), step, int(start), int(start + dur), np.nan, "steps"))
     return rows
@@ -84,8 +104,18 @@ def _from_ops(frames: TraceFrames) -> list[tuple]:
             if a == b:
                 continue
             first, last = int(starts[a]), int(ends[a:b].max())
-            rows.append((str(host), str(plane), int(device), int(step), first, last,
-                         float(_covered(starts[a:b], ends[a:b])), "ops"))
+            rows.append(
+                (
+                    str(host),
+                    str(plane),
+                    int(device),
+                    int(step),
+                    first,
+                    last,
+                    float(_covered(starts[a:b], ends[a:b])),
+                    "ops",
+                )
+            )
     return rows
 
 

@@ -43,8 +43,18 @@ class HostColumns:
     python_frames: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    def add(self, device: int, name: str, start: float, dur: float, module: str = "",
-            op: str = "", framework: str = "", program: int = -1, category: str = "runtime") -> None:
+    def add(
+        self,
+        device: int,
+        name: str,
+        start: float,
+        dur: float,
+        module: str = "",
+        op: str = "",
+        framework: str = "",
+        program: int = -1,
+        category: str = "runtime",
+    ) -> None:
         """Append one event (the plane/line come from the open segment)."""
         self.device.append(device)
         self.name.append(name)
@@ -85,6 +95,18 @@ class HostColumns:
 _NONE = array("q", [-1])  # no device, no program
 #: The list and array fields that ``HostColumns.extend`` concatenates.
 _LISTS = (
-    "segments", "device", "name", "start_ns", "dur_ns", "hlo_module", "hlo_op", "framework_op",
-    "program_id", "category", "devices", "step_marks", "device_steps", "notes",
+    "segments",
+    "device",
+    "name",
+    "start_ns",
+    "dur_ns",
+    "hlo_module",
+    "hlo_op",
+    "framework_op",
+    "program_id",
+    "category",
+    "devices",
+    "step_marks",
+    "device_steps",
+    "notes",
 )

@@ -69,7 +69,9 @@ def discover(path: str | Path, *, run: str | None = None, host: str | None = Non
 
 def _discover(p: Path, run: str | None, host: str | None) -> Discovered:
     if not p.exists():
-        raise TraceFormatError(f"{p}: no such file or folder; give a logdir, a plugins/profile/<run> folder or a .xplane.pb file")
+        raise TraceFormatError(
+            f"{p}: no such file or folder; give a logdir, a plugins/profile/<run> folder or a .xplane.pb file"
+        )
     if p.is_file():
         if not p.name.endswith((XPLANE_SUFFIX, JSON_SUFFIX)):
             raise TraceFormatError(f"{p}: not a trace file; expected a *{XPLANE_SUFFIX} or *{JSON_SUFFIX} file")

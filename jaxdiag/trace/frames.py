@@ -33,8 +33,20 @@ STEP = "step"  # step number the event starts in, -1 outside every step
 CATEGORY = "category"  # one of CATEGORIES
 
 EVENT_COLUMNS = (
-    HOST, PLANE, DEVICE, LINE, LINE_KIND, NAME, START_NS, DUR_NS,
-    HLO_MODULE, HLO_OP, FRAMEWORK_OP, PROGRAM_ID, STEP, CATEGORY,
+    HOST,
+    PLANE,
+    DEVICE,
+    LINE,
+    LINE_KIND,
+    NAME,
+    START_NS,
+    DUR_NS,
+    HLO_MODULE,
+    HLO_OP,
+    FRAMEWORK_OP,
+    PROGRAM_ID,
+    STEP,
+    CATEGORY,
 )
 
 #: What a line carries. ``compute``/``memcpy``/``collective`` are GPU streams
@@ -48,9 +60,19 @@ EVENT_COLUMNS = (
 #: XLA:CPU work; ``host`` is any other host thread; ``python`` is the Python
 #: tracer's line.
 LINE_KINDS = (
-    "compute", "memcpy", "collective", "xla_ops", "xla_modules", "steps",
-    "async_ops", "sparsecore", "markers",
-    "xla_cpu", "host", "python", "other",
+    "compute",
+    "memcpy",
+    "collective",
+    "xla_ops",
+    "xla_modules",
+    "steps",
+    "async_ops",
+    "sparsecore",
+    "markers",
+    "xla_cpu",
+    "host",
+    "python",
+    "other",
 )
 
 #: ``device``: work executing on an accelerator, or XLA:CPU executing a program on
@@ -62,7 +84,9 @@ CATEGORIES = ("device", "annotation", "runtime", "python")
 
 # --- devices ----------------------------------------------------------------
 DEVICE_COLUMNS = (
-    HOST, PLANE, DEVICE,
+    HOST,
+    PLANE,
+    DEVICE,
     "platform",  # "gpu", "tpu", "cpu"
     "device_name",  # e.g. "NVIDIA H100 80GB HBM3"
     "vendor",  # e.g. "Nvidia", "AMD", "Google"
@@ -75,9 +99,11 @@ DEVICE_COLUMNS = (
 
 # --- steps ------------------------------------------------------------------
 STEP_COLUMNS = (
-    HOST, STEP,
+    HOST,
+    STEP,
     "step_name",  # annotation name ("train") or the module name for fallback steps
-    START_NS, "end_ns",
+    START_NS,
+    "end_ns",
 )
 #: How steps were found: from ``StepTraceAnnotation``s, from TPU "Steps" lines,
 #: or by falling back to runs of the dominant jitted module.

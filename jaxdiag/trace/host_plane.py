@@ -30,12 +30,27 @@ _POOL_THREAD = re.compile(r"^(tf_|pjrt|py_xla|Host Threads|XLA|xla)|/-?\d+$")
 _MAIN_THREAD = re.compile(r"^(main|python\d*|MainThread)/-?\d+$")
 _FRAMEWORK_SPAN = re.compile(r"^[A-Za-z]+Function\(")
 _CUDA_CALL = re.compile(r"^(cu[A-Z]|cuda[A-Z]|nccl|rccl|hip[A-Z])")
-_RUNTIME_NAMES = frozenset({
-    "Wait for donation holds", "Wait for usage holds", "MemoryAllocation", "MemoryDeallocation",
-    "np.asarray(jax.Array)", "ParseArguments", "DevicePut", "DevicePutWithSharding", "shard_args",
-    "lower_sharding_computation", "backend_compile", "backend_compile_and_load",
-    "ExecuteReplicated.__call__", "D2H Copy From Staging Buffer", "BUFFER_FLUSH", "<UNKNOWN>", "",
-})
+_RUNTIME_NAMES = frozenset(
+    {
+        "Wait for donation holds",
+        "Wait for usage holds",
+        "MemoryAllocation",
+        "MemoryDeallocation",
+        "np.asarray(jax.Array)",
+        "ParseArguments",
+        "DevicePut",
+        "DevicePutWithSharding",
+        "shard_args",
+        "lower_sharding_computation",
+        "backend_compile",
+        "backend_compile_and_load",
+        "ExecuteReplicated.__call__",
+        "D2H Copy From Staging Buffer",
+        "BUFFER_FLUSH",
+        "<UNKNOWN>",
+        "",
+    }
+)
 _SOURCE_STATS = frozenset({"_src", "_c", "_ct", "_p", "_pt"})
 
 
@@ -67,8 +82,9 @@ def read_host_plane(cols: HostColumns, plane: Any, *, cpu_only: bool, include_py
         read_host_line(cols, line, label, cpu_only=cpu_only, include_python=include_python, no_hlo=no_hlo)
 
 
-def read_host_line(cols: HostColumns, line: Any, label: str, *, cpu_only: bool, include_python: bool,
-                   no_hlo: set[str]) -> None:
+def read_host_line(
+    cols: HostColumns, line: Any, label: str, *, cpu_only: bool, include_python: bool, no_hlo: set[str]
+) -> None:
     """Append the events of one thread, as line ``label`` (its name, unique in the plane).
 
     ``no_hlo`` holds names already seen without XLA:CPU op stats; a plane's threads share it.
@@ -132,12 +148,12 @@ def _read_runtime_line(cols: HostColumns, line: Any, label: str, first: int) -> 
     cols.close_segment(HOST_PLANE, label, "host", first)
 
 
-def _read_pool_events(cols: HostColumns, kept: list[tuple[str, Any]], cpu_only: bool,
-                      no_hlo: set[str]) -> int:
+def _read_pool_events(cols: HostColumns, kept: list[tuple[str, Any]], cpu_only: bool, no_hlo: set[str]) -> int:
     """Runtime-thread events: XLA:CPU ops on CPU-only traces, else runtime. Returns the op count."""
     if not cpu_only:
-        cols.add_host_events([n for n, _ in kept], [e.start_ns for _, e in kept],
-                             [e.duration_ns for _, e in kept], "runtime")
+        cols.add_host_events(
+            [n for n, _ in kept], [e.start_ns for _, e in kept], [e.duration_ns for _, e in kept], "runtime"
+        )
         return 0
     ops = 0
     for name, e in kept:
@@ -148,8 +164,7 @@ def _read_pool_events(cols: HostColumns, kept: list[tuple[str, Any]], cpu_only: 
     return ops
 
 
-def _read_main_events(cols: HostColumns, kept: list[tuple[str, Any]], cpu_only: bool,
-                      no_hlo: set[str]) -> None:
+def _read_main_events(cols: HostColumns, kept: list[tuple[str, Any]], cpu_only: bool, no_hlo: set[str]) -> None:
     """Python-thread events, categorised by what encloses them (see the module docstring)."""
     rows = sorted(((e.start_ns, e.duration_ns, name, e) for name, e in kept), key=lambda r: (r[0], -r[1]))
     open_spans: list[tuple[float, bool]] = []  # (end, inside runtime or framework)
@@ -186,8 +201,17 @@ def _add_cpu_op(cols: HostColumns, name: str, e: Any, no_hlo: set[str]) -> bool:
     if "hlo_op" not in stats or "hlo_module" not in stats:
         no_hlo.add(name)
         return False
-    cols.add(int_or(stats.get("device_ordinal", 0), 0), name, e.start_ns, e.duration_ns,
-             str(stats["hlo_module"]), str(stats["hlo_op"]), "", program_id_of(stats.get("program_id")), "device")
+    cols.add(
+        int_or(stats.get("device_ordinal", 0), 0),
+        name,
+        e.start_ns,
+        e.duration_ns,
+        str(stats["hlo_module"]),
+        str(stats["hlo_op"]),
+        "",
+        program_id_of(stats.get("program_id")),
+        "device",
+    )
     return True
 
 

@@ -70,8 +70,10 @@ def read_json_trace(path: Path, host: str, *, include_python: bool = False) -> H
     if not planes:
         raise TraceFormatError(f"{path}: no complete ('X') events with a named process")
     if not any(is_profiler_plane(p.name) for p in planes):
-        raise TraceFormatError(f"{path}: not a jax.profiler trace{_made_by(doc, events)}: none of its processes "
-                               f"({_names(p.name for p in planes)}) is a host or device plane (/host:CPU, /device:...)")
+        raise TraceFormatError(
+            f"{path}: not a jax.profiler trace{_made_by(doc, events)}: none of its processes "
+            f"({_names(p.name for p in planes)}) is a host or device plane (/host:CPU, /device:...)"
+        )
     cols = collect_host(planes, host, include_python=include_python)
     if bad:
         cols.notes.append(f"{host}: {bad} malformed JSON trace events skipped")

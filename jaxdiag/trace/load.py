@@ -15,8 +15,23 @@ from typing import TYPE_CHECKING, Any, Sequence
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.discover import Discovered, discover
 from jaxdiag.trace.frames import (
-    CATEGORY, DEVICE, DEVICE_COLUMNS, DUR_NS, EVENT_COLUMNS, FRAMEWORK_OP, HLO_MODULE, HLO_OP,
-    HOST, LINE, LINE_KIND, NAME, PLANE, PROGRAM_ID, START_NS, STEP, TraceFrames,
+    CATEGORY,
+    DEVICE,
+    DEVICE_COLUMNS,
+    DUR_NS,
+    EVENT_COLUMNS,
+    FRAMEWORK_OP,
+    HLO_MODULE,
+    HLO_OP,
+    HOST,
+    LINE,
+    LINE_KIND,
+    NAME,
+    PLANE,
+    PROGRAM_ID,
+    START_NS,
+    STEP,
+    TraceFrames,
 )
 from jaxdiag.trace.reading import start as start_reading
 
@@ -27,9 +42,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.xspace import HostColumns
 
 
-def load(path: str | Path, *, run: str | None = None, host: str | None = None,
-         include_python: bool = False, parallel: bool | None = None, workers: int | None = None,
-         scheduler: Any = None) -> TraceFrames:
+def load(
+    path: str | Path,
+    *,
+    run: str | None = None,
+    host: str | None = None,
+    include_python: bool = False,
+    parallel: bool | None = None,
+    workers: int | None = None,
+    scheduler: Any = None,
+) -> TraceFrames:
     """Read a ``jax.profiler`` capture.
 
     Args:
@@ -51,13 +73,21 @@ def load(path: str | Path, *, run: str | None = None, host: str | None = None,
       TraceFormatError: nothing readable at ``path``, or every host file is
         empty, truncated or not a trace.
     """
-    return start_load(path, run=run, host=host, include_python=include_python, parallel=parallel,
-                      workers=workers, scheduler=scheduler).result()
+    return start_load(
+        path, run=run, host=host, include_python=include_python, parallel=parallel, workers=workers, scheduler=scheduler
+    ).result()
 
 
-def start_load(path: str | Path, *, run: str | None = None, host: str | None = None,
-               include_python: bool = False, parallel: bool | None = None, workers: int | None = None,
-               scheduler: Any = None) -> "PendingLoad":
+def start_load(
+    path: str | Path,
+    *,
+    run: str | None = None,
+    host: str | None = None,
+    include_python: bool = False,
+    parallel: bool | None = None,
+    workers: int | None = None,
+    scheduler: Any = None,
+) -> "PendingLoad":
     """Begin ``load``; ``result()`` ends it. A caller may import what it needs in between, while a worker reads.
 
     Takes over a ``prefetch`` of the same capture.
@@ -118,7 +148,7 @@ class PendingLoad:
             if isinstance(outcome, TraceFormatError):
                 message = str(outcome)
                 prefix = f"{file}: "
-                skipped.append((str(file), message[len(prefix):] if message.startswith(prefix) else message))
+                skipped.append((str(file), message[len(prefix) :] if message.startswith(prefix) else message))
             else:
                 parts.append(_pack(outcome) if several else outcome)  # a pod's lists are not all held at once
         if not parts:
@@ -174,8 +204,12 @@ def _pack(part: "HostColumns") -> "HostColumns":
         except (TypeError, ValueError, UnicodeError):
             continue
         setattr(part, column, _Packed(codes.astype(np.int32), np.asarray(uniques, dtype=object)))
-    for column, dtype in (("device", np.int64), ("start_ns", np.float64), ("dur_ns", np.float64),
-                          ("program_id", np.int64)):
+    for column, dtype in (
+        ("device", np.int64),
+        ("start_ns", np.float64),
+        ("dur_ns", np.float64),
+        ("program_id", np.int64),
+    ):
         setattr(part, column, np.asarray(getattr(part, column), dtype=dtype))
     return part
 
@@ -268,8 +302,7 @@ def _meta(parts: Sequence["HostColumns"], include_python: bool) -> dict[str, Any
     return meta
 
 
-def _notes(parts: Sequence["HostColumns"], skipped: Sequence[tuple[str, str]],
-           include_python: bool) -> tuple[str, ...]:
+def _notes(parts: Sequence["HostColumns"], skipped: Sequence[tuple[str, str]], include_python: bool) -> tuple[str, ...]:
     notes = [f"skipped {Path(f).name}: {reason}" for f, reason in skipped]
     for p in parts:
         notes += p.notes

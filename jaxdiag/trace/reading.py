@@ -73,8 +73,11 @@ class _File:
         self.data = b""
 
     def units(self) -> list[Unit]:
-        return [(p, line) for p in range(len(self.planes))
-                for line in (range(len(self.lines[p].names)) if p in self.lines else (-1,))]
+        return [
+            (p, line)
+            for p in range(len(self.planes))
+            for line in (range(len(self.lines[p].names)) if p in self.lines else (-1,))
+        ]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,8 +103,14 @@ def read_file(file: Path, kind: str, include_python: bool = False, data: bytes =
     return read_xspace(data or _read_bytes(file), host, source=str(file), include_python=include_python)
 
 
-def start(files: Sequence[Path], kind: str, include_python: bool = False, parallel: bool | None = None,
-          workers: int | None = None, scheduler: Any = None) -> "Reading | _DaskReading":
+def start(
+    files: Sequence[Path],
+    kind: str,
+    include_python: bool = False,
+    parallel: bool | None = None,
+    workers: int | None = None,
+    scheduler: Any = None,
+) -> "Reading | _DaskReading":
     """Begin reading ``files``; ``finish()`` on the result gives one outcome per file, in order.
 
     Args:
@@ -208,13 +217,21 @@ class Reading:
         try:
             # Forked (the parent runs one thread, checked above) before the pool's own thread starts.
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(workers, len(self._tasks)), mp_context=multiprocessing.get_context("fork"),
-                initializer=_start_worker)
+                max_workers=min(workers, len(self._tasks)),
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_start_worker,
+            )
             for task in self._tasks:
                 f = self._files[task.file]
-                self._futures.append(self._pool.submit(_read_task, str(f.path), f.planes,
-                                                       {p: f.lines[p] for p, _ in task.units if p in f.lines},
-                                                       task.units))
+                self._futures.append(
+                    self._pool.submit(
+                        _read_task,
+                        str(f.path),
+                        f.planes,
+                        {p: f.lines[p] for p, _ in task.units if p in f.lines},
+                        task.units,
+                    )
+                )
         except (OSError, RuntimeError):  # no process to be had: read here
             self._stop()
             self._tasks = []
@@ -263,7 +280,9 @@ class _DaskReading:
         except ImportError:
             from jaxdiag.errors import ConfigError
 
-            raise ConfigError("reading on a Dask cluster needs dask[distributed]: pip install 'dask[distributed]'") from None
+            raise ConfigError(
+                "reading on a Dask cluster needs dask[distributed]: pip install 'dask[distributed]'"
+            ) from None
         self._own = not isinstance(scheduler, Client)
         try:
             self._client = Client(scheduler, timeout="10s") if self._own else scheduler
@@ -272,8 +291,9 @@ class _DaskReading:
 
             raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
         self._files = files
-        self._futures = self._client.map(_read_remote, [str(f) for f in files], kind=kind,
-                                         include_python=include_python, pure=False)
+        self._futures = self._client.map(
+            _read_remote, [str(f) for f in files], kind=kind, include_python=include_python, pure=False
+        )
 
     @property
     def workers(self) -> int:
@@ -315,8 +335,9 @@ def _start_worker() -> None:
     _PARSED = []
 
 
-def _read_task(path: str, planes: list[wire.PlaneRecord], lines: dict[int, wire.PlaneLines],
-               units: tuple[Unit, ...]) -> bytes | None:
+def _read_task(
+    path: str, planes: list[wire.PlaneRecord], lines: dict[int, wire.PlaneLines], units: tuple[Unit, ...]
+) -> bytes | None:
     """In a worker: the pieces of ``units`` of the file at ``path``, pickled; ``None`` when they cannot be read apart."""
     import pickle
 
@@ -344,8 +365,14 @@ def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) 
             expected.append((record.name, [(lines.names[i], labels[i]) for i in mine]))
     names = [p.name for p in f.planes]
     try:
-        pieces = read_planes(wire.sub_space(f.data, parts), host_name(f.path), expected,
-                             source=str(f.path), accelerated=has_devices(names), keep=keep)
+        pieces = read_planes(
+            wire.sub_space(f.data, parts),
+            host_name(f.path),
+            expected,
+            source=str(f.path),
+            accelerated=has_devices(names),
+            keep=keep,
+        )
     except TraceFormatError:
         return None
     return pieces if len(pieces) == len(units) else None

@@ -29,7 +29,16 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from jaxdiag import config
 
 from jaxdiag.trace.frames import (
-    CATEGORY, DEVICE, DUR_NS, HLO_MODULE, HOST, LINE_KIND, NAME, START_NS, STEP, STEP_COLUMNS,
+    CATEGORY,
+    DEVICE,
+    DUR_NS,
+    HLO_MODULE,
+    HOST,
+    LINE_KIND,
+    NAME,
+    START_NS,
+    STEP,
+    STEP_COLUMNS,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,8 +79,9 @@ class FoundSteps:
     notes: tuple[str, ...]
 
 
-def find_steps(events: "pd.DataFrame", marks: Sequence[StepMark] = (),
-               device_steps: Sequence[DeviceStep] = ()) -> FoundSteps:
+def find_steps(
+    events: "pd.DataFrame", marks: Sequence[StepMark] = (), device_steps: Sequence[DeviceStep] = ()
+) -> FoundSteps:
     """Find steps from annotations, TPU step lines or the dominant module, in that order.
 
     Args:
@@ -96,8 +106,14 @@ def find_steps(events: "pd.DataFrame", marks: Sequence[StepMark] = (),
 Row = tuple[str, int, str, int, int]
 
 
-def tile(rows: Sequence[Row], events: "pd.DataFrame", *, read_back: bool = False,
-         step_names: set[str] | frozenset[str] = frozenset(), first_from_host_start: bool = False) -> list[Row]:
+def tile(
+    rows: Sequence[Row],
+    events: "pd.DataFrame",
+    *,
+    read_back: bool = False,
+    step_names: set[str] | frozenset[str] = frozenset(),
+    first_from_host_start: bool = False,
+) -> list[Row]:
     """Make each host's steps tile its run (see the module docstring).
 
     Args:
@@ -126,8 +142,11 @@ def tile(rows: Sequence[Row], events: "pd.DataFrame", *, read_back: bool = False
         if read_back and len(host_ev):
             names = host_ev[NAME]
             is_read = _flag(names, lambda n: bool(READ_BACK.search(n)))
-            is_mark = ((host_ev[CATEGORY] == "annotation").to_numpy() & ~is_read
-                       & ~_flag(names, lambda n: bool(_LAUNCH.match(n)) or n in step_names))
+            is_mark = (
+                (host_ev[CATEGORY] == "annotation").to_numpy()
+                & ~is_read
+                & ~_flag(names, lambda n: bool(_LAUNCH.match(n)) or n in step_names)
+            )
             starts = host_ev[START_NS].to_numpy(np.int64)
             reads = np.stack([starts[is_read], starts[is_read] + host_ev[DUR_NS].to_numpy(np.int64)[is_read]], axis=1)
             reads = reads[np.argsort(reads[:, 0], kind="stable")]
@@ -220,8 +239,7 @@ def _flag(names: "pd.Series", test: "Callable[[str], bool]") -> "np.ndarray":
     import pandas as pd
 
     if isinstance(names.dtype, pd.CategoricalDtype):
-        flags = np.fromiter((test(str(c)) for c in names.cat.categories), dtype=bool,
-                            count=len(names.cat.categories))
+        flags = np.fromiter((test(str(c)) for c in names.cat.categories), dtype=bool, count=len(names.cat.categories))
         codes = names.cat.codes.to_numpy()
         return np.where(codes >= 0, flags[np.maximum(codes, 0)] if len(flags) else False, False)
     return np.fromiter((test(str(n)) for n in names), dtype=bool, count=len(names))
@@ -250,8 +268,10 @@ def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, in
 def _from_module(events: "pd.DataFrame") -> FoundSteps:
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
-        note = ("no step annotations and no device work with a module name; every event has step -1. "
-                "Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i)")
+        note = (
+            "no step annotations and no device work with a module name; every event has step -1. "
+            "Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i)"
+        )
         return FoundSteps(_table([]), "none", (note,))
     work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
     module = str(work.groupby(HLO_MODULE, observed=True)[DUR_NS].sum().idxmax())
@@ -268,10 +288,12 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
             executions = sorted(zip(runs[START_NS].tolist(), (runs[START_NS] + runs[DUR_NS]).tolist()))
         for i, (start, end) in enumerate(executions):
             rows.append((str(host), i, module, start, end))
-    note = (f"no step annotations; each of the {len(rows)} executions of {module} (the module with the most "
-            "device time), with the gap before it (where its inputs were made and its compile ran), is taken "
-            "as a step. Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i) "
-            "for exact steps")
+    note = (
+        f"no step annotations; each of the {len(rows)} executions of {module} (the module with the most "
+        "device time), with the gap before it (where its inputs were made and its compile ran), is taken "
+        "as a step. Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i) "
+        "for exact steps"
+    )
     return FoundSteps(_table(tile(rows, events, first_from_host_start=True)), "module", (note,))
 
 

@@ -124,7 +124,9 @@ def _top_records(data: bytes, source: str) -> Iterator[tuple[int, int, int, int]
         header = pos
         tag, pos = _varint(data, pos, source)
         if tag >> 3 not in (1, 2, 3, 4) or tag & 7 != _LENGTH_DELIMITED:  # planes, errors, warnings, hostnames
-            raise TraceFormatError(f"{source}: not an XSpace (unexpected bytes at offset {pos}); is this a .xplane.pb file?")
+            raise TraceFormatError(
+                f"{source}: not an XSpace (unexpected bytes at offset {pos}); is this a .xplane.pb file?"
+            )
         length, pos = _varint(data, pos, source)
         if pos + length > size:
             raise TraceFormatError(

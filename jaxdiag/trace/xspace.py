@@ -18,7 +18,13 @@ from typing import Any, Iterable, Sequence
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.columns import HostColumns
 from jaxdiag.trace.host_plane import (
-    HOST_PLANE, int_or, line_names, program_id_of, read_host_line, read_host_plane, stats_of,
+    HOST_PLANE,
+    int_or,
+    line_names,
+    program_id_of,
+    read_host_line,
+    read_host_plane,
+    stats_of,
 )
 from jaxdiag.trace.wire import check_wire
 
@@ -32,11 +38,22 @@ _COLLECTIVE_OPS = re.compile(
 )
 #: TPU line kinds by line name (``xplane_schema`` in XLA's profiler names them); see ``tpu_line_kind``.
 _TPU_LINES = {
-    "XLA Ops": "xla_ops", "XLA Modules": "xla_modules", "Steps": "steps", "Async XLA Ops": "async_ops",
-    "Sparse Core Ops": "sparsecore", "Sparse Core Modules": "xla_modules", "Sparse Core Steps": "markers",
-    "XLA TraceMe": "markers", "Overlay": "markers", "Framework Name Scope": "markers", "Framework Ops": "markers",
-    "Source code": "markers", "Tensor Core Sync Flag": "markers", "Sparse Core Syncs": "markers",
-    "Launch Stats": "markers", "_counters_": "markers",
+    "XLA Ops": "xla_ops",
+    "XLA Modules": "xla_modules",
+    "Steps": "steps",
+    "Async XLA Ops": "async_ops",
+    "Sparse Core Ops": "sparsecore",
+    "Sparse Core Modules": "xla_modules",
+    "Sparse Core Steps": "markers",
+    "XLA TraceMe": "markers",
+    "Overlay": "markers",
+    "Framework Name Scope": "markers",
+    "Framework Ops": "markers",
+    "Source code": "markers",
+    "Tensor Core Sync Flag": "markers",
+    "Sparse Core Syncs": "markers",
+    "Launch Stats": "markers",
+    "_counters_": "markers",
 }
 #: ``/device:TPU:0 SparseCore 1``: a SparseCore of TPU core 0, not a device of its own.
 _SPARSECORE_PLANE = re.compile(r"^/device:TPU:(\d+) SparseCore (\d+)$")
@@ -46,8 +63,15 @@ _HOST_MEMORY = "S(5)"
 _MODULE_RUN = re.compile(r"^(.*)\((\d+)\)$")
 #: Dense bf16 tensor-core peak (flop/s) from vendor datasheets, by device-name substring; first match wins.
 _GPU_PEAK_FLOPS = (
-    ("H100 PCIE", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("H200", 989e12),
-    ("B200", 2250e12), ("A100", 312e12), ("L40S", 362e12), ("L4", 121e12), ("V100", 125e12),
+    ("H100 PCIE", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),
+    ("H200", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("V100", 125e12),
     ("MI300X", 1307e12),
 )
 NAN = math.nan
@@ -75,9 +99,16 @@ def read_xspace(data: bytes, host: str, *, source: str, include_python: bool = F
         raise _unreadable(source, exc) from None
 
 
-def read_planes(data: bytes, host: str, planes: Sequence[tuple[str, Sequence[tuple[str, str]] | None]], *,
-                source: str, accelerated: bool, include_python: bool = False,
-                keep: list[Any] | None = None) -> list[HostColumns]:
+def read_planes(
+    data: bytes,
+    host: str,
+    planes: Sequence[tuple[str, Sequence[tuple[str, str]] | None]],
+    *,
+    source: str,
+    accelerated: bool,
+    include_python: bool = False,
+    keep: list[Any] | None = None,
+) -> list[HostColumns]:
     """Parse some planes of one host's XSpace (see ``wire.sub_space``) into pieces for ``join_host``.
 
     Args:
@@ -183,8 +214,11 @@ def is_profiler_plane(plane_name: str) -> bool:
 
 
 def _known_plane(plane_name: str) -> bool:
-    return bool(_DEVICE_PLANE.match(plane_name) or _SPARSECORE_PLANE.match(plane_name)) \
-        or plane_name in (HOST_PLANE, *META_PLANES) or plane_name.startswith("/host:__")
+    return (
+        bool(_DEVICE_PLANE.match(plane_name) or _SPARSECORE_PLANE.match(plane_name))
+        or plane_name in (HOST_PLANE, *META_PLANES)
+        or plane_name.startswith("/host:__")
+    )
 
 
 def _read_plane(cols: HostColumns, plane: Any, accelerated: bool, include_python: bool) -> None:
@@ -256,8 +290,9 @@ def _read_device_plane(cols: HostColumns, plane: Any, platform: str, ordinal: in
             if kind == "steps":
                 if not sparsecore:
                     # XProf keys device steps by group_id; the name is the step number on the captures seen.
-                    step = int_or(stats.get("step_num", name if name.isdigit() else stats.get("group_id")),
-                                  len(cols.device_steps))
+                    step = int_or(
+                        stats.get("step_num", name if name.isdigit() else stats.get("group_id")), len(cols.device_steps)
+                    )
                     cols.device_steps.append((ordinal, step, start, start + dur))
                 cols.add(ordinal, name, start, dur, category="annotation")
                 continue
@@ -290,8 +325,9 @@ def _read_device_plane(cols: HostColumns, plane: Any, platform: str, ordinal: in
         _assign_modules(cols, modules, op_ranges)
 
 
-def _assign_modules(cols: HostColumns, modules: list[tuple[float, float, str, int]],
-                    op_ranges: list[tuple[int, int]]) -> None:
+def _assign_modules(
+    cols: HostColumns, modules: list[tuple[float, float, str, int]], op_ranges: list[tuple[int, int]]
+) -> None:
     """Give TPU ops the module whose run (on the "XLA Modules" line) contains them."""
     import bisect
 
@@ -318,8 +354,12 @@ def _short_hlo_name(text: str) -> str:
 
 
 def _device_row(host: str, plane: str, platform: str, ordinal: int, stats: dict[str, Any]) -> dict[str, Any]:
-    name = str(stats.get("gpu_device_name") or stats.get("device_type_string") or stats.get("device_name")
-               or _unnamed_device(platform, stats))
+    name = str(
+        stats.get("gpu_device_name")
+        or stats.get("device_type_string")
+        or stats.get("device_name")
+        or _unnamed_device(platform, stats)
+    )
     peak = _float(stats.get("peak_teraflops_per_second")) * 1e12
     if math.isnan(peak) and platform == "gpu":
         upper = name.upper()
@@ -328,7 +368,11 @@ def _device_row(host: str, plane: str, platform: str, ordinal: int, stats: dict[
     if math.isnan(bandwidth):
         bandwidth = _float(stats.get("peak_hbm_bw_gigabytes_per_second")) * 1e9
     return {
-        "host": host, "plane": plane, "device": ordinal, "platform": platform, "device_name": name,
+        "host": host,
+        "plane": plane,
+        "device": ordinal,
+        "platform": platform,
+        "device_name": name,
         "vendor": str(stats.get("device_vendor") or ("Google" if platform == "tpu" else "")),
         "core_count": _float(stats.get("core_count")),
         "clock_hz": _float(stats.get("clock_rate")) * 1e3,  # XLA reports kHz

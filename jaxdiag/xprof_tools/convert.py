@@ -49,8 +49,10 @@ def tool_data(files: Sequence[str | Path], tool: str, *, private: bool = False) 
         from xprof.convert import raw_to_tool_data
     except ImportError as exc:  # pragma: no cover - xprof is a dependency
         raise XprofError(f"XProf is not installed ({exc}); pip install xprof") from None
-    with (contextlib.nullcontext([str(f) for f in files]) if private else private_links(files)) as linked, \
-            _native_log_quiet():
+    with (
+        contextlib.nullcontext([str(f) for f in files]) if private else private_links(files) as linked,
+        _native_log_quiet(),
+    ):
         try:
             data, _ = raw_to_tool_data.xspace_to_tool_data(linked, tool, {"use_saved_result": private})
         except Exception as exc:  # noqa: BLE001 - a native converter can raise anything
@@ -75,10 +77,7 @@ def table_rows(table: Any) -> list[dict[str, Any]]:
         cells = row.get("c") if isinstance(row, dict) else None
         if not isinstance(cells, list):
             continue
-        rows.append({
-            col: (cell.get("v") if isinstance(cell, dict) else None)
-            for col, cell in zip(cols, cells) if col
-        })
+        rows.append({col: (cell.get("v") if isinstance(cell, dict) else None) for col, cell in zip(cols, cells) if col})
     return rows
 
 

@@ -98,11 +98,16 @@ def _with_kernels(rows: Any, frames: Any, xplanes: list[str], notes: list[str]) 
             out.append(row)
             continue
         k = max(ks, key=lambda k: float(k.get("total_duration_us") or 0.0))
-        out.append(dataclasses.replace(row, kernel={
-            "name": str(k.get("kernel_name") or ""),
-            "registers_per_thread": k.get("registers_per_thread"),
-            "occupancy_pct": k.get("occupancy_pct"),
-            "uses_tensor_core": k.get("is_kernel_using_tensor_core"),
-            "tensor_core_eligible": k.get("is_op_tensor_core_eligible"),
-        }))
+        out.append(
+            dataclasses.replace(
+                row,
+                kernel={
+                    "name": str(k.get("kernel_name") or ""),
+                    "registers_per_thread": k.get("registers_per_thread"),
+                    "occupancy_pct": k.get("occupancy_pct"),
+                    "uses_tensor_core": k.get("is_kernel_using_tensor_core"),
+                    "tensor_core_eligible": k.get("is_op_tensor_core_eligible"),
+                },
+            )
+        )
     return out

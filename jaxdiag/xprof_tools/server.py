@@ -54,15 +54,15 @@ class Server:
         return timeline_address(self.url, run, host, start_ms, end_ms)
 
 
-def timeline_address(url: str, run: str, host: str, start_ms: float | None = None,
-                     end_ms: float | None = None) -> str:
+def timeline_address(url: str, run: str, host: str, start_ms: float | None = None, end_ms: float | None = None) -> str:
     """The trace viewer's address for ``host`` of ``run`` on the server at ``url``, for a time range."""
     data = {"run": run, "tag": "trace_viewer@", "host": host}
     if start_ms is not None and end_ms is not None:
         data.update(start_time_ms=f"{start_ms:.3f}", end_time_ms=f"{end_ms:.3f}")
     data_url = "/data?" + urllib.parse.urlencode(data)
-    return (f"{url}/trace_viewer_index.html?is_streaming=true&is_oss=true&trace_data_url="
-            + urllib.parse.quote(data_url, safe=""))
+    return f"{url}/trace_viewer_index.html?is_streaming=true&is_oss=true&trace_data_url=" + urllib.parse.quote(
+        data_url, safe=""
+    )
 
 
 def _folder_of(run_dir: str | Path, cache_root: Path | None = None) -> Path:
@@ -126,7 +126,10 @@ def start(logdir: Path, *, timeout_s: float = START_TIMEOUT_S) -> Server:
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "jaxdiag.xprof_tools.server", str(logdir), str(port), str(grpc_port)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
     finally:
@@ -171,8 +174,9 @@ def serve(logdir: str, port: int, grpc_port: int) -> None:
     from xprof import server as xprof_server
 
     xprof_server._get_wildcard_address = lambda _port: "127.0.0.1"  # loopback only
-    xprof_server.start_server(logdir=logdir, port=port, grpc_port=grpc_port,
-                              worker_service_address=f"127.0.0.1:{grpc_port}")
+    xprof_server.start_server(
+        logdir=logdir, port=port, grpc_port=grpc_port, worker_service_address=f"127.0.0.1:{grpc_port}"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - run as the server's process

@@ -76,9 +76,14 @@ def test_compute_on_another_device_does_not_hide_communication():
     "extra, overlap",
     [
         pytest.param([device_event(0, 100, "MemcpyD2D", module="")], 0.0, id="a copy is not compute"),
-        pytest.param([ar(50, 100, name="ncclDevKernel_AllGather_RING_LL")], 0.0, id="collectives do not hide each other"),
-        pytest.param([device_event(0, 50, line="Stream #14(Compute)"), device_event(25, 50, line="Stream #15(Compute)")],
-                     0.75, id="compute on two streams counts once"),
+        pytest.param(
+            [ar(50, 100, name="ncclDevKernel_AllGather_RING_LL")], 0.0, id="collectives do not hide each other"
+        ),
+        pytest.param(
+            [device_event(0, 50, line="Stream #14(Compute)"), device_event(25, 50, line="Stream #15(Compute)")],
+            0.75,
+            id="compute on two streams counts once",
+        ),
     ],
 )
 def test_what_hides_communication(extra, overlap):
@@ -88,7 +93,8 @@ def test_what_hides_communication(extra, overlap):
 
 def test_by_kind_counts_and_unknown_collective_line():
     events = [
-        ar(0, 100), ar(200, 100),
+        ar(0, 100),
+        ar(200, 100),
         device_event(400, 50, "all-gather-start.2", line="XLA Ops", line_kind="xla_ops"),
         device_event(500, 40, "mystery_kernel", line="Stream #21(Nccl)", line_kind="collective"),
     ]
@@ -101,7 +107,10 @@ def test_per_step_and_findings():
     events = [ar(100, 200), device_event(100, 200), ar(1100, 200), device_event(1100, 50)]
     r = analyze(events, steps=steps, thresholds=Thresholds(min_finding_ms=0.1))
     assert analyze(events, steps=steps).findings == ()  # 0.15 ms is under the default 0.5 ms
-    assert [(s.step, round(s.total_ms, 3), round(s.exposed_ms, 3)) for s in r.per_step] == [(0, 0.2, 0.0), (1, 0.2, 0.15)]
+    assert [(s.step, round(s.total_ms, 3), round(s.exposed_ms, 3)) for s in r.per_step] == [
+        (0, 0.2, 0.0),
+        (1, 0.2, 0.15),
+    ]
     (f,) = r.findings
     assert f.kind == "exposed_collective"
     assert f.time_lost_ms == pytest.approx(0.15)
@@ -110,8 +119,13 @@ def test_per_step_and_findings():
     assert "--xla_gpu_all_reduce_combine_threshold_bytes" in f.suggestion
     d = r.to_dict()
     assert set(d) == {"overlap_fraction", "exposed_ms", "total_ms", "waiting_for_hosts_ms", "by_kind", "per_step"}
-    assert d["by_kind"][0] == {"kind": "all-reduce", "count": 2, "total_ms": 0.4, "exposed_ms": 0.15,
-                               "overlap_fraction": 0.625}
+    assert d["by_kind"][0] == {
+        "kind": "all-reduce",
+        "count": 2,
+        "total_ms": 0.4,
+        "exposed_ms": 0.15,
+        "overlap_fraction": 0.625,
+    }
 
 
 def test_only_steps_count():
@@ -178,8 +192,12 @@ def test_synthetic_tpu_xspace(tmp_path):
         (0, "%fusion.2 = f32[8]{0} fusion(f32[8]{0} %all-reduce-start.1)", 105_000, 50_000),
         (0, "%all-reduce-done.1 = f32[8]{0} all-reduce-done(f32[8]{0} %all-reduce-start.1)", 155_000, 40_000),
     ]
-    data = tpu_xspace(ops=ops, modules=[(0, "jit_train_step", 1, 0, 200_000)],
-                      steps=[(0, 0, 0, 200_000)], host_steps=[(0, 0, 200_000)])
+    data = tpu_xspace(
+        ops=ops,
+        modules=[(0, "jit_train_step", 1, 0, 200_000)],
+        steps=[(0, 0, 0, 200_000)],
+        host_steps=[(0, 0, 200_000)],
+    )
     write_run(tmp_path, {"tpu_host": data})
     r = collectives.analyze(AnalysisInputs(load(tmp_path)))
     (k,) = r.by_kind

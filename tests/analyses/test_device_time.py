@@ -22,7 +22,8 @@ def test_module_time_per_step_and_per_device():
     # two devices ran ops: every sum is halved so it reads against wall time
     assert by_module["jit_step"]["total_ms"] == pytest.approx((1000 + 1000 + 500 + 3000) / 2 / 1e3)
     assert by_module["jit_step"]["per_step"] == [
-        {"step": 0, "ms": pytest.approx(2500 / 2 / 1e3)}, {"step": 1, "ms": pytest.approx(3000 / 2 / 1e3)}
+        {"step": 0, "ms": pytest.approx(2500 / 2 / 1e3)},
+        {"step": 1, "ms": pytest.approx(3000 / 2 / 1e3)},
     ]
     assert by_module["jit_eval"]["count"] == 1
     top = r.to_dict()["top_ops"]

@@ -43,9 +43,11 @@ def test_small_ops_link_to_top_op_rows(cpu_report, cpu_trace_dir):
 def test_collective_findings_link_collective_rows():
     from jaxdiag.analyses.finding_places import _linked_rows
 
-    rows = [{"id": "op1", "name": "fusion.1", "kind": "compute", "module": "m"},
-            {"id": "op2", "name": "all-reduce.3", "kind": "collective", "module": "m"},
-            {"id": "op3", "name": "all-gather.1", "kind": "collective", "module": "m"}]
+    rows = [
+        {"id": "op1", "name": "fusion.1", "kind": "compute", "module": "m"},
+        {"id": "op2", "name": "all-reduce.3", "kind": "collective", "module": "m"},
+        {"id": "op3", "name": "all-gather.1", "kind": "collective", "module": "m"},
+    ]
     assert _linked_rows("exposed_collective", {}, rows) == ["op2", "op3"]
     assert _linked_rows("implicit_resharding", {"op": "all-gather.1"}, rows) == ["op3"]
     assert _linked_rows("implicit_resharding", {"op": "fusion.1"}, rows) == []

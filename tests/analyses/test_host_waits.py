@@ -35,14 +35,20 @@ def causes(result) -> dict[str, float]:
             id="nested annotations: the inner one wins where it covers",
         ),
         pytest.param(
-            [device_event(0, 300), host_event(250, 500, "np.asarray(jax.Array)", category="runtime"),
-             device_event(750, 250)],
+            [
+                device_event(0, 300),
+                host_event(250, 500, "np.asarray(jax.Array)", category="runtime"),
+                device_event(750, 250),
+            ],
             {"device_to_host_sync": 450},
             id="float(loss) read-back",
         ),
         pytest.param(
-            [host_event(0, 200, "PjitFunction(train_step)"),
-             host_event(10, 180, "PjRtCApiLoadedExecutable::Execute", category="runtime"), device_event(200, 800)],
+            [
+                host_event(0, 200, "PjitFunction(train_step)"),
+                host_event(10, 180, "PjRtCApiLoadedExecutable::Execute", category="runtime"),
+                device_event(200, 800),
+            ],
             {"dispatch": 200},
             id="dispatch",
         ),
@@ -89,7 +95,8 @@ def test_a_stall_every_fifth_step_is_named_as_such():
     r = run(events, steps=steps)
     (load,) = [f for f in r.findings if f.evidence["kind"] == "annotation"]
     assert "`load_batch`: 30.0 ms each at steps 4, 9, 14 and 19 (every 5th step); 0.30 ms at most in the 16 others" in (
-        load.message)
+        load.message
+    )
     assert load.evidence["per_step"][9] == pytest.approx(30.0)
 
 
@@ -124,15 +131,23 @@ def test_to_dict_shape():
     assert d["total_ms"] == pytest.approx(0.5)
     assert d["by_cause"][0] == {"cause": "load_batch", "kind": "annotation", "ms": 0.4}
     assert d["by_step"] == [
-        {"step": 0, "total_ms": 0.5, "by_cause": [{"cause": "load_batch", "ms": 0.4}, {"cause": "unattributed", "ms": 0.1}]}
+        {
+            "step": 0,
+            "total_ms": 0.5,
+            "by_cause": [{"cause": "load_batch", "ms": 0.4}, {"cause": "unattributed", "ms": 0.1}],
+        }
     ]
 
 
 def test_dispatch_is_split_by_function():
-    r = run([
-        host_event(0, 300, "PjitFunction(tiny_soup)"), device_event(300, 100),
-        host_event(400, 200, "PjitFunction(train_step)"), device_event(600, 400),
-    ])
+    r = run(
+        [
+            host_event(0, 300, "PjitFunction(tiny_soup)"),
+            device_event(300, 100),
+            host_event(400, 200, "PjitFunction(train_step)"),
+            device_event(600, 400),
+        ]
+    )
     (finding,) = [f for f in r.findings if f.evidence["kind"] == "dispatch"]
     assert finding.evidence["by_function"] == {"tiny_soup": 0.3, "train_step": 0.2}
     assert "tiny_soup" in finding.message
@@ -197,8 +212,9 @@ def test_h100_mlp_input_pipeline(h100_mlp):
 def test_sync_steps_from_device_copies():
     # No host read-back event, but the device copied a scalar to the host in step 1.
     steps = ((0, 1000), (1000, 2000))
-    r = run([device_event(1500, 2, "MemcpyD2H", line="Stream #16(MemcpyD2H)", line_kind="memcpy", module="")],
-            steps=steps)
+    r = run(
+        [device_event(1500, 2, "MemcpyD2H", line="Stream #16(MemcpyD2H)", line_kind="memcpy", module="")], steps=steps
+    )
     assert r.sync_steps == (1,)
 
 

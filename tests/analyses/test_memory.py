@@ -33,8 +33,9 @@ def test_footprints_match_memory_analysis(matmul_capture):
 
 def test_temporaries_dominating_name_the_function_and_advise_remat():
     f = _with_capacity(frames([device_event(0, 10)]), 80 * 2**30)
-    rec = _record("train_step", argument_bytes=2 * 2**30, output_bytes=2 * 2**30, temp_bytes=20 * 2**30,
-                  generated_code_bytes=0)
+    rec = _record(
+        "train_step", argument_bytes=2 * 2**30, output_bytes=2 * 2**30, temp_bytes=20 * 2**30, generated_code_bytes=0
+    )
     r = memory.analyze(AnalysisInputs(f, compile_log=[rec]))
     (finding,) = r.findings
     assert finding.kind == "memory_temporaries" and "train_step" in finding.message and "train.py:10" in finding.message
@@ -57,11 +58,19 @@ def test_small_footprints_make_no_finding():
 
 
 def test_memory_profile_peaks_and_bad_input():
-    profile = {"memoryProfilePerAllocator": {
-        "GPU_0_bfc": {"profileSummary": {"peakBytesUsageLifetime": "900", "memoryCapacity": "1000",
-                                         "peakStats": {"heapAllocatedBytes": "880", "stackReservedBytes": "10"},
-                                         "peakStatsTimePs": "5"}},
-        "broken": {"profileSummary": "nonsense"}}}
+    profile = {
+        "memoryProfilePerAllocator": {
+            "GPU_0_bfc": {
+                "profileSummary": {
+                    "peakBytesUsageLifetime": "900",
+                    "memoryCapacity": "1000",
+                    "peakStats": {"heapAllocatedBytes": "880", "stackReservedBytes": "10"},
+                    "peakStatsTimePs": "5",
+                }
+            },
+            "broken": {"profileSummary": "nonsense"},
+        }
+    }
     (peak,) = memory.peaks_from_memory_profile("h", profile)
     assert (peak.peak_bytes, peak.capacity_bytes, peak.lifetime_peak_bytes) == (890, 1000, 900)
     joined = memory.join_memory_profile(memory.MemoryResult((), None, "unknown"), [peak])

@@ -55,8 +55,13 @@ def test_mfu_is_flops_over_step_time_and_peak(matmul_capture):
 
 
 def test_gpu_peak_follows_the_dtype():
-    row = {"platform": "gpu", "device_name": "NVIDIA H100 80GB HBM3", "core_count": 132.0, "clock_hz": 1.98e9,
-           "peak_flops": 989e12}
+    row = {
+        "platform": "gpu",
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "core_count": 132.0,
+        "clock_hz": 1.98e9,
+        "peak_flops": 989e12,
+    }
     bf16, how = mfu._device_peak(row, "bfloat16")
     assert bf16 == pytest.approx(132 * 1.98e9 * 4096) and "trace device stats" in how
     f32, how = mfu._device_peak(row, "float32")
@@ -74,9 +79,15 @@ def test_given_flops_win_and_say_so():
 
 
 def test_dtype_by_argument_bytes():
-    records = [{"args": [{"kind": "array", "dtype": "bfloat16", "shape": [1024, 1024]},
-                         {"kind": "array", "dtype": "float32", "shape": [16]},
-                         {"kind": "static", "value": "3"}]}]
+    records = [
+        {
+            "args": [
+                {"kind": "array", "dtype": "bfloat16", "shape": [1024, 1024]},
+                {"kind": "array", "dtype": "float32", "shape": [16]},
+                {"kind": "static", "value": "3"},
+            ]
+        }
+    ]
     assert mfu.compute_dtype(records)[0] == "bfloat16"
     assert mfu.compute_dtype([{"args": [{"kind": "array", "dtype": "int32", "shape": [4]}]}])[0] is None
 

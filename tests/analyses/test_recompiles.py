@@ -15,8 +15,13 @@ PROFILE_START = 1_700_000_000_000_000_000  # ns since the epoch
 
 @pytest.mark.parametrize(
     "module, expected",
-    [("jit_train_step", "train_step"), ("jit(step)", "step"), ("pmap_f", "f"), ("jit__lambda_", "_lambda_"),
-     ("gemm_fusion_dot.1", "gemm_fusion_dot.1")],
+    [
+        ("jit_train_step", "train_step"),
+        ("jit(step)", "step"),
+        ("pmap_f", "f"),
+        ("jit__lambda_", "_lambda_"),
+        ("gemm_fusion_dot.1", "gemm_fusion_dot.1"),
+    ],
 )
 def test_function_name(module, expected):
     assert function_name(module) == expected
@@ -49,7 +54,9 @@ def test_compile_thread_work_without_a_caller_anchor():
     pool = "tf_pjrt_compile_thread_pool/7"
     events = [
         host_event(100, 300, "optimization (jit_f)", category="runtime", line=pool, line_kind="host"),
-        host_event(1000, 200, "fusion (jit_f)", category="runtime", line=pool, line_kind="host"),  # 0.6 ms later: same compile
+        host_event(
+            1000, 200, "fusion (jit_f)", category="runtime", line=pool, line_kind="host"
+        ),  # 0.6 ms later: same compile
     ]
     (span,) = compile_spans(frames(events, steps=[(0, 5000)]))
     assert (span.function, span.start_ns, span.end_ns) == ("f", 100_000, 1_200_000)
@@ -71,7 +78,9 @@ def test_recompiles_without_a_log():
     )
     r = recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000), (10_000, 20_000), (20_000, 30_000)])))
     assert [(c.function, c.step, c.recompile) for c in r.compiles] == [
-        ("init", 0, False), ("step", 1, True), ("step", 2, True)
+        ("init", 0, False),
+        ("step", 1, True),
+        ("step", 2, True),
     ]
     assert r.to_dict()[1] == {"function": "step", "step": 1, "compile_ms": 5.0, "recompile": True, "cause": None}
     # One finding for the function, naming both steps.
@@ -83,10 +92,21 @@ def test_recompiles_without_a_log():
 
 
 def _record(function: str, index: int, t_ns: int, changes=()) -> dict:
-    expl = Explanation(summary="; ".join(f"{c.path} {c.what}: {c.old} -> {c.new}" for c in changes), changes=tuple(changes)) if changes else None
+    expl = (
+        Explanation(
+            summary="; ".join(f"{c.path} {c.what}: {c.old} -> {c.new}" for c in changes), changes=tuple(changes)
+        )
+        if changes
+        else None
+    )
     return CompileRecord(
-        function=function, qualname=f"m.{function}", source=None, call_site=None, compile_index=index,
-        time_unix=(PROFILE_START + t_ns) / 1e9, explanation=expl,
+        function=function,
+        qualname=f"m.{function}",
+        source=None,
+        call_site=None,
+        compile_index=index,
+        time_unix=(PROFILE_START + t_ns) / 1e9,
+        explanation=expl,
     ).to_dict()
 
 
@@ -113,7 +133,8 @@ def test_join_with_the_log_by_time():
     assert "weakly typed" in finding.suggestion
     assert finding.message == (
         "`step` recompiled 2 times, at steps 0 and 1: 9.0 ms; causes: args[2] shape: int32[8,129] -> "
-        "int32[8,193] (at step 0); args[3] weak_type: True -> False (at step 1).")
+        "int32[8,193] (at step 0); args[3] weak_type: True -> False (at step 1)."
+    )
 
 
 def test_join_by_order_without_a_profile_start():
@@ -162,8 +183,11 @@ def test_jax_internal_compiles_fold_under_the_user_line_that_called_them():
     events = compile_events(2_000, 5000, "step") + compile_events(10_000, 1000, "convert_element_type")
     events += compile_events(14_000, 1500, "broadcast_in_dim") + compile_events(24_000, 1000, "convert_element_type")
     internal = []
-    for fn, index, t in (("convert_element_type", 2, 10_000_000), ("broadcast_in_dim", 1, 14_000_000),
-                         ("convert_element_type", 3, 24_000_000)):
+    for fn, index, t in (
+        ("convert_element_type", 2, 10_000_000),
+        ("broadcast_in_dim", 1, 14_000_000),
+        ("convert_element_type", 3, 24_000_000),
+    ):
         rec = _record(fn, index, t)
         rec.update(origin="jax-internal", call_site="train.py:63")
         internal.append(rec)
@@ -175,7 +199,8 @@ def test_jax_internal_compiles_fold_under_the_user_line_that_called_them():
     assert finding.evidence["call_site"] == "train.py:63" and finding.evidence["count"] == 3
     assert finding.message.startswith(
         "Eager code at train.py:63 compiled JAX's `broadcast_in_dim` and `convert_element_type` 3 times, "
-        "at steps 0 and 1: 3.5 ms (2 of them recompiles)")
+        "at steps 0 and 1: 3.5 ms (2 of them recompiles)"
+    )
     assert "outside jit" in finding.suggestion
     assert [c.get("origin") for c in r.to_dict()] == ["jit", "jax-internal", "jax-internal", "jax-internal"]
 
@@ -192,7 +217,9 @@ def test_a_first_compile_joined_to_the_log_says_so():
 def test_compile_outside_steps_and_step_filter():
     events = compile_events(30_000, 1000, "eval_step")
     r = recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000)])))
-    assert r.to_dict() == [{"function": "eval_step", "step": None, "compile_ms": 1.0, "recompile": False, "cause": None}]
+    assert r.to_dict() == [
+        {"function": "eval_step", "step": None, "compile_ms": 1.0, "recompile": False, "cause": None}
+    ]
     assert recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000)]), steps=[0])).compiles == ()
 
 
@@ -205,8 +232,9 @@ def test_cpu_capture_recompile(cpu_frames):
     step_fn = [c for c in r.compiles if c.function == "train_step"]
     assert [(c.step, c.recompile) for c in step_fn] == [(truth.recompile_step, True)]
     assert step_fn[0].compile_ms > 1.0
-    assert any(f.evidence["function"] == "train_step" and f.evidence["steps"] == [truth.recompile_step]
-               for f in r.findings)
+    assert any(
+        f.evidence["function"] == "train_step" and f.evidence["steps"] == [truth.recompile_step] for f in r.findings
+    )
     assert {c.step for c in r.compiles} == {truth.recompile_step}  # the new batch shape's jnp.ones compiles too
 
 
@@ -224,7 +252,10 @@ def test_h100_transformer_recompiles(h100_transformer):
     assert findings["step"].evidence["compile_ms"][0] > 0.9 * 10_000
     assert findings["step"].message.startswith("`step` recompiled 2 times, at steps 5 and 8:")
     # jnp.asarray of the new token shape compiles convert_element_type again, too.
-    assert [(c.step, c.recompile) for c in r.compiles if c.function == "convert_element_type"] == [(0, False), (5, True)]
+    assert [(c.step, c.recompile) for c in r.compiles if c.function == "convert_element_type"] == [
+        (0, False),
+        (5, True),
+    ]
 
 
 def test_h100_transformer_joined_to_a_compile_log(h100_transformer):
@@ -234,7 +265,8 @@ def test_h100_transformer_joined_to_a_compile_log(h100_transformer):
     start = frames_.meta["profile_start_time"]
     spans = [c for c in recompiles.analyze(AnalysisInputs(frames_)).compiles if c.function == "step"]
     log = [_record("step", 1, -3_000_000_000)] + [
-        _record("step", i + 2, c.start_ns + 1_000_000, [change]) for i, (c, change) in enumerate(zip(spans, (SHAPE, WEAK)))
+        _record("step", i + 2, c.start_ns + 1_000_000, [change])
+        for i, (c, change) in enumerate(zip(spans, (SHAPE, WEAK)))
     ]
     for rec in log:
         rec["time_unix"] = rec["time_unix"] - PROFILE_START / 1e9 + start / 1e9

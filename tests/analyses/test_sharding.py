@@ -41,7 +41,9 @@ def test_tensor_parallel_2x4_collectives_are_all_implied_by_the_specs():
     (fn,) = result.functions
     assert fn.facts.mesh.axis_sizes == (2, 4)
     assert sorted((u.origin, u.collective.mesh_axes) for u in fn.collectives) == [
-        ("reduction", ("data",)), ("reduction", ("model",))]
+        ("reduction", ("data",)),
+        ("reduction", ("model",)),
+    ]
     assert "implicit_resharding" not in _kinds(result)
 
 
@@ -51,7 +53,11 @@ def test_bad_spec_reports_the_function_array_and_mesh_axis():
     assert f.kind == "implicit_resharding" and f.severity is Severity.WARNING
     ev = f.evidence
     assert (ev["function"], ev["kind"], ev["arrays"], ev["mesh_axes"]) == (
-        "bad_step", "all-gather", ["params['w']"], ["model"])
+        "bad_step",
+        "all-gather",
+        ["params['w']"],
+        ["model"],
+    )
     assert ev["bytes_per_call"] == 512 * 512 * 4 and ev["user_specs"] == {"params['w']": "P('model', None)"}
     assert "bad_step gathers params['w'] (float32[512,512], P('model', None)) over mesh axis 'model'" in f.message
     assert "undoes the sharding" in f.message and "P(None, 'model')" in f.suggestion
@@ -71,15 +77,18 @@ def test_a_sharding_change_that_recompiles_is_reported():
     assert [fn.compiles for fn in result.functions] == [(1,), (2,)]
 
 
-@pytest.mark.parametrize("op_name, kind, origin", [
-    ("jit(f)/transpose(jvp())/dot_general", "all-reduce", "reduction"),
-    ("jit(f)/dot_general", "all-gather", "resharding"),
-    ("jit(f)/shard_map/psum", "all-reduce", "user"),
-    ("jit(f)/shard_map/ppermute", "collective-permute", "user"),
-    ("jit(f)/sharding_constraint", "all-to-all", "constraint"),
-    ("jit(f)/mul;jit(f)/psum_scatter", "reduce-scatter", "user"),
-    ("", "all-gather", "resharding"),
-])
+@pytest.mark.parametrize(
+    "op_name, kind, origin",
+    [
+        ("jit(f)/transpose(jvp())/dot_general", "all-reduce", "reduction"),
+        ("jit(f)/dot_general", "all-gather", "resharding"),
+        ("jit(f)/shard_map/psum", "all-reduce", "user"),
+        ("jit(f)/shard_map/ppermute", "collective-permute", "user"),
+        ("jit(f)/sharding_constraint", "all-to-all", "constraint"),
+        ("jit(f)/mul;jit(f)/psum_scatter", "reduce-scatter", "user"),
+        ("", "all-gather", "resharding"),
+    ],
+)
 def test_origin_from_the_jax_op(op_name, kind, origin):
     c = Collective("c", kind, "main", (), (), 0, 0, 2, 4, ("x",), op_name=op_name)
     assert origin_of(c) == origin
@@ -94,6 +103,7 @@ def test_unreadable_sharding_facts_are_skipped():
 
 # --- the timeline ----------------------------------------------------------------------
 
+
 def _bad_frames(op: str = "all-gather", module: str = "jit_bad_step"):
     events = []
     for step in range(2):
@@ -101,9 +111,18 @@ def _bad_frames(op: str = "all-gather", module: str = "jit_bad_step"):
         events.append(fb.host_event(t0, 900, "train"))
         for dev in range(2):
             events.append(fb.device_event(t0 + 10, 300, "fusion", device=dev, module=module))
-            events.append(fb.device_event(t0 + 320, 200, "ncclDevKernel_AllGather_RING_LL", device=dev,
-                                          module=module, hlo_op=op, line="Stream #20(Collective)",
-                                          line_kind="collective"))
+            events.append(
+                fb.device_event(
+                    t0 + 320,
+                    200,
+                    "ncclDevKernel_AllGather_RING_LL",
+                    device=dev,
+                    module=module,
+                    hlo_op=op,
+                    line="Stream #20(Collective)",
+                    line_kind="collective",
+                )
+            )
     return fb.frames(events, steps=[(0, 900), (1000, 1900)])
 
 
@@ -112,7 +131,13 @@ def test_timeline_collectives_join_their_function_array_and_axis():
     result = analyze(inputs)
     (row,) = result.timeline
     assert (row.module, row.op, row.function, row.arrays, row.mesh_axes, row.origin) == (
-        "jit_bad_step", "all-gather", "bad_step", ("params['w']",), ("model",), "resharding")
+        "jit_bad_step",
+        "all-gather",
+        "bad_step",
+        ("params['w']",),
+        ("model",),
+        "resharding",
+    )
     assert row.count == 4 and row.total_ms == pytest.approx(0.4)  # 2 steps x 200 us, per device
     (f,) = [f for f in result.findings if f.kind == "implicit_resharding"]
     assert f.time_lost_ms == pytest.approx(0.4)
@@ -139,7 +164,11 @@ def test_real_cpu_capture_maps_collectives_to_functions(tmp_path_factory):
     assert set(rows) == {"bad_step", "dp_step"}
     bad, dp = rows["bad_step"], rows["dp_step"]
     assert (bad["op"], bad["arrays"], bad["mesh_axes"], bad["origin"]) == (
-        "all-gather", ["params['w']"], ["model"], "resharding")
+        "all-gather",
+        ["params['w']"],
+        ["model"],
+        "resharding",
+    )
     assert (dp["arrays"], dp["mesh_axes"], dp["origin"]) == (["params['w1']", "params['w2']"], ["data"], "reduction")
     assert bad["count"] >= cap.steps and bad["total_ms"] > 0
     finding = next(f for f in rep.findings if f.kind == "implicit_resharding")

@@ -17,8 +17,14 @@ TH = Thresholds(small_op_us=10, host_wait_min_us=50, min_finding_ms=0.001)
 def soup(start_us: float, n: int, *, dur: float = 3, gap: float = 2, module: str = "jit_tiny_soup", **kw) -> list:
     """``n`` small kernels back to back on one stream, ``gap`` us apart."""
     return [
-        device_event(start_us + i * (dur + gap), dur, f"loop_multiply_fusion_{i}", hlo_op=f"loop_multiply_fusion.{i}",
-                     module=module, **kw)
+        device_event(
+            start_us + i * (dur + gap),
+            dur,
+            f"loop_multiply_fusion_{i}",
+            hlo_op=f"loop_multiply_fusion.{i}",
+            module=module,
+            **kw,
+        )
         for i in range(n)
     ]
 
@@ -41,17 +47,32 @@ def test_counts_time_gaps_and_share():
 @pytest.mark.parametrize(
     "events, count, gap_us",
     [
-        pytest.param([device_event(0, 5, "MemcpyD2D", module=""), device_event(10, 5, "Memset 2", module="")], 0, 0,
-                     id="copies and memsets are not compute"),
-        pytest.param([device_event(0, 5, "stream_executor::gpu::RedzoneAllocatorKernelImpl(char*)", module=""),
-                      device_event(10, 5, "void stream_executor::gpu::xla_fp_comparison<float>(float*)", module="")],
-                     0, 0, id="autotuner kernels"),
+        pytest.param(
+            [device_event(0, 5, "MemcpyD2D", module=""), device_event(10, 5, "Memset 2", module="")],
+            0,
+            0,
+            id="copies and memsets are not compute",
+        ),
+        pytest.param(
+            [
+                device_event(0, 5, "stream_executor::gpu::RedzoneAllocatorKernelImpl(char*)", module=""),
+                device_event(10, 5, "void stream_executor::gpu::xla_fp_comparison<float>(float*)", module=""),
+            ],
+            0,
+            0,
+            id="autotuner kernels",
+        ),
         pytest.param([device_event(0, 5, "ncclDevKernel_AllReduce_Sum_f32_RING_LL")], 0, 0, id="collectives"),
-        pytest.param([device_event(0, 5), device_event(7, 50), device_event(60, 5)], 2, 0,
-                     id="no launch gap next to a big op"),
+        pytest.param(
+            [device_event(0, 5), device_event(7, 50), device_event(60, 5)], 2, 0, id="no launch gap next to a big op"
+        ),
         pytest.param([device_event(0, 5), device_event(100, 5)], 2, 0, id="a long gap is a host wait, not launch"),
-        pytest.param([device_event(0, 5, line="Stream #14(Compute)"), device_event(7, 5, line="Stream #15(Compute)")],
-                     2, 0, id="gaps only within one stream"),
+        pytest.param(
+            [device_event(0, 5, line="Stream #14(Compute)"), device_event(7, 5, line="Stream #15(Compute)")],
+            2,
+            0,
+            id="gaps only within one stream",
+        ),
         pytest.param([device_event(0, 5, device=0), device_event(7, 5, device=1)], 2, 0, id="nor across devices"),
         pytest.param([device_event(0, 5), device_event(3, 5)], 2, 0, id="overlap is no gap"),
         pytest.param([device_event(0, 10)], 0, 0, id="the threshold is exclusive"),
@@ -65,9 +86,14 @@ def test_what_counts(events, count, gap_us):
 
 def test_autotuning_inside_a_compile_is_not_the_program():
     # The autotuner's candidate kernels run in one-fusion modules with no program id.
-    events = compile_events(0, 5000, "step") + [
-        device_event(100 + 10 * i, 5, "gemm_fusion_dot_1", module="gemm_fusion_dot.1", program_id=-1) for i in range(20)
-    ] + soup(6000, 3)
+    events = (
+        compile_events(0, 5000, "step")
+        + [
+            device_event(100 + 10 * i, 5, "gemm_fusion_dot_1", module="gemm_fusion_dot.1", program_id=-1)
+            for i in range(20)
+        ]
+        + soup(6000, 3)
+    )
     r = analyze(events, steps=((0, 10_000),))
     assert r.count == 3
 
@@ -83,7 +109,9 @@ def test_top_offenders_group_numbered_ops():
 
 def test_finding_per_module_costliest_first():
     steps = [(0, 2000), (2000, 4000)]
-    events = soup(0, 100) + soup(2000, 100) + soup(1000, 5, module="jit_step") + [device_event(1500, 300, module="jit_step")]
+    events = (
+        soup(0, 100) + soup(2000, 100) + soup(1000, 5, module="jit_step") + [device_event(1500, 300, module="jit_step")]
+    )
     r = analyze(events, steps=steps)
     soup_finding, step_finding = r.findings
     assert soup_finding.kind == "small_ops" and soup_finding.evidence["module"] == "jit_tiny_soup"

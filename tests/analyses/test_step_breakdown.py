@@ -13,8 +13,15 @@ from tests.frames_builders import compile_events, device_event, frames, host_eve
 
 TH = Thresholds(host_wait_min_us=50)
 KEYS = {
-    "step", "wall_ms", "device_busy_ms", "device_idle_ms", "host_wait_ms", "compile_ms",
-    "collective_ms", "exposed_collective_ms", "tokens",
+    "step",
+    "wall_ms",
+    "device_busy_ms",
+    "device_idle_ms",
+    "host_wait_ms",
+    "compile_ms",
+    "collective_ms",
+    "exposed_collective_ms",
+    "tokens",
 }
 
 
@@ -26,22 +33,35 @@ class Case:
 
 
 CASES = [
-    Case("one kernel: idle before and after it", [device_event(100, 300)],
-         dict(wall=1000, busy=300, idle=700, wait=700, mean=300)),
-    Case("overlapping kernels on two streams count once",
-         [device_event(0, 600, line="Stream #14(Compute)"), device_event(200, 600, line="Stream #15(Compute)")],
-         dict(wall=1000, busy=800, idle=200, wait=200, mean=800)),
-    Case("two devices: union and per-device mean",
-         [device_event(0, 400, device=0), device_event(200, 500, device=1)],
-         dict(wall=1000, busy=700, idle=300, wait=300, mean=450)),
+    Case(
+        "one kernel: idle before and after it",
+        [device_event(100, 300)],
+        dict(wall=1000, busy=300, idle=700, wait=700, mean=300),
+    ),
+    Case(
+        "overlapping kernels on two streams count once",
+        [device_event(0, 600, line="Stream #14(Compute)"), device_event(200, 600, line="Stream #15(Compute)")],
+        dict(wall=1000, busy=800, idle=200, wait=200, mean=800),
+    ),
+    Case(
+        "two devices: union and per-device mean",
+        [device_event(0, 400, device=0), device_event(200, 500, device=1)],
+        dict(wall=1000, busy=700, idle=300, wait=300, mean=450),
+    ),
     Case("no device work", [], dict(wall=1000, busy=0, idle=1000, wait=1000, mean=0)),
-    Case("gaps shorter than the threshold are jitter",
-         [device_event(0, 480), device_event(520, 480)],
-         dict(wall=1000, busy=960, idle=40, wait=0, mean=960)),
-    Case("copies are device work; autotuning kernels are not",
-         [device_event(0, 500, "MemcpyH2D", line="Stream #15(MemcpyH2D)", line_kind="memcpy", module=""),
-          device_event(500, 500, "stream_executor::gpu::RedzoneAllocatorKernelImpl(unsigned char*)", module="")],
-         dict(wall=1000, busy=500, idle=500, wait=500, mean=500)),
+    Case(
+        "gaps shorter than the threshold are jitter",
+        [device_event(0, 480), device_event(520, 480)],
+        dict(wall=1000, busy=960, idle=40, wait=0, mean=960),
+    ),
+    Case(
+        "copies are device work; autotuning kernels are not",
+        [
+            device_event(0, 500, "MemcpyH2D", line="Stream #15(MemcpyH2D)", line_kind="memcpy", module=""),
+            device_event(500, 500, "stream_executor::gpu::RedzoneAllocatorKernelImpl(unsigned char*)", module=""),
+        ],
+        dict(wall=1000, busy=500, idle=500, wait=500, mean=500),
+    ),
 ]
 
 

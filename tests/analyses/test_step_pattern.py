@@ -7,8 +7,20 @@ import pytest
 from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps, ordinal
 
 
-@pytest.mark.parametrize(("n", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
-                                         (13, "13th"), (21, "21st"), (102, "102nd")])
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (1, "1st"),
+        (2, "2nd"),
+        (3, "3rd"),
+        (4, "4th"),
+        (11, "11th"),
+        (12, "12th"),
+        (13, "13th"),
+        (21, "21st"),
+        (102, "102nd"),
+    ],
+)
 def test_ordinal(n: int, text: str) -> None:
     assert ordinal(n) == text
 
@@ -34,13 +46,15 @@ def test_describe_steps(steps: list[int], text: str) -> None:
 def test_every_analysed_step_is_said_so() -> None:
     assert describe_steps(range(1, 14), all_steps=range(1, 14)) == "in every step (1-13)"
     assert describe_steps([s for s in range(1, 14) if s != 8], all_steps=range(1, 14)) == (
-        "in every step (1-13) but step 8")
+        "in every step (1-13) but step 8"
+    )
 
 
 def test_a_periodic_stall_is_named_with_its_amount_and_the_rest_summed_up() -> None:
     per_step = {s: 30.0 if s % 5 == 4 else 0.2 for s in range(20)}
     assert describe_amounts(per_step, list(range(20))) == (
-        "30.0 ms each at steps 4, 9, 14 and 19 (every 5th step); 0.20 ms at most in the 16 others")
+        "30.0 ms each at steps 4, 9, 14 and 19 (every 5th step); 0.20 ms at most in the 16 others"
+    )
 
 
 def test_a_few_steps_hit_among_untouched_ones_are_named() -> None:
@@ -48,14 +62,17 @@ def test_a_few_steps_hit_among_untouched_ones_are_named() -> None:
     # hit steps of unequal size give the range; one outlier among them does not hide the pattern
     per_step = {s: 0.4 for s in range(1, 14)} | {3: 15.4, 6: 45.0, 9: 15.5, 12: 15.6}
     assert describe_amounts(per_step, list(range(1, 14))) == (
-        "15.4-45.0 ms at steps 3, 6, 9 and 12 (every 3rd step); 0.40 ms at most in the 9 others")
+        "15.4-45.0 ms at steps 3, 6, 9 and 12 (every 3rd step); 0.40 ms at most in the 9 others"
+    )
 
 
 def test_an_even_spread_gives_the_mean_and_where() -> None:
     assert describe_amounts({1: 2.0, 2: 1.0, 3: 1.5, 4: 0.9}, [1, 2, 3, 4]) == (
-        "1.4 ms per step on average, in every step (1-4)")
+        "1.4 ms per step on average, in every step (1-4)"
+    )
     assert describe_amounts({1: 2.0, 2: 1.0, 3: 1.5, 4: 0.9}, list(range(1, 7))) == (
-        "1.4 ms per step on average, at steps 1-4 (4 of 6 steps)")
+        "1.4 ms per step on average, at steps 1-4 (4 of 6 steps)"
+    )
     assert describe_amounts({}, [1, 2]) == "in no step"
 
 

@@ -105,8 +105,9 @@ def test_waiting_for_the_late_host_is_not_exposed_communication(planted):
 
 def test_a_gather_the_program_asked_for_is_not_implicit_resharding(planted):
     assert not _of(planted, "implicit_resharding")
-    origins = {c["origin"] for f in planted.sharding["functions"] for c in f["collectives"]
-               if f["function"] == "_identity_fn"}
+    origins = {
+        c["origin"] for f in planted.sharding["functions"] for c in f["collectives"] if f["function"] == "_identity_fn"
+    }
     assert origins == {"requested"}
 
 
@@ -137,15 +138,34 @@ def _two_hosts(tmp_path, shift_ns: int, late_ns: int):
     for h in range(2):
         s = shift_ns * h
         steps = [(n, s + n * 10_000_000, s + (n + 1) * 10_000_000) for n in range(4)]
-        kernels = [Kernel(d, "fusion_1", s + n * 10_000_000 + 100_000, 2_000_000, program_id=3)
-                   for d in range(2) for n in range(4)]
+        kernels = [
+            Kernel(d, "fusion_1", s + n * 10_000_000 + 100_000, 2_000_000, program_id=3)
+            for d in range(2)
+            for n in range(4)
+        ]
         arrive = [n * 10_000_000 + 3_000_000 + (late_ns if h else 0) for n in range(4)]
-        nccl = [Kernel(d, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", s + a, n * 10_000_000 + 9_000_000 - a,
-                       program_id=3, op="all-reduce.1") for d in range(2) for n, a in enumerate(arrive)]
-        files[f"host{h}"] = gpu_xspace(devices=2, kernels=kernels, nccl=nccl, steps=steps,
-                                       host_annotations=[("load_batch", s + n * 10_000_000 + 2_200_000,
-                                                          s + n * 10_000_000 + 3_000_000 + (late_ns if h else 0))
-                                                         for n in range(4)])
+        nccl = [
+            Kernel(
+                d,
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                s + a,
+                n * 10_000_000 + 9_000_000 - a,
+                program_id=3,
+                op="all-reduce.1",
+            )
+            for d in range(2)
+            for n, a in enumerate(arrive)
+        ]
+        files[f"host{h}"] = gpu_xspace(
+            devices=2,
+            kernels=kernels,
+            nccl=nccl,
+            steps=steps,
+            host_annotations=[
+                ("load_batch", s + n * 10_000_000 + 2_200_000, s + n * 10_000_000 + 3_000_000 + (late_ns if h else 0))
+                for n in range(4)
+            ],
+        )
     return write_run(tmp_path / "run", files)
 
 

@@ -76,15 +76,29 @@ def test_without_steps_there_is_no_rate():
     r = throughput.analyze(AnalysisInputs(frames([device_event(0, 10)])))
     d = r.to_dict()
     assert d.pop("mfu_basis")["flops_per_step"] is None
-    assert d == {"steps_per_s": None, "tokens_per_s": None, "steady_steps_per_s": None,
-                 "steady_tokens_per_s": None, "mfu": None, "count_unit": "tokens", "per_step": []}
+    assert d == {
+        "steps_per_s": None,
+        "tokens_per_s": None,
+        "steady_steps_per_s": None,
+        "steady_tokens_per_s": None,
+        "mfu": None,
+        "count_unit": "tokens",
+        "per_step": [],
+    }
 
 
 def test_per_step_dict():
     d = run(tokens_per_step=100).to_dict()["per_step"][0]
-    assert d == {"step": 0, "wall_ms": 10.0, "period_ms": 11.0, "compiled": False,
-                 "steps_per_s": pytest.approx(90.9091), "tokens": 100.0,
-                 "tokens_per_s": pytest.approx(9090.9091), "mfu": None}
+    assert d == {
+        "step": 0,
+        "wall_ms": 10.0,
+        "period_ms": 11.0,
+        "compiled": False,
+        "steps_per_s": pytest.approx(90.9091),
+        "tokens": 100.0,
+        "tokens_per_s": pytest.approx(9090.9091),
+        "mfu": None,
+    }
 
 
 # --- end to end on real captures ---

@@ -12,8 +12,11 @@ from jaxdiag.trace import frames as F
 
 def _op_total_ms(frames, name: str, module: str) -> float:
     ev = frames.events
-    rows = ev.loc[(ev[F.CATEGORY] == "device") & (ev[F.HLO_MODULE] == module)
-                  & ((ev[F.HLO_OP] == name) | ((ev[F.HLO_OP] == "") & (ev[F.NAME] == name)))]
+    rows = ev.loc[
+        (ev[F.CATEGORY] == "device")
+        & (ev[F.HLO_MODULE] == module)
+        & ((ev[F.HLO_OP] == name) | ((ev[F.HLO_OP] == "") & (ev[F.NAME] == name)))
+    ]
     return float(rows[F.DUR_NS].to_numpy(np.float64).sum()) / 1e6
 
 
@@ -36,13 +39,27 @@ def test_cpu_matmul_is_the_top_op(matmul_capture):
 
 
 def test_roofline_bound_from_intensity_and_ridge():
-    base = top_ops.TopOps((top_ops.OpRow("op1", "fusion.1", "jit_f", "f", "compute", 1, 1.0, 1.0, 1.0,
-                                         programs=(7,)),), 1.0, 1, 100e12, 1e12, "test")
-    hlo = [{"hlo_op_name": "fusion.1", "program_id": "7", "total_self_time": 1000.0,  # us
-            "model_flop_rate": 50_000.0, "measured_memory_bw": 100.0 / 2**30 * 1e9 * 2**30 / 1e9,
-            "bound_by": "Compute", "hlo_op_expression": "%fusion.1 = bf16[8]{0} fusion()",
-            "source_info": "<div class='source-info-cell' title='a.py:3'>a.py:3</div>"},
-           {"hlo_op_name": "fusion.1", "program_id": "8", "total_self_time": 5.0, "model_flop_rate": 1.0}]
+    base = top_ops.TopOps(
+        (top_ops.OpRow("op1", "fusion.1", "jit_f", "f", "compute", 1, 1.0, 1.0, 1.0, programs=(7,)),),
+        1.0,
+        1,
+        100e12,
+        1e12,
+        "test",
+    )
+    hlo = [
+        {
+            "hlo_op_name": "fusion.1",
+            "program_id": "7",
+            "total_self_time": 1000.0,  # us
+            "model_flop_rate": 50_000.0,
+            "measured_memory_bw": 100.0 / 2**30 * 1e9 * 2**30 / 1e9,
+            "bound_by": "Compute",
+            "hlo_op_expression": "%fusion.1 = bf16[8]{0} fusion()",
+            "source_info": "<div class='source-info-cell' title='a.py:3'>a.py:3</div>",
+        },
+        {"hlo_op_name": "fusion.1", "program_id": "8", "total_self_time": 5.0, "model_flop_rate": 1.0},
+    ]
     joined = top_ops.join_xprof(base, hlo)
     row = joined.rows[0]
     assert row.flops == pytest.approx(50_000e9 * 1e-3)  # rate x time, program 8 left out
@@ -54,8 +71,9 @@ def test_roofline_bound_from_intensity_and_ridge():
 
 
 def test_unmatched_op_stays_unknown():
-    base = top_ops.TopOps((top_ops.OpRow("op1", "fusion.1", "jit_f", "f", "compute", 1, 1.0, 1.0, 1.0),), 1.0, 1,
-                          None, None, "unknown")
+    base = top_ops.TopOps(
+        (top_ops.OpRow("op1", "fusion.1", "jit_f", "f", "compute", 1, 1.0, 1.0, 1.0),), 1.0, 1, None, None, "unknown"
+    )
     row = top_ops.join_xprof(base, [{"hlo_op_name": "fusion.2", "program_id": "1"}]).rows[0]
     assert row.flops is None and row.bound == "unknown"
 

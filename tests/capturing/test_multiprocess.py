@@ -36,8 +36,12 @@ def _free_port() -> int:
 def test_each_process_writes_its_own_host_file_and_sidecar(tmp_path):
     port = str(_free_port())
     env_cmd = [sys.executable, "-c", WORKER]
-    procs = [subprocess.Popen([*env_cmd, str(i), port, str(tmp_path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [*env_cmd, str(i), port, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for i in range(2)
+    ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     runs = list((tmp_path / "plugins" / "profile").iterdir())

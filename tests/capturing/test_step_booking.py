@@ -86,7 +86,9 @@ def test_capture_books_the_loading_between_blocks_to_the_next_step(tmp_path: Pat
 
 
 def test_step_decorator_books_each_iterations_loading_to_its_own_step(tmp_path: Path) -> None:
-    decorated = jaxdiag.step(make_train(), samples=lambda w, x: x.shape[0], logdir=tmp_path, profile_steps=(1, ITERATIONS))
+    decorated = jaxdiag.step(
+        make_train(), samples=lambda w, x: x.shape[0], logdir=tmp_path, profile_steps=(1, ITERATIONS)
+    )
     run_loop(lambda i, w, x: decorated(w, x))
     frames = jaxdiag.load(decorated.run_dir)
     assert sorted(frames.steps["step"]) == list(range(1, ITERATIONS))

@@ -33,8 +33,15 @@ class Capture:
     tokens_per_step: int = TOKENS_PER_STEP
 
 
-def _capture(logdir: Path, *, sleep_s: float = 0.0, recompile_step: int | None = None, steps: int = STEPS,
-             step_sleep_s: float = 0.0, stall_every: int = 1) -> None:
+def _capture(
+    logdir: Path,
+    *,
+    sleep_s: float = 0.0,
+    recompile_step: int | None = None,
+    steps: int = STEPS,
+    step_sleep_s: float = 0.0,
+    stall_every: int = 1,
+) -> None:
     """Profile ``steps`` steps of a train step jitted with ``jaxdiag.jit``, its compile log beside the trace.
 
     ``sleep_s`` is a ``load_batch`` stall in every ``stall_every``-th step (the last of each
@@ -111,6 +118,7 @@ STALL_STEPS, STALL_S, STEP_S = 30, 0.06, 0.007
 def stall_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Capture, Capture]:
     """A capture of 30 steps of about 7 ms, and the same loop with a 60 ms stall on every third step."""
     clean = _make(tmp_path_factory, "steady7ms", steps=STALL_STEPS, step_sleep_s=STEP_S)
-    stalled = _make(tmp_path_factory, "stall3rd", steps=STALL_STEPS, step_sleep_s=STEP_S, sleep_s=STALL_S,
-                    stall_every=3)
+    stalled = _make(
+        tmp_path_factory, "stall3rd", steps=STALL_STEPS, step_sleep_s=STEP_S, sleep_s=STALL_S, stall_every=3
+    )
     return clean, stalled

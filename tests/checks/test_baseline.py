@@ -21,11 +21,26 @@ from jaxdiag.checks.baseline import (
 from jaxdiag.errors import BaselineError
 
 
-def step(i: int, wall: float, *, compile_ms: float = 0.0, wait: float = 0.0, exposed: float = 0.0,
-         busy: float | None = None, tokens: float | None = 1000.0) -> dict:
-    return {"step": i, "wall_ms": wall, "device_busy_ms": wall * 0.8 if busy is None else busy,
-            "host_wait_ms": wait, "compile_ms": compile_ms, "collective_ms": exposed,
-            "exposed_collective_ms": exposed, "tokens": tokens}
+def step(
+    i: int,
+    wall: float,
+    *,
+    compile_ms: float = 0.0,
+    wait: float = 0.0,
+    exposed: float = 0.0,
+    busy: float | None = None,
+    tokens: float | None = 1000.0,
+) -> dict:
+    return {
+        "step": i,
+        "wall_ms": wall,
+        "device_busy_ms": wall * 0.8 if busy is None else busy,
+        "host_wait_ms": wait,
+        "compile_ms": compile_ms,
+        "collective_ms": exposed,
+        "exposed_collective_ms": exposed,
+        "tokens": tokens,
+    }
 
 
 def compile_(fn: str, step_no: int | None, ms: float = 100.0, cause: str | None = None) -> dict:
@@ -40,10 +55,17 @@ def test_spread() -> None:
 
 
 def test_figures_come_from_steady_steps_only() -> None:
-    steps = [step(0, 900.0, compile_ms=850.0), step(1, 10.0, wait=1.0), step(2, 11.0, wait=1.0),
-             step(3, 12.0, wait=6.0), step(4, 500.0), step(5, 10.5, wait=1.0)]
-    report = make_report(steps=steps, recompiles=[compile_("train_step", 0), compile_("train_step", 4, cause="x")],
-                         findings=())
+    steps = [
+        step(0, 900.0, compile_ms=850.0),
+        step(1, 10.0, wait=1.0),
+        step(2, 11.0, wait=1.0),
+        step(3, 12.0, wait=6.0),
+        step(4, 500.0),
+        step(5, 10.5, wait=1.0),
+    ]
+    report = make_report(
+        steps=steps, recompiles=[compile_("train_step", 0), compile_("train_step", 4, cause="x")], findings=()
+    )
     b = baseline_from_report(report)
     # Step 0 compiled (compile_ms); step 4 has a compile on the timeline though its row shows none.
     assert [s["step"] for s in steady_steps(report)] == [1, 2, 3, 5]
@@ -62,8 +84,11 @@ def test_figures_come_from_steady_steps_only() -> None:
         # The same function compiling again in the capture is a recompile.
         ([compile_("f", 0), compile_("g", 0), compile_("f", 3)], (), [("f", 3)]),
         # The analysis knew `f` ran before the capture: its first compile here is a recompile.
-        ([compile_("f", 2)], (Finding("recompile", Severity.WARNING, 100.0, "f recompiled", "",
-                                      {"function": "f", "step": 2}),), [("f", 2)]),
+        (
+            [compile_("f", 2)],
+            (Finding("recompile", Severity.WARNING, 100.0, "f recompiled", "", {"function": "f", "step": 2}),),
+            [("f", 2)],
+        ),
         # An explicit flag on the entry wins.
         ([{**compile_("f", 0), "recompile": False}, {**compile_("f", 1), "recompile": False}], (), []),
         # Warm-up compiles of several functions are not recompiles.
@@ -77,11 +102,23 @@ def test_steady_recompiles(recompiles, findings, expected) -> None:
 
 
 def test_small_ops_per_steady_step() -> None:
-    steps = [step(0, 10.0, busy=8.0), step(1, 10.0, busy=8.0, compile_ms=5.0), step(2, 10.0, busy=8.0),
-             step(3, 10.0, busy=8.0)]
-    small = {"threshold_us": 10.0, "count": 130, "device_time_share": 0.5,
-             "per_step": [{"step": 0, "count": 10, "time_ms": 2.0}, {"step": 1, "count": 100, "time_ms": 4.0},
-                          {"step": 2, "count": 10, "time_ms": 2.0}, {"step": 3, "count": 12, "time_ms": 4.0}]}
+    steps = [
+        step(0, 10.0, busy=8.0),
+        step(1, 10.0, busy=8.0, compile_ms=5.0),
+        step(2, 10.0, busy=8.0),
+        step(3, 10.0, busy=8.0),
+    ]
+    small = {
+        "threshold_us": 10.0,
+        "count": 130,
+        "device_time_share": 0.5,
+        "per_step": [
+            {"step": 0, "count": 10, "time_ms": 2.0},
+            {"step": 1, "count": 100, "time_ms": 4.0},
+            {"step": 2, "count": 10, "time_ms": 2.0},
+            {"step": 3, "count": 12, "time_ms": 4.0},
+        ],
+    }
     b = baseline_from_report(make_report(steps=steps, small_ops=small, recompiles=[], findings=()))
     assert b.small_op_count == 10.0
     assert b.small_op_share == pytest.approx(4.0 / 16.0)  # step 3 (the largest share) left out
@@ -91,11 +128,21 @@ def test_small_ops_per_steady_step() -> None:
 
 
 def test_module_table_uses_steady_steps_or_the_total() -> None:
-    section = {"by_module": [
-        {"module": "jit_step", "total_ms": 40.0, "per_step": [{"step": 0, "ms": 25.0}, {"step": 1, "ms": 5.0},
-                                                              {"step": 2, "ms": 6.0}, {"step": 3, "ms": 4.0}]},
-        {"module": "jit_eval", "total_ms": 8.0},
-    ]}
+    section = {
+        "by_module": [
+            {
+                "module": "jit_step",
+                "total_ms": 40.0,
+                "per_step": [
+                    {"step": 0, "ms": 25.0},
+                    {"step": 1, "ms": 5.0},
+                    {"step": 2, "ms": 6.0},
+                    {"step": 3, "ms": 4.0},
+                ],
+            },
+            {"module": "jit_eval", "total_ms": 8.0},
+        ]
+    }
     assert module_table(section, steady=[1, 2, 3], n_steps=4) == {"jit_step": 5.0, "jit_eval": 2.0}
     assert module_table({}, steady=[1], n_steps=4) == {}
 
@@ -145,8 +192,21 @@ def _good(tmp_path: Path) -> dict:
         ("set:steady_steps=2.5", "malformed figure"),
         ({"schema_version": "9.0", "steps": []}, "report schema version 9.0 is not supported"),
     ],
-    ids=["missing file", "not json", "truncated", "gzip", "not utf-8", "empty", "not an object", "no version", "wrong version", "missing keys",
-         "bad spread", "bad count", "report of another schema"],
+    ids=[
+        "missing file",
+        "not json",
+        "truncated",
+        "gzip",
+        "not utf-8",
+        "empty",
+        "not an object",
+        "no version",
+        "wrong version",
+        "missing keys",
+        "bad spread",
+        "bad count",
+        "report of another schema",
+    ],
 )
 def test_bad_baselines_raise_one_clear_error(tmp_path: Path, content, message: str) -> None:
     path = tmp_path / "baseline.json"

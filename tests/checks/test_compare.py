@@ -12,15 +12,36 @@ from jaxdiag.checks.thresholds import CheckThresholds
 
 #: Thresholds for real CPU captures: steps of about 1 ms on a shared 2-core machine scatter by
 #: tens of percent between captures, while the planted sleep makes steps 10 to 60 times longer.
-RELAXED = CheckThresholds(step_time_regression=1.0, tokens_per_s_drop=0.5, mean_step_time_regression=1.0,
-                          tail_step_time_regression=1.0, steps_per_s_drop=0.5)
-LENIENT = CheckThresholds(step_time_regression=9.0, tokens_per_s_drop=0.9, mean_step_time_regression=9.0,
-                          tail_step_time_regression=9.0, steps_per_s_drop=0.9)
+RELAXED = CheckThresholds(
+    step_time_regression=1.0,
+    tokens_per_s_drop=0.5,
+    mean_step_time_regression=1.0,
+    tail_step_time_regression=1.0,
+    steps_per_s_drop=0.5,
+)
+LENIENT = CheckThresholds(
+    step_time_regression=9.0,
+    tokens_per_s_drop=0.9,
+    mean_step_time_regression=9.0,
+    tail_step_time_regression=9.0,
+    steps_per_s_drop=0.9,
+)
 
 
 def steps(walls, *, compile_at=(), tokens=1000.0, wait=0.0) -> list[dict]:
-    return [{"step": i, "wall_ms": w, "device_busy_ms": w / 2, "host_wait_ms": wait, "compile_ms": 500.0 if i in compile_at else 0.0,
-             "collective_ms": 0.0, "exposed_collective_ms": 0.0, "tokens": tokens} for i, w in enumerate(walls)]
+    return [
+        {
+            "step": i,
+            "wall_ms": w,
+            "device_busy_ms": w / 2,
+            "host_wait_ms": wait,
+            "compile_ms": 500.0 if i in compile_at else 0.0,
+            "collective_ms": 0.0,
+            "exposed_collective_ms": 0.0,
+            "tokens": tokens,
+        }
+        for i, w in enumerate(walls)
+    ]
 
 
 def report(walls, *, recompiles=(), **kw):
@@ -37,8 +58,14 @@ BASE = baseline_from_report(report([10.0, 10.2, 9.8, 10.1, 9.9, 10.0]))
 def test_same_figures_pass_every_check() -> None:
     result = compare(report([10.1, 9.9, 10.0, 10.2, 9.8, 10.0]), BASE)
     assert result.passed and [o.name for o in result.outcomes] == [
-        "steady_recompiles", "step_time", "mean_step_time", "p90_step_time", "steps_per_s", "tokens_per_s",
-        "run_tokens_per_s"]
+        "steady_recompiles",
+        "step_time",
+        "mean_step_time",
+        "p90_step_time",
+        "steps_per_s",
+        "tokens_per_s",
+        "run_tokens_per_s",
+    ]
     # Six steps are too few for a p90: it is skipped, the rest pass.
     assert [o.name for o in result.outcomes if o.status != "pass"] == ["p90_step_time"]
 
@@ -66,8 +93,10 @@ def test_a_noisy_baseline_is_noted_not_allowed_for() -> None:
 
 
 def test_planted_recompile_fails_with_its_cause() -> None:
-    recompiles = [{"function": "train_step", "step": 0, "compile_ms": 500.0, "cause": None},
-                  {"function": "train_step", "step": 3, "compile_ms": 480.0, "cause": "args[1] shape axis 0: 32 -> 48"}]
+    recompiles = [
+        {"function": "train_step", "step": 0, "compile_ms": 500.0, "cause": None},
+        {"function": "train_step", "step": 3, "compile_ms": 480.0, "cause": "args[1] shape axis 0: 32 -> 48"},
+    ]
     result = compare(report([510.0, 10.0, 10.0, 490.0, 10.0, 10.0], compile_at=(0, 3), recompiles=recompiles), BASE)
     rc = outcome(result, "steady_recompiles")
     assert not rc.passed and (rc.observed, rc.limit, rc.expected) == (1, 0, 0)
@@ -104,9 +133,12 @@ def test_a_stall_on_every_third_step_fails_mean_tail_and_throughput_though_the_m
     assert outcome(result, "step_time").message.count("+") and "limit" in outcome(result, "step_time").message
     failed = {o.name for o in result.failures}
     assert failed == {"mean_step_time", "p90_step_time", "steps_per_s", "tokens_per_s", "run_tokens_per_s"} - {
-        "tokens_per_s"}
+        "tokens_per_s"
+    }
     sps = outcome(result, "steps_per_s")
-    assert sps.observed == pytest.approx(1000 / (7.2 + 10.0), rel=0.01) and sps.expected == pytest.approx(1000 / 7.2, rel=0.01)
+    assert sps.observed == pytest.approx(1000 / (7.2 + 10.0), rel=0.01) and sps.expected == pytest.approx(
+        1000 / 7.2, rel=0.01
+    )
     assert "-58." in sps.message
     tail = outcome(result, "p90_step_time")
     assert "7 of 21 steps (33%)" in tail.message and "significant" in tail.message
@@ -141,10 +173,11 @@ def test_samples_are_named_as_samples() -> None:
 
 
 def test_jax_internal_compiles_are_counted_apart() -> None:
-    recompiles = [{"function": "train_step", "step": 0, "compile_ms": 500.0, "cause": None},
-                  {"function": "_where", "step": None, "compile_ms": 5.0, "cause": None},
-                  {"function": "_where", "step": 4, "compile_ms": 20.0, "cause": "x: f32[8] -> f32[9]",
-                   "origin": "jax-internal"}]
+    recompiles = [
+        {"function": "train_step", "step": 0, "compile_ms": 500.0, "cause": None},
+        {"function": "_where", "step": None, "compile_ms": 5.0, "cause": None},
+        {"function": "_where", "step": 4, "compile_ms": 20.0, "cause": "x: f32[8] -> f32[9]", "origin": "jax-internal"},
+    ]
     r = report([510.0] + [10.0] * 5, compile_at=(0,), recompiles=recompiles)
     result = compare(r, BASE)
     assert outcome(result, "steady_recompiles").passed  # the user's function compiled once
@@ -154,8 +187,11 @@ def test_jax_internal_compiles_are_counted_apart() -> None:
 
 
 def test_an_old_baseline_without_per_step_figures_skips_the_new_checks() -> None:
-    old = {k: v for k, v in BASE.to_dict().items()
-           if k not in ("steady_wall_ms", "steady_period_ms", "steady_tokens", "internal_recompiles")}
+    old = {
+        k: v
+        for k, v in BASE.to_dict().items()
+        if k not in ("steady_wall_ms", "steady_period_ms", "steady_tokens", "internal_recompiles")
+    }
     from jaxdiag.checks.baseline import Baseline
 
     result = compare(report([10.0] * 6), Baseline.from_dict({**old, "baseline_version": "1.0"}))
@@ -170,13 +206,29 @@ def test_tokens_check_skips_without_token_counts() -> None:
 
 
 def test_checks_can_be_turned_off_and_hardware_changes_are_noted() -> None:
-    off = CheckThresholds(max_steady_recompiles=None, step_time_regression=None, tokens_per_s_drop=None,
-                          mean_step_time_regression=None, tail_step_time_regression=None, steps_per_s_drop=None)
+    off = CheckThresholds(
+        max_steady_recompiles=None,
+        step_time_regression=None,
+        tokens_per_s_drop=None,
+        mean_step_time_regression=None,
+        tail_step_time_regression=None,
+        steps_per_s_drop=None,
+    )
     assert compare(report([10.0] * 6), BASE, off).outcomes == ()
-    other = make_report(steps=steps([10.0] * 6), recompiles=[], findings=(),
-                        source={**make_report().source, "devices": [{"device_name": "NVIDIA H100"}]})
-    base = baseline_from_report(make_report(steps=steps([10.0] * 6), recompiles=[], findings=(),
-                                            source={**make_report().source, "devices": [{"device_name": "NVIDIA A100"}]}))
+    other = make_report(
+        steps=steps([10.0] * 6),
+        recompiles=[],
+        findings=(),
+        source={**make_report().source, "devices": [{"device_name": "NVIDIA H100"}]},
+    )
+    base = baseline_from_report(
+        make_report(
+            steps=steps([10.0] * 6),
+            recompiles=[],
+            findings=(),
+            source={**make_report().source, "devices": [{"device_name": "NVIDIA A100"}]},
+        )
+    )
     assert any("NVIDIA A100" in n and "NVIDIA H100" in n for n in compare(other, base).notes)
 
 

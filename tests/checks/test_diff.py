@@ -11,13 +11,26 @@ from jaxdiag.checks.inputs import open_report
 
 
 def steps(walls, wait=1.0) -> list[dict]:
-    return [{"step": i, "wall_ms": w, "device_busy_ms": w - wait, "host_wait_ms": wait, "compile_ms": 0.0,
-             "collective_ms": 0.0, "exposed_collective_ms": 0.0, "tokens": None} for i, w in enumerate(walls)]
+    return [
+        {
+            "step": i,
+            "wall_ms": w,
+            "device_busy_ms": w - wait,
+            "host_wait_ms": wait,
+            "compile_ms": 0.0,
+            "collective_ms": 0.0,
+            "exposed_collective_ms": 0.0,
+            "tokens": None,
+        }
+        for i, w in enumerate(walls)
+    ]
 
 
 def report(walls, *, top=(), by_kind=(), waits=(), recompiles=(), wait=1.0):
     return make_report(
-        steps=steps(walls, wait), recompiles=list(recompiles), findings=(),
+        steps=steps(walls, wait),
+        recompiles=list(recompiles),
+        findings=(),
         small_ops={"threshold_us": 10.0, "count": 0, "device_time_share": 0.0, "top": list(top)},
         collectives={"overlap_fraction": None, "exposed_ms": 0.0, "by_kind": list(by_kind)},
         host_waits={"total_ms": sum(w["ms"] for w in waits), "by_cause": list(waits)},
@@ -29,11 +42,17 @@ def op(name: str, total_ms: float) -> dict:
 
 
 def test_slower_and_faster_ops_per_step() -> None:
-    a = report([10.0] * 4, top=[op("fusion.1", 4.0), op("sort.2", 8.0), op("copy.3", 1.0)],
-               by_kind=[{"kind": "all-reduce", "count": 4, "total_ms": 2.0}])
+    a = report(
+        [10.0] * 4,
+        top=[op("fusion.1", 4.0), op("sort.2", 8.0), op("copy.3", 1.0)],
+        by_kind=[{"kind": "all-reduce", "count": 4, "total_ms": 2.0}],
+    )
     # B has twice the steps: totals are compared per step.
-    b = report([10.0] * 8, top=[op("fusion.1", 16.0), op("sort.2", 8.0), op("copy.3", 2.02)],
-               by_kind=[{"kind": "all-reduce", "count": 8, "total_ms": 4.0}])
+    b = report(
+        [10.0] * 8,
+        top=[op("fusion.1", 16.0), op("sort.2", 8.0), op("copy.3", 2.02)],
+        by_kind=[{"kind": "all-reduce", "count": 8, "total_ms": 4.0}],
+    )
     d = diff(a, b)
     assert [(c.kind, c.name, c.a_ms, c.b_ms) for c in d.slower] == [("small_op", "fusion.* (jit_step)", 1.0, 2.0)]
     assert [(c.name, c.a_ms, c.b_ms) for c in d.faster] == [("sort.* (jit_step)", 2.0, 1.0)]
@@ -61,14 +80,22 @@ def test_steps_per_s_and_the_mean_are_in_the_summary() -> None:
 
 
 def test_new_and_gone_recompiles_and_host_waits() -> None:
-    a = report([10.0] * 4, recompiles=[
-        {"function": "f", "step": 0, "compile_ms": 100.0, "cause": None},
-        {"function": "f", "step": 2, "compile_ms": 90.0, "cause": "args[0] dtype float32 -> bfloat16"}],
-        waits=[{"cause": "load_batch", "ms": 4.0}, {"cause": "device_to_host_sync", "ms": 2.0}])
-    b = report([10.0] * 4, recompiles=[
-        {"function": "f", "step": 0, "compile_ms": 100.0, "cause": None},
-        {"function": "f", "step": 3, "compile_ms": 95.0, "cause": "args[1] shape axis 0: 8 -> 9"}],
-        waits=[{"cause": "load_batch", "ms": 40.0}, {"cause": "device_to_host_sync", "ms": 2.0}])
+    a = report(
+        [10.0] * 4,
+        recompiles=[
+            {"function": "f", "step": 0, "compile_ms": 100.0, "cause": None},
+            {"function": "f", "step": 2, "compile_ms": 90.0, "cause": "args[0] dtype float32 -> bfloat16"},
+        ],
+        waits=[{"cause": "load_batch", "ms": 4.0}, {"cause": "device_to_host_sync", "ms": 2.0}],
+    )
+    b = report(
+        [10.0] * 4,
+        recompiles=[
+            {"function": "f", "step": 0, "compile_ms": 100.0, "cause": None},
+            {"function": "f", "step": 3, "compile_ms": 95.0, "cause": "args[1] shape axis 0: 8 -> 9"},
+        ],
+        waits=[{"cause": "load_batch", "ms": 40.0}, {"cause": "device_to_host_sync", "ms": 2.0}],
+    )
     d = diff(a, b)
     assert [(r.function, r.step, r.cause) for r in d.new_recompiles] == [("f", 3, "args[1] shape axis 0: 8 -> 9")]
     assert [(r.step, r.cause) for r in d.gone_recompiles] == [(2, "args[0] dtype float32 -> bfloat16")]
@@ -78,7 +105,10 @@ def test_new_and_gone_recompiles_and_host_waits() -> None:
 def test_steps_are_paired_by_number_and_json_is_complete() -> None:
     d = diff(report([10.0, 11.0, 12.0]), report([20.0, 22.0]))
     assert [(p.step, p.a["wall_ms"], None if p.b is None else p.b["wall_ms"]) for p in d.steps] == [
-        (0, 10.0, 20.0), (1, 11.0, 22.0), (2, 12.0, None)]
+        (0, 10.0, 20.0),
+        (1, 11.0, 22.0),
+        (2, 12.0, None),
+    ]
     summary = {f.name: f for f in d.summary}
     assert summary["median steady step"].a == 11.0 and summary["median steady step"].b == 21.0
     assert round(summary["median steady step"].change, 4) == round(10 / 11, 4)

@@ -17,8 +17,19 @@ from jaxdiag.errors import JaxdiagError
 
 
 def report(walls, recompiles=()):
-    steps = [{"step": i, "wall_ms": w, "device_busy_ms": w, "host_wait_ms": 0.0, "compile_ms": 0.0,
-              "collective_ms": 0.0, "exposed_collective_ms": 0.0, "tokens": None} for i, w in enumerate(walls)]
+    steps = [
+        {
+            "step": i,
+            "wall_ms": w,
+            "device_busy_ms": w,
+            "host_wait_ms": 0.0,
+            "compile_ms": 0.0,
+            "collective_ms": 0.0,
+            "exposed_collective_ms": 0.0,
+            "tokens": None,
+        }
+        for i, w in enumerate(walls)
+    ]
     return make_report(steps=steps, recompiles=list(recompiles), findings=())
 
 
@@ -26,10 +37,13 @@ def report(walls, recompiles=()):
 def result():
     """Four checks: one recompile failure (with a '|' and '<' in its cause), a slowdown, a skip, a pass."""
     base = baseline_from_report(report([10.0] * 5))
-    recompiles = [{"function": "f", "step": 0, "compile_ms": 50.0, "cause": None},
-                  {"function": "f", "step": None, "compile_ms": 40.0, "cause": "static arg 'mode' <a|b>"}]
-    th = CheckThresholds(small_op_share=0.2, mean_step_time_regression=None, tail_step_time_regression=None,
-                         steps_per_s_drop=None)
+    recompiles = [
+        {"function": "f", "step": 0, "compile_ms": 50.0, "cause": None},
+        {"function": "f", "step": None, "compile_ms": 40.0, "cause": "static arg 'mode' <a|b>"},
+    ]
+    th = CheckThresholds(
+        small_op_share=0.2, mean_step_time_regression=None, tail_step_time_regression=None, steps_per_s_drop=None
+    )
     return compare(report([12.0] * 5, recompiles), base, th)
 
 
@@ -38,7 +52,9 @@ def test_junit_has_one_testcase_per_check(result, tmp_path: Path) -> None:
     path.write_text(outputs.render_junit(result))
     root = ET.parse(path).getroot()
     suite = root.find("testsuite")
-    assert suite is not None and suite.get("tests") == "5" and suite.get("failures") == "2" and suite.get("skipped") == "2"
+    assert (
+        suite is not None and suite.get("tests") == "5" and suite.get("failures") == "2" and suite.get("skipped") == "2"
+    )
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert list(cases) == ["steady_recompiles", "step_time", "tokens_per_s", "run_tokens_per_s", "small_op_share"]
     failure = cases["steady_recompiles"].find("failure")
@@ -85,8 +101,13 @@ def test_rich_table(result) -> None:
 
 def test_diff_tables() -> None:
     a = report([10.0] * 3, [{"function": "f", "step": 0, "compile_ms": 50.0, "cause": None}])
-    b = report([10.0, 15.0, 15.0], [{"function": "f", "step": 0, "compile_ms": 50.0, "cause": None},
-                                     {"function": "f", "step": 2, "compile_ms": 40.0, "cause": "args[0] shape axis 0: 8 -> 9"}])
+    b = report(
+        [10.0, 15.0, 15.0],
+        [
+            {"function": "f", "step": 0, "compile_ms": 50.0, "cause": None},
+            {"function": "f", "step": 2, "compile_ms": 40.0, "cause": "args[0] shape axis 0: 8 -> 9"},
+        ],
+    )
     text = outputs.render_diff(diff(a, b), width=160)
     assert "New recompiles in B\n  f at step 2 (40 ms): args[0] shape axis 0: 8 -> 9\n" in text
     assert "+50.0%" in text and "median steady step" in text

@@ -6,7 +6,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-TESTS = '''
+TESTS = """
 import jax
 import jax.numpy as jnp
 import pytest
@@ -68,13 +68,15 @@ def test_bad_marker():
 def test_failing_test_keeps_its_own_error():
     double(jnp.ones(13))
     raise ValueError("the test's own failure")
-'''
+"""
 
 
 @pytest.fixture
 def outcome(pytester: pytest.Pytester):
     pytester.makepyfile(test_marked=TESTS)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q", "-rA", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-q", "-rA", "-W", "ignore::pytest.PytestAssertRewriteWarning"
+    )
     return result
 
 
@@ -86,30 +88,40 @@ def _report(outcome, name: str) -> str:
         return ""
     # A section ends at the next test's header or at the summary banner (-rA).
     ends = [i for i in (text.find("\n_____", start + 1), text.find("\n=====", start + 1)) if i > 0]
-    return text[start:min(ends) if ends else None]
+    return text[start : min(ends) if ends else None]
 
 
 def test_marker(outcome) -> None:
     outcome.assert_outcomes(passed=4, failed=5, errors=0)
     passed = {line.split("::")[1] for line in outcome.outlines if line.startswith("PASSED")}
-    assert passed == {"test_one_shape_compiles_once", "test_eager_jnp_is_not_counted",
-                      "test_watch_off_counts_jaxdiag_jit_only", "test_function_filter"}
+    assert passed == {
+        "test_one_shape_compiles_once",
+        "test_eager_jnp_is_not_counted",
+        "test_watch_off_counts_jaxdiag_jit_only",
+        "test_function_filter",
+    }
 
     shape = _report(outcome, "test_shape_change_compiles_twice")
     assert "@pytest.mark.jaxdiag(max_compiles=1): expected at most 1 compile(s), got 2" in shape
     assert "double: 2 compiles" in shape and "args[0] shape axis 0" in shape and "3 -> 4" in shape
 
-    assert "expected at most 0 compile(s), got 1: <lambda>: 1 compile" in _report(outcome, "test_jaxdiag_jit_is_counted")
+    assert "expected at most 0 compile(s), got 1: <lambda>: 1 compile" in _report(
+        outcome, "test_jaxdiag_jit_is_counted"
+    )
     own = _report(outcome, "test_own_guard_failure_is_reported_as_is")
     assert "E           jaxdiag.errors.CompileBudgetExceeded: expected at most 0 compile(s)" in own
-    assert "@pytest.mark.jaxdiag(max_compiles=...) must be a non-negative integer, got -1" in _report(outcome, "test_bad_marker")
+    assert "@pytest.mark.jaxdiag(max_compiles=...) must be a non-negative integer, got -1" in _report(
+        outcome, "test_bad_marker"
+    )
     failing = _report(outcome, "test_failing_test_keeps_its_own_error")
     assert "ValueError: the test's own failure" in failing and "CompileBudgetExceeded" not in failing
 
 
 def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("--markers")
-    assert any(line.startswith("@pytest.mark.jaxdiag(max_compiles=0, function=None, watch=True)") for line in result.outlines)
+    assert any(
+        line.startswith("@pytest.mark.jaxdiag(max_compiles=0, function=None, watch=True)") for line in result.outlines
+    )
 
 
 def test_plugin_import_does_not_import_jax() -> None:

@@ -14,8 +14,18 @@ from jaxdiag.errors import ConfigError, JaxdiagWarning
 
 @pytest.mark.parametrize(
     "value, expected",
-    [("5%", 0.05), (" 12.5% ", 0.125), (0.05, 0.05), ("0.3", 0.3), (0, 0.0), ("150%", 1.5),
-     ("off", None), ("None", None), (False, None), (None, None)],
+    [
+        ("5%", 0.05),
+        (" 12.5% ", 0.125),
+        (0.05, 0.05),
+        ("0.3", 0.3),
+        (0, 0.0),
+        ("150%", 1.5),
+        ("off", None),
+        ("None", None),
+        (False, None),
+        (None, None),
+    ],
 )
 def test_parse_fraction(value, expected) -> None:
     got = T.parse_fraction(value)
@@ -24,8 +34,13 @@ def test_parse_fraction(value, expected) -> None:
 
 @pytest.mark.parametrize(
     "value, message",
-    [("five", "is not a share"), (5, "ambiguous; write \"5%\" or 0.05"), ("-3%", "non-negative"),
-     (True, "is not a share"), ("nan", "non-negative")],
+    [
+        ("five", "is not a share"),
+        (5, 'ambiguous; write "5%" or 0.05'),
+        ("-3%", "non-negative"),
+        (True, "is not a share"),
+        ("nan", "non-negative"),
+    ],
 )
 def test_parse_fraction_errors(value, message) -> None:
     with pytest.raises(ValueError, match=message):
@@ -48,14 +63,22 @@ def _pyproject(folder: Path, table: str) -> Path:
 
 
 def test_table_is_read_from_the_nearest_pyproject_and_flags_win(tmp_path: Path) -> None:
-    path = _pyproject(tmp_path, 'max_steady_recompiles = 0\nstep_time_regression = "5%"\n'
-                                'tokens_per_s_drop = "3%"\nhost_wait_share = "10%"\nmin_steady_steps = 5\n')
+    path = _pyproject(
+        tmp_path,
+        'max_steady_recompiles = 0\nstep_time_regression = "5%"\n'
+        'tokens_per_s_drop = "3%"\nhost_wait_share = "10%"\nmin_steady_steps = 5\n',
+    )
     deep = tmp_path / "a" / "b"
     deep.mkdir(parents=True)
     th, used = load_thresholds({"step_time_regression": "8%", "small_op_share": None}, search_from=deep)
     assert used == path
-    assert th == CheckThresholds(max_steady_recompiles=0, step_time_regression=0.08, tokens_per_s_drop=0.03,
-                                 host_wait_share=0.1, min_steady_steps=5)
+    assert th == CheckThresholds(
+        max_steady_recompiles=0,
+        step_time_regression=0.08,
+        tokens_per_s_drop=0.03,
+        host_wait_share=0.1,
+        min_steady_steps=5,
+    )
 
 
 def test_no_table_keeps_the_defaults(tmp_path: Path) -> None:

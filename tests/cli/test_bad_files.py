@@ -12,7 +12,10 @@ from report_builders import make_report
 from jaxdiag.cli.app import main
 
 BAD = {
-    "latin1.json": (b'{"schema_version": "1.2", "source": "caf\xe9"}', "not UTF-8 text (byte 0xe9 at offset 40 of 43 bytes)"),
+    "latin1.json": (
+        b'{"schema_version": "1.2", "source": "caf\xe9"}',
+        "not UTF-8 text (byte 0xe9 at offset 40 of 43 bytes)",
+    ),
     "packed.json": (gzip.compress(b'{"schema_version": "1.2"}', mtime=0), "gzip-compressed (45 bytes)"),
     "empty.json": (b"", "the file is empty (0 bytes)"),
     "cut.json": (b'{"schema_version": "1.2", "steps": [', "truncated JSON: the file ends after 36 bytes"),
@@ -58,5 +61,6 @@ def test_a_saved_report_with_a_section_of_the_wrong_kind_is_named(tmp_path: Path
     path = tmp_path / "r.json"
     path.write_text(json.dumps(good))
     assert main(["check", str(path)]) == 2
-    assert capsys.readouterr().err == (f"jaxdiag: error: {path}: not a jaxdiag report: throughput.per_step[0].step: "
-                                       "a string, not a whole number\n")
+    assert capsys.readouterr().err == (
+        f"jaxdiag: error: {path}: not a jaxdiag report: throughput.per_step[0].step: a string, not a whole number\n"
+    )

@@ -17,9 +17,19 @@ RECOMPILE = {"function": "train_step", "step": 4, "compile_ms": 300.0, "cause": 
 
 
 def saved(tmp_path: Path, name: str, walls, *, recompiles=(), wait: float = 0.5) -> Path:
-    steps = [{"step": i, "wall_ms": w, "device_busy_ms": w - wait, "host_wait_ms": wait,
-              "compile_ms": 300.0 if any(r["step"] == i for r in recompiles) else 0.0, "collective_ms": 0.0,
-              "exposed_collective_ms": 0.0, "tokens": 512.0} for i, w in enumerate(walls)]
+    steps = [
+        {
+            "step": i,
+            "wall_ms": w,
+            "device_busy_ms": w - wait,
+            "host_wait_ms": wait,
+            "compile_ms": 300.0 if any(r["step"] == i for r in recompiles) else 0.0,
+            "collective_ms": 0.0,
+            "exposed_collective_ms": 0.0,
+            "tokens": 512.0,
+        }
+        for i, w in enumerate(walls)
+    ]
     first = [{"function": "train_step", "step": None, "compile_ms": 500.0, "cause": None}]
     path = tmp_path / f"{name}.json"
     make_report(steps=steps, recompiles=first + list(recompiles), findings=()).save(path)
@@ -43,14 +53,18 @@ def files(tmp_path: Path, monkeypatch) -> dict[str, Path]:
 
 @pytest.mark.parametrize(
     "name, code, failed",
-    [("same", 0, []),
-     ("slow", 1, ["mean_step_time", "run_tokens_per_s", "step_time", "steps_per_s", "tokens_per_s"]),
-     ("recompile", 1, ["steady_recompiles"])],
+    [
+        ("same", 0, []),
+        ("slow", 1, ["mean_step_time", "run_tokens_per_s", "step_time", "steps_per_s", "tokens_per_s"]),
+        ("recompile", 1, ["steady_recompiles"]),
+    ],
 )
 def test_exit_codes_and_junit(files, tmp_path: Path, capsys, name: str, code: int, failed: list[str]) -> None:
     junit = tmp_path / f"{name}.xml"
-    assert main(["check", str(files[name]), "--baseline", str(files["baseline"]), "--junit", str(junit),
-                 "--width", "200"]) == code
+    assert (
+        main(["check", str(files[name]), "--baseline", str(files["baseline"]), "--junit", str(junit), "--width", "200"])
+        == code
+    )
     out = capsys.readouterr().out
     cases = ET.parse(junit).getroot().iter("testcase")
     assert sorted(c.get("name") for c in cases if c.find("failure") is not None) == failed
@@ -67,10 +81,12 @@ def test_without_a_baseline_absolute_checks_only(files, capsys) -> None:
 
 
 def test_flags_and_pyproject_table(files, tmp_path: Path, capsys) -> None:
-    (tmp_path / "pyproject.toml").write_text('[tool.jaxdiag.check]\nstep_time_regression = "25%"\n'
-                                            'mean_step_time_regression = "25%"\nsteps_per_s_drop = "25%"\n'
-                                            'tail_step_time_regression = "off"\n'
-                                            'tokens_per_s_drop = "off"\nhost_wait_share = "1%"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.jaxdiag.check]\nstep_time_regression = "25%"\n'
+        'mean_step_time_regression = "25%"\nsteps_per_s_drop = "25%"\n'
+        'tail_step_time_regression = "off"\n'
+        'tokens_per_s_drop = "off"\nhost_wait_share = "1%"\n'
+    )
     args = ["check", str(files["slow"]), "--baseline", str(files["baseline"]), "--json"]
     assert main(args) == 1  # host waits take 4% > 1%; the 20% slowdown is within 25%
     data = json.loads(capsys.readouterr().out)
@@ -111,8 +127,12 @@ def test_bad_input_is_one_line_and_exit_2(files, tmp_path: Path, capsys, args, m
     good = json.loads(files["baseline"].read_text())
     (tmp_path / "bad_version.json").write_text(json.dumps({**good, "baseline_version": "7.0"}))
     (tmp_path / "missing_keys.json").write_text(json.dumps({k: v for k, v in good.items() if k != "step_time_ms"}))
-    names = {"tmp": tmp_path, "same": files["same"], "bad_version": tmp_path / "bad_version.json",
-             "missing_keys": tmp_path / "missing_keys.json"}
+    names = {
+        "tmp": tmp_path,
+        "same": files["same"],
+        "bad_version": tmp_path / "bad_version.json",
+        "missing_keys": tmp_path / "missing_keys.json",
+    }
     assert main(["check", *(a.format(**names) for a in args)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("jaxdiag: error: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
@@ -127,8 +147,20 @@ def test_real_capture_with_a_planted_recompile(cpu_trace_dir, capsys, tmp_path: 
 
 
 def test_analysis_settings_apply_to_a_trace_and_are_refused_for_a_saved_report(files, cpu_trace_dir, capsys) -> None:
-    assert main(["check", str(cpu_trace_dir.logdir), "--set", "small_op_us=1000", "--set", "check.small_op_share=1%",
-                 "--json"]) == 1
+    assert (
+        main(
+            [
+                "check",
+                str(cpu_trace_dir.logdir),
+                "--set",
+                "small_op_us=1000",
+                "--set",
+                "check.small_op_share=1%",
+                "--json",
+            ]
+        )
+        == 1
+    )
     data = json.loads(capsys.readouterr().out)
     small = next(o for o in data["outcomes"] if o["name"] == "small_op_share")
     assert small["observed"] > 0.01  # with every op under 1 ms small, small ops take most of the device time

@@ -17,9 +17,17 @@ A = ArgSignature
 
 
 def rec(index: int, length: int, name: str = "train_step") -> CompileRecord:
-    return CompileRecord(name, f"mod.{name}", "mod.py:1", "mod.py:9", index, float(index),
-                         args=(A("args[0]", shape=(8, length), dtype="int32", weak_type=False),),
-                         backend_compile_s=0.5, function_id=3)
+    return CompileRecord(
+        name,
+        f"mod.{name}",
+        "mod.py:1",
+        "mod.py:9",
+        index,
+        float(index),
+        args=(A("args[0]", shape=(8, length), dtype="int32", weak_type=False),),
+        backend_compile_s=0.5,
+        function_id=3,
+    )
 
 
 @pytest.fixture()
@@ -36,8 +44,8 @@ def test_table(log_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "5 compile(s) of 2 function(s)" in out
     assert "3x args[0] shape axis 1" in out and "pad args[0] axis 1 up to buckets" in out
     assert err.strip().splitlines() == [
-        f"jaxdiag: warning: skipped 1 corrupt or unknown line(s) in {log_file} "
-        f"(first: {log_file}:6: not valid JSON)"]
+        f"jaxdiag: warning: skipped 1 corrupt or unknown line(s) in {log_file} (first: {log_file}:6: not valid JSON)"
+    ]
 
 
 def test_json_and_function_filter(log_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,7 +63,10 @@ def test_json_and_function_filter(log_file: Path, capsys: pytest.CaptureFixture[
     [
         (["{tmp}/missing.jsonl"], "no such file or folder"),
         (["{tmp}"], "no compile log"),
-        (["{log}", "--function", "nope"], "no compiles of function 'nope'; functions in the log: eval_step, train_step"),
+        (
+            ["{log}", "--function", "nope"],
+            "no compiles of function 'nope'; functions in the log: eval_step, train_step",
+        ),
     ],
     ids=["missing", "empty folder", "unknown function"],
 )
@@ -117,7 +128,9 @@ def test_a_capture_folder_gives_the_compile_records_of_its_sidecar(profiled: Pat
         assert [Path(f).name for f in data["files"]] == [p.name for p in run_dir.glob("jaxdiag-*.json")]
 
 
-def test_a_log_in_the_run_folder_and_its_sidecar_count_each_compile_once(profiled: Path, tmp_path: Path, capsys) -> None:
+def test_a_log_in_the_run_folder_and_its_sidecar_count_each_compile_once(
+    profiled: Path, tmp_path: Path, capsys
+) -> None:
     import shutil
 
     copy = tmp_path / "capture"
@@ -133,10 +146,13 @@ def test_a_log_in_the_run_folder_and_its_sidecar_count_each_compile_once(profile
     assert once["functions"] == json.loads(capsys.readouterr().out)["functions"]
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"\x1f\x8b\x08\x00\x00", "gzip-compressed; expected a compile log (JSONL text): decompress it first"),
-    (b'{"a": 1}\n\x00\x01', "binary data (a NUL byte at offset 9); expected a compile log (JSONL text)"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x1f\x8b\x08\x00\x00", "gzip-compressed; expected a compile log (JSONL text): decompress it first"),
+        (b'{"a": 1}\n\x00\x01', "binary data (a NUL byte at offset 9); expected a compile log (JSONL text)"),
+    ],
+)
 def test_compressed_or_binary_logs_are_named(tmp_path: Path, capsys, content: bytes, message: str) -> None:
     path = tmp_path / "compiles.jsonl"
     path.write_bytes(content)

@@ -32,7 +32,7 @@ SLOW = settings(max_examples=6, deadline=None, suppress_health_check=list(Health
 
 #: Any JSON value, to put in place of a part of a file.
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**20) | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(10**6), 10**20) | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=6,
 )
@@ -85,19 +85,45 @@ def mutated(data: bytes, cut: int, flips: list[tuple[int, int]]) -> bytes:
 
 # --- the files, made once ------------------------------------------------------------------------------
 def _report_dict() -> dict[str, Any]:
-    steps = [{"step": i, "wall_ms": 10.0 + i % 3, "device_busy_ms": 8.0, "host_wait_ms": 1.0, "compile_ms": 0.0,
-              "collective_ms": 0.5, "exposed_collective_ms": 0.2, "tokens": 512.0} for i in range(12)]
+    steps = [
+        {
+            "step": i,
+            "wall_ms": 10.0 + i % 3,
+            "device_busy_ms": 8.0,
+            "host_wait_ms": 1.0,
+            "compile_ms": 0.0,
+            "collective_ms": 0.5,
+            "exposed_collective_ms": 0.2,
+            "tokens": 512.0,
+        }
+        for i in range(12)
+    ]
     report = make_report(
         steps=steps,
         throughput={"steps_per_s": 90.0, "per_step": [{"step": i, "period_ms": 11.0} for i in range(12)]},
-        small_ops={"threshold_us": 10.0, "count": 30, "device_time_share": 0.1,
-                   "top": [{"name": "fusion.4", "module": "jit_f", "count": 3, "total_ms": 1.0}],
-                   "per_step": [{"step": i, "count": 3, "time_ms": 0.1} for i in range(12)]},
-        collectives={"overlap_fraction": 0.5, "exposed_ms": 2.0,
-                     "by_kind": [{"kind": "all-reduce", "count": 12, "total_ms": 6.0}]},
-        device_time={"by_module": [{"module": "jit_f", "count": 5, "total_ms": 90.0,
-                                    "per_step": [{"step": i, "ms": 7.5} for i in range(12)]}],
-                     "top_ops": [{"name": "dot.2", "module": "jit_f", "count": 12, "total_ms": 50.0}]},
+        small_ops={
+            "threshold_us": 10.0,
+            "count": 30,
+            "device_time_share": 0.1,
+            "top": [{"name": "fusion.4", "module": "jit_f", "count": 3, "total_ms": 1.0}],
+            "per_step": [{"step": i, "count": 3, "time_ms": 0.1} for i in range(12)],
+        },
+        collectives={
+            "overlap_fraction": 0.5,
+            "exposed_ms": 2.0,
+            "by_kind": [{"kind": "all-reduce", "count": 12, "total_ms": 6.0}],
+        },
+        device_time={
+            "by_module": [
+                {
+                    "module": "jit_f",
+                    "count": 5,
+                    "total_ms": 90.0,
+                    "per_step": [{"step": i, "ms": 7.5} for i in range(12)],
+                }
+            ],
+            "top_ops": [{"name": "dot.2", "module": "jit_f", "count": 12, "total_ms": 50.0}],
+        },
     )
     return json.loads(report.to_json())
 
@@ -114,20 +140,53 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tests import sharding_programs as programs
 
     records = [r for s in (programs.sharding_change(),) for r in s.records]
-    xspace = gpu_xspace(devices=2, kernels=[Kernel(d, f"fusion_{i}", i * 100, 50) for d in range(2) for i in range(5)],
-                        nccl=[Kernel(1, "ncclDevKernel_AllReduce", 40, 30, op="all-reduce-start")],
-                        steps=[(0, 0, 300), (1, 300, 600)], host_annotations=[("load_batch", 10, 90)])
-    trace = gzip.compress(json.dumps({"traceEvents": [
-        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
-        {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 10, "name": "train", "args": {"step_num": "0"}},
-        {"ph": "X", "pid": 1, "tid": 2, "ts": 1, "dur": 1, "name": "copy",
-         "args": {"hlo_op": "copy", "hlo_module": "m"}}]}).encode())
-    sidecar = {"schema": "jaxdiag.sidecar/1", "host": "h", "process_index": 0,
-               "steps": {"0": {"tokens": 64}, "1": {"tokens": 64}}, "compile_log": records}
-    toml = ('[project]\nname = "x"\n\n[tool.jaxdiag]\nsmall_op_us = 5\nreplicated_param_bytes = "64MiB"\n\n'
-            '[tool.jaxdiag.check]\nstep_time_regression = "10%"\nmax_steady_recompiles = 0\n')
-    return {"root": root, "report": report, "baseline": baseline, "records": records, "xspace": xspace,
-            "trace": trace, "sidecar": sidecar, "toml": toml}
+    xspace = gpu_xspace(
+        devices=2,
+        kernels=[Kernel(d, f"fusion_{i}", i * 100, 50) for d in range(2) for i in range(5)],
+        nccl=[Kernel(1, "ncclDevKernel_AllReduce", 40, 30, op="all-reduce-start")],
+        steps=[(0, 0, 300), (1, 300, 600)],
+        host_annotations=[("load_batch", 10, 90)],
+    )
+    trace = gzip.compress(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+                    {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 10, "name": "train", "args": {"step_num": "0"}},
+                    {
+                        "ph": "X",
+                        "pid": 1,
+                        "tid": 2,
+                        "ts": 1,
+                        "dur": 1,
+                        "name": "copy",
+                        "args": {"hlo_op": "copy", "hlo_module": "m"},
+                    },
+                ]
+            }
+        ).encode()
+    )
+    sidecar = {
+        "schema": "jaxdiag.sidecar/1",
+        "host": "h",
+        "process_index": 0,
+        "steps": {"0": {"tokens": 64}, "1": {"tokens": 64}},
+        "compile_log": records,
+    }
+    toml = (
+        '[project]\nname = "x"\n\n[tool.jaxdiag]\nsmall_op_us = 5\nreplicated_param_bytes = "64MiB"\n\n'
+        '[tool.jaxdiag.check]\nstep_time_regression = "10%"\nmax_steady_recompiles = 0\n'
+    )
+    return {
+        "root": root,
+        "report": report,
+        "baseline": baseline,
+        "records": records,
+        "xspace": xspace,
+        "trace": trace,
+        "sidecar": sidecar,
+        "toml": toml,
+    }
 
 
 @contextlib.contextmanager
@@ -166,53 +225,83 @@ def test_report_json_with_a_value_swapped(files, which: int, new: Any, command: 
 
 
 @FAST
-@given(cut=st.integers(min_value=0), flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=4),
-       command=st.integers(0, len(REPORT_COMMANDS) - 1))
+@given(
+    cut=st.integers(min_value=0),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=4),
+    command=st.integers(0, len(REPORT_COMMANDS) - 1),
+)
 def test_report_json_cut_or_flipped(files, cut: int, flips, command: int) -> None:
     _report_file_cases(files, mutated(json_bytes(files["report"]), cut, flips), command)
 
 
 @FAST
-@given(data=st.one_of(st.binary(max_size=64), st.builds(gzip.compress, st.binary(max_size=64))),
-       command=st.integers(0, len(REPORT_COMMANDS) - 1))
+@given(
+    data=st.one_of(st.binary(max_size=64), st.builds(gzip.compress, st.binary(max_size=64))),
+    command=st.integers(0, len(REPORT_COMMANDS) - 1),
+)
 def test_report_json_replaced_by_bytes(files, data: bytes, command: int) -> None:
     _report_file_cases(files, data, command)
 
 
 @FAST
-@given(which=st.integers(min_value=0), new=JSON_VALUES, cut=st.integers(min_value=0),
-       flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=2))
+@given(
+    which=st.integers(min_value=0),
+    new=JSON_VALUES,
+    cut=st.integers(min_value=0),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=2),
+)
 def test_baseline(files, which: int, new: Any, cut: int, flips) -> None:
     with folder() as tmp:
         path = tmp / "baseline.json"
-        for data in (json_bytes(swapped(files["baseline"], which, new)),
-                     mutated(json_bytes(files["baseline"]), cut, flips)):
+        for data in (
+            json_bytes(swapped(files["baseline"], which, new)),
+            mutated(json_bytes(files["baseline"]), cut, flips),
+        ):
             path.write_bytes(data)
             run(["check", str(files["root"] / "report.json"), "--baseline", str(path)], allowed=(0, 1, 2))
 
 
 @FAST
-@given(line=st.integers(min_value=0), which=st.integers(min_value=0), new=JSON_VALUES, cut=st.integers(min_value=0),
-       flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=3),
-       command=st.sampled_from(["compiles", "sharding"]))
+@given(
+    line=st.integers(min_value=0),
+    which=st.integers(min_value=0),
+    new=JSON_VALUES,
+    cut=st.integers(min_value=0),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=3),
+    command=st.sampled_from(["compiles", "sharding"]),
+)
 def test_compile_log(files, line: int, which: int, new: Any, cut: int, flips, command: str) -> None:
     records = list(files["records"])
     i = line % len(records)
     records[i] = swapped(records[i], which, new)
     with folder() as tmp:
         path = tmp / "compiles.jsonl"
-        for text in ("".join(json.dumps(r) + "\n" for r in records).encode(),
-                     mutated("".join(json.dumps(r) + "\n" for r in files["records"]).encode(), cut, flips)):
+        for text in (
+            "".join(json.dumps(r) + "\n" for r in records).encode(),
+            mutated("".join(json.dumps(r) + "\n" for r in files["records"]).encode(), cut, flips),
+        ):
             path.write_bytes(text)
             run([command, str(path)])
             run([command, str(path), "--json"])
 
 
 @FAST
-@given(cut=st.integers(min_value=0), flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=4),
-       key=st.sampled_from(["small_op_us", "check.step_time_regression", "check.max_steady_recompiles", "top_ops",
-                            "check", "severity_critical_share", "replicated_param_bytes"]),
-       new=st.one_of(st.text(max_size=6), st.integers(-5, 10**20), st.floats(), st.booleans()))
+@given(
+    cut=st.integers(min_value=0),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=4),
+    key=st.sampled_from(
+        [
+            "small_op_us",
+            "check.step_time_regression",
+            "check.max_steady_recompiles",
+            "top_ops",
+            "check",
+            "severity_critical_share",
+            "replicated_param_bytes",
+        ]
+    ),
+    new=st.one_of(st.text(max_size=6), st.integers(-5, 10**20), st.floats(), st.booleans()),
+)
 def test_pyproject_toml(files, cut: int, flips, key: str, new: Any) -> None:
     value = json.dumps(new) if not isinstance(new, float) or new == new and abs(new) != float("inf") else '"x"'
     table, _, name = key.rpartition(".")
@@ -224,8 +313,17 @@ def test_pyproject_toml(files, cut: int, flips, key: str, new: Any) -> None:
         path = tmp / "pyproject.toml"
         for data in (swapped_toml.encode(), mutated(files["toml"].encode(), cut, flips)):
             path.write_bytes(data)
-            run(["check", str(files["root"] / "report.json"), "--baseline", str(files["root"] / "baseline.json"),
-                 "--config", str(path)], allowed=(0, 1, 2))
+            run(
+                [
+                    "check",
+                    str(files["root"] / "report.json"),
+                    "--baseline",
+                    str(files["root"] / "baseline.json"),
+                    "--config",
+                    str(path),
+                ],
+                allowed=(0, 1, 2),
+            )
 
 
 def _trace_run(tmp: Path, name: str, data: bytes) -> Path:
@@ -236,8 +334,11 @@ def _trace_run(tmp: Path, name: str, data: bytes) -> Path:
 
 
 @SLOW
-@given(cut=st.integers(min_value=0), flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=6),
-       command=st.sampled_from(["report", "sharding", "check"]))
+@given(
+    cut=st.integers(min_value=0),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=6),
+    command=st.sampled_from(["report", "sharding", "check"]),
+)
 def test_xspace(files, cut: int, flips, command: str) -> None:
     with folder() as tmp:
         logdir = _trace_run(tmp, "h.xplane.pb", mutated(files["xspace"], cut, flips))
@@ -245,7 +346,9 @@ def test_xspace(files, cut: int, flips, command: str) -> None:
 
 
 @SLOW
-@given(cut=st.integers(min_value=0), flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=6))
+@given(
+    cut=st.integers(min_value=0), flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=6)
+)
 def test_json_trace(files, cut: int, flips) -> None:
     with folder() as tmp:
         logdir = _trace_run(tmp, "h.trace.json.gz", mutated(files["trace"], cut, flips))
@@ -253,14 +356,21 @@ def test_json_trace(files, cut: int, flips) -> None:
 
 
 @SLOW
-@given(which=st.integers(min_value=0), new=JSON_VALUES, cut=st.integers(min_value=0),
-       flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=3),
-       command=st.sampled_from(["report", "compiles"]))
+@given(
+    which=st.integers(min_value=0),
+    new=JSON_VALUES,
+    cut=st.integers(min_value=0),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=3),
+    command=st.sampled_from(["report", "compiles"]),
+)
 def test_capture_sidecar(files, which: int, new: Any, cut: int, flips, command: str) -> None:
     with folder() as tmp:
         logdir = _trace_run(tmp, "h.xplane.pb", files["xspace"])
         side = logdir / "plugins" / "profile" / "run1" / "jaxdiag-h-p0.json"
-        for data in (json_bytes(swapped(files["sidecar"], which, new)), mutated(json_bytes(files["sidecar"]), cut, flips)):
+        for data in (
+            json_bytes(swapped(files["sidecar"], which, new)),
+            mutated(json_bytes(files["sidecar"]), cut, flips),
+        ):
             side.write_bytes(data)
             run([command, str(logdir)])
 

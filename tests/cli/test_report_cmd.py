@@ -85,12 +85,14 @@ def test_the_program_flushes_its_report_and_exit_status(cpu_trace_dir, tmp_path:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "jaxdiag", "report", str(cpu_trace_dir.logdir), "--json"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "report", str(cpu_trace_dir.logdir), "--json"], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["steps"]
-    bad = subprocess.run([sys.executable, "-m", "jaxdiag", "report", str(tmp_path / "nowhere")],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "report", str(tmp_path / "nowhere")], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("jaxdiag: error: ") and len(bad.stderr.strip().splitlines()) == 1
 
@@ -121,8 +123,10 @@ def test_the_program_starts_reading_the_trace_before_typer_loads(cpu_trace_dir, 
         """
     )
     out = tmp_path / "report.json"
-    for args, forks in (([str(cpu_trace_dir.logdir), "--json", "-o", str(out)], [False]),
-                        ([str(cpu_trace_dir.logdir), "--run", "no-such-run", "--json"], [])):
+    for args, forks in (
+        ([str(cpu_trace_dir.logdir), "--json", "-o", str(out)], [False]),
+        ([str(cpu_trace_dir.logdir), "--run", "no-such-run", "--json"], []),
+    ):
         done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
         assert done.stdout.strip().endswith(f"forks after typer: {forks} unclaimed: 0"), done.stdout + done.stderr
     assert done.returncode == 2 and "no run named 'no-such-run'" in done.stderr
@@ -133,7 +137,7 @@ def test_the_program_starts_reading_the_trace_before_typer_loads(cpu_trace_dir, 
 
 def test_settings_from_set_and_pyproject_reach_the_report(cpu_trace_dir, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "pyproject.toml").write_text('[tool.jaxdiag]\nsmall_op_us = 3\ntop_ops = 2\n', encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text("[tool.jaxdiag]\nsmall_op_us = 3\ntop_ops = 2\n", encoding="utf-8")
     assert main(["report", str(cpu_trace_dir.logdir), "--json", "--set", "small_op_us=4"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["small_ops"]["threshold_us"] == 4.0 and len(data["device_time"]["top_ops"]) == 2
@@ -157,8 +161,16 @@ def test_options_that_match_nothing_or_make_no_sense_exit_2(cpu_trace_dir, capsy
     assert err == f"jaxdiag: error: {message.format(logdir=cpu_trace_dir.logdir)}\n"
 
 
-@pytest.mark.parametrize("command", [["report", "{trace}"], ["check", "{trace}"], ["diff", "{trace}", "{trace}"],
-                                     ["sharding", "{trace}"], ["compiles", "{trace}"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "{trace}"],
+        ["check", "{trace}"],
+        ["diff", "{trace}", "{trace}"],
+        ["sharding", "{trace}"],
+        ["compiles", "{trace}"],
+    ],
+)
 def test_a_width_too_narrow_for_a_table_is_refused(cpu_trace_dir, capsys, command) -> None:
     args = [a.format(trace=cpu_trace_dir.logdir) for a in command]
     assert main([*args, "--width", "-3"]) == 2

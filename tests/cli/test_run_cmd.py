@@ -13,7 +13,7 @@ from jaxdiag.cli.app import main
 
 #: Its shapes are used by no other test: JAX compiles its eager helpers (``jnp.ones``, ...) once per
 #: process and shape, and this script must see them compile whatever ran before it in the process.
-TRAIN = '''
+TRAIN = """
 import sys
 import jax
 import jax.numpy as jnp
@@ -32,10 +32,10 @@ for rows in (9, 9, 11, 13, 17):
 print("sum", float(w.sum()))
 if "--exit" in sys.argv:
     sys.exit(int(sys.argv[-1]))
-'''
+"""
 
 # Plain Python, so that it can be compared with a real ``python script.py`` cheaply.
-PLAIN = '''
+PLAIN = """
 import os
 import sys
 
@@ -53,7 +53,7 @@ print("name", __name__, "file", os.path.basename(__file__))
 print("path0", sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
 if len(sys.argv) > 1:
     fail(sys.argv[1])
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -109,7 +109,8 @@ def test_log_dir_gets_the_records_and_the_compiles_command_reads_them(scripts, t
     assert f"jaxdiag: compile log: {log_file}" in err and "JAX's own" not in err
     records = read_compile_log(logs).records
     assert [(r.function, r.origin, r.compile_index) for r in records] == [
-        ("train_step", "watch", i) for i in (1, 2, 3, 4)]
+        ("train_step", "watch", i) for i in (1, 2, 3, 4)
+    ]
     assert records[1].explanation.summary.startswith("train_step: x shape axis 0 changed 9 -> 11; called at ")
     assert records[1].call_site == f"{scripts / 'train.py'}:16"
 
@@ -156,13 +157,17 @@ def test_a_missing_script_is_a_one_line_error(tmp_path, capsys, target):
     out, err = capsys.readouterr()
     assert out == ""
     assert err.splitlines() == [
-        f"jaxdiag: error: {tmp_path / target}: no such script (give a Python file, or a folder with __main__.py)"]
+        f"jaxdiag: error: {tmp_path / target}: no such script (give a Python file, or a folder with __main__.py)"
+    ]
 
 
 def test_python_dash_m_jaxdiag_run(scripts):
     proc = subprocess.run(
         [sys.executable, "-m", "jaxdiag", "run", str(scripts / "train.py"), "--exit", "3"],
-        capture_output=True, text=True, env={**os.environ, "JAXDIAG_LOG_DIR": ""})
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAXDIAG_LOG_DIR": ""},
+    )
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout.splitlines()[0] == "argv ['--exit', '3']"
     assert "train_step" in proc.stderr and "4 compile(s) of 1 function(s)" in proc.stderr

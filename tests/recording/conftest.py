@@ -59,8 +59,10 @@ class _CountingRecords(list):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "compile_count_unchecked: the test breaks recording on "
-                            "purpose; its records need not match JAX's compile count")
+    config.addinivalue_line(
+        "markers",
+        "compile_count_unchecked: the test breaks recording on purpose; its records need not match JAX's compile count",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -101,4 +103,5 @@ def every_compile_is_a_record(request: pytest.FixtureRequest):
     if request.node.get_closest_marker("compile_count_unchecked") is None:
         assert records == compiles, (
             f"jaxdiag.watch() recorded {records} compiles where JAX reported {compiles} "
-            f"backend compiles ({COMPILE_EVENT})")
+            f"backend compiles ({COMPILE_EVENT})"
+        )

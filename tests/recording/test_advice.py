@@ -25,8 +25,9 @@ A = ArgSignature
 
 def rec(index: int, *args: ArgSignature, name: str = "train_step", seconds: float = 1.0, **kw) -> CompileRecord:
     kw.setdefault("function_id", 7)
-    return CompileRecord(name, f"mod.{name}", None, None, index, float(index), args=args,
-                         backend_compile_s=seconds, **kw)
+    return CompileRecord(
+        name, f"mod.{name}", None, None, index, float(index), args=args, backend_compile_s=seconds, **kw
+    )
 
 
 def run(*arg_lists: tuple[ArgSignature, ...], **kw) -> list[CompileRecord]:
@@ -40,8 +41,10 @@ def only(advice: list[Advice], kind: str) -> Advice:
 
 
 def tok(length: int) -> tuple[ArgSignature, ...]:
-    return (A("args[0]", shape=(8, length), dtype="int32", weak_type=False),
-            A("args[1]", shape=(8, length), dtype="bool", weak_type=False))
+    return (
+        A("args[0]", shape=(8, length), dtype="int32", weak_type=False),
+        A("args[1]", shape=(8, length), dtype="bool", weak_type=False),
+    )
 
 
 def test_padding_buckets_for_a_varying_axis() -> None:

@@ -36,8 +36,9 @@ def compiles(records: list[CompileRecord], name: str) -> int:
     return sum(r.function == name for r in records)
 
 
-def check(planted: Callable[[], None], fixed: Callable[[], None], kind: str, name: str,
-          says: str, *, internals: bool = False) -> Advice:
+def check(
+    planted: Callable[[], None], fixed: Callable[[], None], kind: str, name: str, says: str, *, internals: bool = False
+) -> Advice:
     before = watched(planted, internals=internals)
     (advice,) = advice_of(before, kind)
     assert says in advice.suggestion, advice
@@ -113,7 +114,7 @@ def test_single_static_change_advice() -> None:
     def fixed():  # kept fixed
         f = jax.jit(lambda x, mode: x * 2 if mode == "double" else x, static_argnums=1)
         f(jnp.ones(3), "double")
-        f(jnp.ones(4) [:3], "double")
+        f(jnp.ones(4)[:3], "double")
 
     check(planted, fixed, "static", "<lambda>", "keep mode fixed")
 

@@ -139,8 +139,10 @@ def plant_sharding_explicit():
 
 def plant_closure():
     for i in range(2):
+
         def add(v, i=i):
             return v + i
+
         jax.jit(add)(jnp.ones(2))
 
 
@@ -265,52 +267,129 @@ def plant_eager_op(sizes: tuple[int, int, int] = (23, 24, 25)):  # sizes no othe
 
 
 CASES = [
-    Case("shape", plant_shape, ("shape",), "x shape axis 1 changed 4 -> 5",
-         r"at x, now f32\[8,5\] and before f32\[8,4\]"),
-    Case("dtype", plant_dtype, ("dtype",), "x dtype changed float32 -> int32",
-         r"at x, now i32\[4\] and before f32\[4\]"),
-    Case("weak type", plant_weak_type, ("weak_type",),
-         "lr changed from a Python scalar to a typed array", r"at lr, now f32\[\]\{weak_type=False\} and before f32\[\]\{weak_type=True\}"),
-    Case("static value", plant_static, ("static",), "static n changed 2 -> 3",
-         r"different value of static args|static"),
-    Case("dict key", plant_dict_key, ("structure",), "p['b'] appeared",
-         r"different input pytree"),
-    Case("sharding, Auto mesh", plant_sharding_auto, ("sharding",),
-         "x sharding changed P('x', None) on mesh(x=8) -> P(None, 'x') on mesh(x=8)",
-         r"Compiling jit\(<lambda>\)"),
-    Case("sharding, Explicit mesh", plant_sharding_explicit, ("sharding",),
-         "x sharding changed P('x', None) on mesh(x=8; Explicit) -> P(None, 'x') on mesh(x=8; Explicit)",
-         r"at x, now f32\[8,16\]\(x, None\)|different input types"),
-    Case("new closure", plant_closure, ("function",), "a new function object or closure",
-         r"seen another function defined on the same line"),
-    Case("nnx static field", plant_nnx_static, ("static",), "static block.act changed 'tanh' -> 'relu'",
-         r"different input pytree|TRACING CACHE MISS"),
-    Case("eqx static field", plant_eqx_static, ("static",), "static layer.act changed 'tanh' -> 'relu'",
-         r"Compiling jit\(forward\)"),  # JAX's explainer is silent: equinox keys its own cache
-    Case("vmap batch 32 -> 48", plant_vmap_batch, ("shape",),
-         "per_example under jax.vmap: x shape axis 0 (the vmapped batch axis) changed 32 -> 48",
-         r"float32\[48,16\]"),
-    Case("grad: forward and backward", plant_grad, ("transform",),
-         "loss: first compile of its backward pass", r"Compiling jit\(loss\)"),
-    Case("jit options", plant_jit_options, ("jit_options",),
-         "jit option donate_argnums differs (default -> (0,))", r"Compiling jit\(update\)"),
-    Case("default_matmul_precision", plant_precision, ("config",),
-         "jax config jax_default_matmul_precision changed None -> highest",
-         r"jax_default_matmul_precision differs: now highest and before None"),
-    Case("enable_x64", plant_x64, ("config",), "jax config jax_enable_x64 changed False -> True",
-         r"jax_enable_x64 differs: now True and before False"),
-    Case("mesh context", plant_mesh_context, ("config",), "the mesh in context changed",
-         r"Tracing context doesn't match|mesh"),
-    Case("tuple -> list", plant_tuple_to_list, ("container",),
-         "pair changed container type tuple -> list (same leaves)",
-         r"now <class 'list'> and before <class 'tuple'>"),
-    Case("namedtuple -> tuple", plant_namedtuple_to_tuple, ("container",),
-         "pair changed container type namedtuple Pair -> tuple (same leaves)",
-         r"different input pytree"),
-    Case("parameter names", plant_named_batch, ("shape",), "batch['ids'] shape axis 1 changed 128 -> 136",
-         r"at batch\['ids'\], now f32\[4,136\] and before f32\[4,128\]"),
-    Case("eager op on a new shape", plant_eager_op, ("shape",),
-         "eager multiply on a new shape at ", r"Compiling jit\(multiply\)", internals=True),
+    Case(
+        "shape", plant_shape, ("shape",), "x shape axis 1 changed 4 -> 5", r"at x, now f32\[8,5\] and before f32\[8,4\]"
+    ),
+    Case(
+        "dtype", plant_dtype, ("dtype",), "x dtype changed float32 -> int32", r"at x, now i32\[4\] and before f32\[4\]"
+    ),
+    Case(
+        "weak type",
+        plant_weak_type,
+        ("weak_type",),
+        "lr changed from a Python scalar to a typed array",
+        r"at lr, now f32\[\]\{weak_type=False\} and before f32\[\]\{weak_type=True\}",
+    ),
+    Case(
+        "static value", plant_static, ("static",), "static n changed 2 -> 3", r"different value of static args|static"
+    ),
+    Case("dict key", plant_dict_key, ("structure",), "p['b'] appeared", r"different input pytree"),
+    Case(
+        "sharding, Auto mesh",
+        plant_sharding_auto,
+        ("sharding",),
+        "x sharding changed P('x', None) on mesh(x=8) -> P(None, 'x') on mesh(x=8)",
+        r"Compiling jit\(<lambda>\)",
+    ),
+    Case(
+        "sharding, Explicit mesh",
+        plant_sharding_explicit,
+        ("sharding",),
+        "x sharding changed P('x', None) on mesh(x=8; Explicit) -> P(None, 'x') on mesh(x=8; Explicit)",
+        r"at x, now f32\[8,16\]\(x, None\)|different input types",
+    ),
+    Case(
+        "new closure",
+        plant_closure,
+        ("function",),
+        "a new function object or closure",
+        r"seen another function defined on the same line",
+    ),
+    Case(
+        "nnx static field",
+        plant_nnx_static,
+        ("static",),
+        "static block.act changed 'tanh' -> 'relu'",
+        r"different input pytree|TRACING CACHE MISS",
+    ),
+    Case(
+        "eqx static field",
+        plant_eqx_static,
+        ("static",),
+        "static layer.act changed 'tanh' -> 'relu'",
+        r"Compiling jit\(forward\)",
+    ),  # JAX's explainer is silent: equinox keys its own cache
+    Case(
+        "vmap batch 32 -> 48",
+        plant_vmap_batch,
+        ("shape",),
+        "per_example under jax.vmap: x shape axis 0 (the vmapped batch axis) changed 32 -> 48",
+        r"float32\[48,16\]",
+    ),
+    Case(
+        "grad: forward and backward",
+        plant_grad,
+        ("transform",),
+        "loss: first compile of its backward pass",
+        r"Compiling jit\(loss\)",
+    ),
+    Case(
+        "jit options",
+        plant_jit_options,
+        ("jit_options",),
+        "jit option donate_argnums differs (default -> (0,))",
+        r"Compiling jit\(update\)",
+    ),
+    Case(
+        "default_matmul_precision",
+        plant_precision,
+        ("config",),
+        "jax config jax_default_matmul_precision changed None -> highest",
+        r"jax_default_matmul_precision differs: now highest and before None",
+    ),
+    Case(
+        "enable_x64",
+        plant_x64,
+        ("config",),
+        "jax config jax_enable_x64 changed False -> True",
+        r"jax_enable_x64 differs: now True and before False",
+    ),
+    Case(
+        "mesh context",
+        plant_mesh_context,
+        ("config",),
+        "the mesh in context changed",
+        r"Tracing context doesn't match|mesh",
+    ),
+    Case(
+        "tuple -> list",
+        plant_tuple_to_list,
+        ("container",),
+        "pair changed container type tuple -> list (same leaves)",
+        r"now <class 'list'> and before <class 'tuple'>",
+    ),
+    Case(
+        "namedtuple -> tuple",
+        plant_namedtuple_to_tuple,
+        ("container",),
+        "pair changed container type namedtuple Pair -> tuple (same leaves)",
+        r"different input pytree",
+    ),
+    Case(
+        "parameter names",
+        plant_named_batch,
+        ("shape",),
+        "batch['ids'] shape axis 1 changed 128 -> 136",
+        r"at batch\['ids'\], now f32\[4,136\] and before f32\[4,128\]",
+    ),
+    Case(
+        "eager op on a new shape",
+        plant_eager_op,
+        ("shape",),
+        "eager multiply on a new shape at ",
+        r"Compiling jit\(multiply\)",
+        internals=True,
+    ),
 ]
 
 
@@ -368,8 +447,10 @@ def test_eager_op_is_compared_only_with_calls_from_its_own_line() -> None:
     muls = [r for r in watched.records if r.function == "multiply"]
     lines = {r.call_site for r in muls}
     assert len(lines) == 2  # the loop's line and the labels' line
-    loop, labels = (sorted((r for r in muls if r.call_site == site), key=lambda r: r.compile_index)
-                    for site in sorted(lines, key=lambda s: int(s.rsplit(":", 1)[1])))
+    loop, labels = (
+        sorted((r for r in muls if r.call_site == site), key=lambda r: r.compile_index)
+        for site in sorted(lines, key=lambda s: int(s.rsplit(":", 1)[1]))
+    )
     assert [r.compile_index for r in loop] == [1, 2] and loop[1].explanation.compared_to == 1
     assert [r.compile_index for r in labels] == [1] and labels[0].explanation is None
     assert all(r.call_function == "plant_eager_op" for r in muls)
@@ -383,9 +464,11 @@ def test_late_watch_says_first_compile_seen_and_names_the_change(jax_explainer: 
     (rec,) = watched.records
     assert rec.compile_index == 1 and rec.earlier_unseen == 1
     summary = compile_log.cause(rec)
-    assert summary.startswith("first compile seen (JAX already held 1 trace(s) of this function from "
-                              "before recording started); against the closest of them: x shape axis "
-                              "0 changed 2 -> 3"), summary
+    assert summary.startswith(
+        "first compile seen (JAX already held 1 trace(s) of this function from "
+        "before recording started); against the closest of them: x shape axis "
+        "0 changed 2 -> 3"
+    ), summary
     assert rec.explanation.changes[0].what == "shape" and rec.explanation.compared_to is None
     assert re.search(r"at x, now f32\[3\] and before f32\[2\]", "\n".join(jax_explainer.messages))
     _TABLE.append(("late watch", _jax_summary(jax_explainer.messages), summary))
@@ -420,4 +503,3 @@ def side_by_side_table():
             out.write("| case | JAX says | jaxdiag says |\n|---|---|---|\n")
             for row in _TABLE:
                 out.write("| " + " | ".join(c.replace("|", "/") for c in row) + " |\n")
-

@@ -26,8 +26,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_jsonl_file_has_one_record_per_line_flushed_as_written(tmp_path):
@@ -116,8 +121,16 @@ def test_compiles_dataframe_one_row_per_record():
     train_step(jnp.ones(5))
     eval_step(jnp.ones(2))
     df = jaxdiag.compiles()
-    assert list(df.columns[:8]) == ["function", "compile_index", "compile_s", "trace_s", "lower_s",
-                                    "backend_compile_s", "cause", "call_site"]
+    assert list(df.columns[:8]) == [
+        "function",
+        "compile_index",
+        "compile_s",
+        "trace_s",
+        "lower_s",
+        "backend_compile_s",
+        "cause",
+        "call_site",
+    ]
     assert df["function"].tolist() == ["train_step", "train_step", "eval_step"]
     assert df["compile_index"].tolist() == [1, 2, 1]
     assert df["cause"].iloc[0] == "first compile"
@@ -145,7 +158,8 @@ def test_clear_forgets_records_and_restarts_counts():
 
 
 def test_env_log_dir_and_a_crash_leave_every_record_readable(tmp_path):
-    proc = run_python("""
+    proc = run_python(
+        """
         import os
         import jax.numpy as jnp
         import jaxdiag
@@ -153,7 +167,9 @@ def test_env_log_dir_and_a_crash_leave_every_record_readable(tmp_path):
         for n in (1, 2, 3):
             f(jnp.ones(n))
         os._exit(3)  # no interpreter shutdown, no flush at exit
-    """, env={"JAXDIAG_LOG_DIR": str(tmp_path)})
+    """,
+        env={"JAXDIAG_LOG_DIR": str(tmp_path)},
+    )
     assert proc.returncode == 3, proc.stderr
     (path,) = tmp_path.glob("compiles-*.jsonl")
     assert [r.compile_index for r in read_compile_log(path).records] == [1, 2, 3]
@@ -162,26 +178,32 @@ def test_env_log_dir_and_a_crash_leave_every_record_readable(tmp_path):
 def test_env_log_dir_unwritable_fails_at_jit_time(tmp_path):
     blocker = tmp_path / "file.txt"
     blocker.write_text("x")
-    proc = run_python("""
+    proc = run_python(
+        """
         import jaxdiag
         from jaxdiag.errors import CompileLogError
         try:
             jaxdiag.jit(lambda x: x)
         except CompileLogError as e:
             print("ERROR", e)
-    """, env={"JAXDIAG_LOG_DIR": str(blocker / "logs")})
+    """,
+        env={"JAXDIAG_LOG_DIR": str(blocker / "logs")},
+    )
     assert "ERROR JAXDIAG_LOG_DIR: compile log folder" in proc.stdout, proc.stderr
     assert "file.txt/logs" in proc.stdout
 
 
 def test_env_analysis_turns_on_cost_and_memory():
-    proc = run_python("""
+    proc = run_python(
+        """
         import jax.numpy as jnp
         import jaxdiag
         jaxdiag.jit(lambda x: x @ x)(jnp.ones((4, 4)))
         (r,) = jaxdiag.compiles()["record"]
         print(r["cost"]["flops"], r["memory"]["argument_bytes"])
-    """, env={"JAXDIAG_COMPILE_ANALYSIS": "1"})
+    """,
+        env={"JAXDIAG_COMPILE_ANALYSIS": "1"},
+    )
     assert proc.stdout.split() == ["128.0", "64"], proc.stderr
 
 

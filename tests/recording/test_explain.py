@@ -34,49 +34,108 @@ class TC:
 
 
 CASES = [
-    TC("shape axis", (TOK,), (leaf(TOK, shape=(8, 193)),),
-       (Change("args[2]", "shape", "129", "193", axis=1),),
-       "train_step: args[2] shape axis 1 changed 129 -> 193"),
-    TC("two axes", (TOK,), (leaf(TOK, shape=(16, 193)),),
-       (Change("args[2]", "shape", "8", "16", axis=0), Change("args[2]", "shape", "129", "193", axis=1)),
-       "train_step: args[2] shape axis 0 changed 8 -> 16; args[2] shape axis 1 changed 129 -> 193"),
-    TC("rank", (TOK,), (leaf(TOK, shape=(8, 129, 1)),),
-       (Change("args[2]", "shape", "(8,129)", "(8,129,1)"),),
-       "train_step: args[2] shape changed (8,129) -> (8,129,1)"),
-    TC("dtype", (TOK,), (leaf(TOK, dtype="bfloat16"),),
-       (Change("args[2]", "dtype", "int32", "bfloat16"),),
-       "train_step: args[2] dtype changed int32 -> bfloat16"),
-    TC("weak to strong", (SCALE,), (leaf(SCALE, weak_type=False),),
-       (Change("kwargs['scale']", "weak_type", "True", "False"),),
-       "train_step: kwargs['scale'] changed from a Python scalar to a typed array (weak_type True -> False)"),
-    TC("strong to weak", (leaf(SCALE, weak_type=False),), (SCALE,),
-       (Change("kwargs['scale']", "weak_type", "False", "True"),),
-       "train_step: kwargs['scale'] changed from a typed array to a Python scalar (weak_type False -> True)"),
-    TC("static", (STATIC,), (leaf(STATIC, value="4"),),
-       (Change("args[1]", "static", "3", "4"),), "train_step: static args[1] changed 3 -> 4"),
-    TC("sharding", (leaf(TOK, sharding="P('x', None)"),), (leaf(TOK, sharding="P(None, 'x')"),),
-       (Change("args[2]", "sharding", "P('x', None)", "P(None, 'x')"),),
-       "train_step: args[2] sharding changed P('x', None) -> P(None, 'x')"),
-    TC("memory kind", (leaf(TOK, memory_kind="device"),), (leaf(TOK, memory_kind="pinned_host"),),
-       (Change("args[2]", "memory_kind", "device", "pinned_host"),),
-       "train_step: args[2] memory kind changed device -> pinned_host"),
-    TC("unknown sharding is no change", (leaf(TOK, sharding=None),), (leaf(TOK, sharding="P('x')"),),
-       (), "train_step: cause unknown: traced again with the same argument signature"),
-    TC("leaf appeared", (TOK,), (TOK, SCALE),
-       (Change("kwargs['scale']", "structure", None, "float32[]{weak}"),),
-       "train_step: kwargs['scale'] appeared (float32[]{weak})"),
-    TC("subtree appeared, named by its root",
-       (A("args[0]['a']", shape=(2,), dtype="float32"),),
-       (A("args[0]['a']", shape=(2,), dtype="float32"), A("args[0]['b']['w']", shape=(2,), dtype="float32"),
-        A("args[0]['b']['b']", shape=(2,), dtype="float32")),
-       (Change("args[0]['b']", "structure", None, "2 leaves"),),
-       "train_step: args[0]['b'] appeared (2 leaves)"),
-    TC("leaf disappeared", (TOK, SCALE), (TOK,),
-       (Change("kwargs['scale']", "structure", "float32[]{weak}", None),),
-       "train_step: kwargs['scale'] disappeared (was float32[]{weak})"),
-    TC("array became static", (leaf(STATIC, kind="array", value=None, shape=(), dtype="int32"),), (STATIC,),
-       (Change("args[1]", "structure", "int32[]", "static 3"),),
-       "train_step: args[1] changed int32[] -> static 3"),
+    TC(
+        "shape axis",
+        (TOK,),
+        (leaf(TOK, shape=(8, 193)),),
+        (Change("args[2]", "shape", "129", "193", axis=1),),
+        "train_step: args[2] shape axis 1 changed 129 -> 193",
+    ),
+    TC(
+        "two axes",
+        (TOK,),
+        (leaf(TOK, shape=(16, 193)),),
+        (Change("args[2]", "shape", "8", "16", axis=0), Change("args[2]", "shape", "129", "193", axis=1)),
+        "train_step: args[2] shape axis 0 changed 8 -> 16; args[2] shape axis 1 changed 129 -> 193",
+    ),
+    TC(
+        "rank",
+        (TOK,),
+        (leaf(TOK, shape=(8, 129, 1)),),
+        (Change("args[2]", "shape", "(8,129)", "(8,129,1)"),),
+        "train_step: args[2] shape changed (8,129) -> (8,129,1)",
+    ),
+    TC(
+        "dtype",
+        (TOK,),
+        (leaf(TOK, dtype="bfloat16"),),
+        (Change("args[2]", "dtype", "int32", "bfloat16"),),
+        "train_step: args[2] dtype changed int32 -> bfloat16",
+    ),
+    TC(
+        "weak to strong",
+        (SCALE,),
+        (leaf(SCALE, weak_type=False),),
+        (Change("kwargs['scale']", "weak_type", "True", "False"),),
+        "train_step: kwargs['scale'] changed from a Python scalar to a typed array (weak_type True -> False)",
+    ),
+    TC(
+        "strong to weak",
+        (leaf(SCALE, weak_type=False),),
+        (SCALE,),
+        (Change("kwargs['scale']", "weak_type", "False", "True"),),
+        "train_step: kwargs['scale'] changed from a typed array to a Python scalar (weak_type False -> True)",
+    ),
+    TC(
+        "static",
+        (STATIC,),
+        (leaf(STATIC, value="4"),),
+        (Change("args[1]", "static", "3", "4"),),
+        "train_step: static args[1] changed 3 -> 4",
+    ),
+    TC(
+        "sharding",
+        (leaf(TOK, sharding="P('x', None)"),),
+        (leaf(TOK, sharding="P(None, 'x')"),),
+        (Change("args[2]", "sharding", "P('x', None)", "P(None, 'x')"),),
+        "train_step: args[2] sharding changed P('x', None) -> P(None, 'x')",
+    ),
+    TC(
+        "memory kind",
+        (leaf(TOK, memory_kind="device"),),
+        (leaf(TOK, memory_kind="pinned_host"),),
+        (Change("args[2]", "memory_kind", "device", "pinned_host"),),
+        "train_step: args[2] memory kind changed device -> pinned_host",
+    ),
+    TC(
+        "unknown sharding is no change",
+        (leaf(TOK, sharding=None),),
+        (leaf(TOK, sharding="P('x')"),),
+        (),
+        "train_step: cause unknown: traced again with the same argument signature",
+    ),
+    TC(
+        "leaf appeared",
+        (TOK,),
+        (TOK, SCALE),
+        (Change("kwargs['scale']", "structure", None, "float32[]{weak}"),),
+        "train_step: kwargs['scale'] appeared (float32[]{weak})",
+    ),
+    TC(
+        "subtree appeared, named by its root",
+        (A("args[0]['a']", shape=(2,), dtype="float32"),),
+        (
+            A("args[0]['a']", shape=(2,), dtype="float32"),
+            A("args[0]['b']['w']", shape=(2,), dtype="float32"),
+            A("args[0]['b']['b']", shape=(2,), dtype="float32"),
+        ),
+        (Change("args[0]['b']", "structure", None, "2 leaves"),),
+        "train_step: args[0]['b'] appeared (2 leaves)",
+    ),
+    TC(
+        "leaf disappeared",
+        (TOK, SCALE),
+        (TOK,),
+        (Change("kwargs['scale']", "structure", "float32[]{weak}", None),),
+        "train_step: kwargs['scale'] disappeared (was float32[]{weak})",
+    ),
+    TC(
+        "array became static",
+        (leaf(STATIC, kind="array", value=None, shape=(), dtype="int32"),),
+        (STATIC,),
+        (Change("args[1]", "structure", "int32[]", "static 3"),),
+        "train_step: args[1] changed int32[] -> static 3",
+    ),
 ]
 
 
@@ -118,8 +177,10 @@ def test_new_function_object() -> None:
 
 @pytest.mark.parametrize(
     "traced, lowered, words",
-    [(True, True, ["cause unknown", "traced again", "config states", "not compared", "clear_caches"]),
-     (False, True, ["cause unknown", "lowered again", "committed inputs", "clear_caches"])],
+    [
+        (True, True, ["cause unknown", "traced again", "config states", "not compared", "clear_caches"]),
+        (False, True, ["cause unknown", "lowered again", "committed inputs", "clear_caches"]),
+    ],
 )
 def test_same_signature_gives_reasons(traced: bool, lowered: bool, words: list[str]) -> None:
     got = explain([rec(1, TOK)], rec(2, TOK, traced=traced, lowered=lowered))
@@ -193,7 +254,7 @@ def test_path_parts() -> None:
 # --- end to end: each cause planted with real jaxdiag.jit calls ---------------------
 
 # Runs in a child process: the 8-device CPU mesh needs XLA_FLAGS before jax is imported.
-PLANT = r'''
+PLANT = r"""
 import os, sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 from functools import partial
@@ -236,7 +297,7 @@ for i in range(2):
 
 jax.clear_caches()
 power(x, 2)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -258,14 +319,30 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[CompileR
 @pytest.mark.parametrize(
     "function, index, change, summary",
     [
-        ("train_step", 2, Change("args[2]", "shape", "129", "193", axis=1),
-         "train_step: tok shape axis 1 changed 129 -> 193; called at "),
-        ("train_step", 3, Change("args[1]", "dtype", "float32", "bfloat16"),
-         "train_step: x dtype changed float32 -> bfloat16; called at "),
-        ("train_step", 4, Change("args[3]", "weak_type", "True", "False"),
-         "train_step: scale changed from a Python scalar to a typed array (weak_type True -> False)"),
-        ("train_step", 5, Change("args[0]['b']", "structure", None, "float32[]"),
-         "train_step: params['b'] appeared (float32[])"),
+        (
+            "train_step",
+            2,
+            Change("args[2]", "shape", "129", "193", axis=1),
+            "train_step: tok shape axis 1 changed 129 -> 193; called at ",
+        ),
+        (
+            "train_step",
+            3,
+            Change("args[1]", "dtype", "float32", "bfloat16"),
+            "train_step: x dtype changed float32 -> bfloat16; called at ",
+        ),
+        (
+            "train_step",
+            4,
+            Change("args[3]", "weak_type", "True", "False"),
+            "train_step: scale changed from a Python scalar to a typed array (weak_type True -> False)",
+        ),
+        (
+            "train_step",
+            5,
+            Change("args[0]['b']", "structure", None, "float32[]"),
+            "train_step: params['b'] appeared (float32[])",
+        ),
         ("power", 2, Change("args[1]", "static", "2", "3"), "power: static n changed 2 -> 3"),
         ("closure", 2, None, "closure: a new function object or closure"),
         ("power", 3, None, "power: cause unknown: traced again with the same argument signature"),

@@ -45,7 +45,10 @@ def test_the_guard_raises_on_every_process_before_the_collective(tmp_path):
         if pid == 3:  # it compares with every peer: all three had 32 rows
             assert "process 3 and process(es) 0-2" in message and "= 24 in process 3 vs 32 in process 0" in message
         else:
-            assert f"process {pid} and process(es) 3 " in message and f"= 32 in process {pid} vs 24 in process 3" in message
+            assert (
+                f"process {pid} and process(es) 3 " in message
+                and f"= 32 in process {pid} vs 24 in process 3" in message
+            )
 
 
 WARNED = textwrap.dedent(
@@ -136,7 +139,15 @@ def test_one_process_has_nothing_to_compare():
     from jaxdiag.analyses.base import AnalysisInputs
     from jaxdiag.analyses.divergence import analyze
 
-    records = [{"function": "f", "qualname": "m.f", "compile_index": 1, "time_unix": 1.0, "process_index": 0,
-                "args": [{"path": "args[0]", "shape": [2], "dtype": "float32"}]}]
+    records = [
+        {
+            "function": "f",
+            "qualname": "m.f",
+            "compile_index": 1,
+            "time_unix": 1.0,
+            "process_index": 0,
+            "args": [{"path": "args[0]", "shape": [2], "dtype": "float32"}],
+        }
+    ]
     result = analyze(AnalysisInputs(frames=None, compile_log=records))  # type: ignore[arg-type]
     assert result.to_dict() == {} and not result.findings

@@ -17,9 +17,20 @@ from jaxdiag.recording.records import ArgSignature, Change, CompileRecord, Expla
 def rec(index: int, t: float, name: str = "train_step") -> CompileRecord:
     exp = None if index == 1 else Explanation("shape", (Change("args[0]", "shape", "1", "2", axis=0),), 1)
     return CompileRecord(
-        name, f"mod.{name}", "mod.py:1", "mod.py:9", index, t, trace_s=0.1, lower_s=0.2,
-        backend_compile_s=0.3, args=(ArgSignature("args[0]", shape=(index,), dtype="float32", weak_type=False),),
-        in_tree="PyTreeDef(((*,), {}))", function_id=42, explanation=exp, pid=1,
+        name,
+        f"mod.{name}",
+        "mod.py:1",
+        "mod.py:9",
+        index,
+        t,
+        trace_s=0.1,
+        lower_s=0.2,
+        backend_compile_s=0.3,
+        args=(ArgSignature("args[0]", shape=(index,), dtype="float32", weak_type=False),),
+        in_tree="PyTreeDef(((*,), {}))",
+        function_id=42,
+        explanation=exp,
+        pid=1,
     )
 
 
@@ -40,13 +51,21 @@ BAD_LINES = [
     ("not json", "{oops\n", "not valid JSON"),
     ("json list", "[1, 2]\n", "a JSON list"),
     ("other record", json.dumps({"event": "step", "n": 1}) + "\n", "'function' missing"),
-    ("other schema", json.dumps({**rec(1, 1.0).to_dict(), "schema": "jaxdiag.compile/2"}) + "\n", "is not jaxdiag.compile/1"),
+    (
+        "other schema",
+        json.dumps({**rec(1, 1.0).to_dict(), "schema": "jaxdiag.compile/2"}) + "\n",
+        "is not jaxdiag.compile/1",
+    ),
     ("bad index", json.dumps({**rec(1, 1.0).to_dict(), "compile_index": "1"}) + "\n", "'compile_index'"),
     ("bad time", json.dumps({**rec(1, 1.0).to_dict(), "time_unix": None}) + "\n", "'time_unix'"),
     ("bad duration", json.dumps({**rec(1, 1.0).to_dict(), "trace_s": "slow"}) + "\n", "'trace_s'"),
     ("bad shape", json.dumps({**rec(1, 1.0).to_dict(), "args": [{"path": "x", "shape": ["a"]}]}) + "\n", "'shape'"),
     ("bad explanation", json.dumps({**rec(2, 1.0).to_dict(), "explanation": "why"}) + "\n", "'explanation'"),
-    ("bad change", json.dumps({**rec(2, 1.0).to_dict(), "explanation": {"changes": ["x"]}}) + "\n", "not a compile record"),
+    (
+        "bad change",
+        json.dumps({**rec(2, 1.0).to_dict(), "explanation": {"changes": ["x"]}}) + "\n",
+        "not a compile record",
+    ),
 ]
 
 

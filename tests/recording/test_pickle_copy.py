@@ -31,17 +31,19 @@ def outcome(fn):
         return type(exc).__name__, None
 
 
-@pytest.mark.parametrize("case", ["cloudpickle", "cloudpickle_lambda", "cloudpickle_closure",
-                                  "pickle", "copy", "deepcopy"])
+@pytest.mark.parametrize(
+    "case", ["cloudpickle", "cloudpickle_lambda", "cloudpickle_closure", "pickle", "copy", "deepcopy"]
+)
 def test_round_trips_as_jax_jit_does(case):
     def run(jit):
         factor = 3.0
-        fun = {"cloudpickle_lambda": lambda x: x + 1,
-               "cloudpickle_closure": lambda x: x * factor}.get(case, scale)
+        fun = {"cloudpickle_lambda": lambda x: x + 1, "cloudpickle_closure": lambda x: x * factor}.get(case, scale)
         j = jit(fun)
-        dump = {"pickle": lambda: pickle.loads(pickle.dumps(j)),
-                "copy": lambda: copy.copy(j), "deepcopy": lambda: copy.deepcopy(j)}.get(
-            case, lambda: cloudpickle.loads(cloudpickle.dumps(j)))
+        dump = {
+            "pickle": lambda: pickle.loads(pickle.dumps(j)),
+            "copy": lambda: copy.copy(j),
+            "deepcopy": lambda: copy.deepcopy(j),
+        }.get(case, lambda: cloudpickle.loads(cloudpickle.dumps(j)))
         return outcome(lambda: float(dump()(jnp.float32(2.0))))
 
     assert run(jaxdiag.jit) == run(jax.jit)

@@ -47,6 +47,7 @@ def needs_devices(n: int) -> None:
 
 # --- calling conventions -------------------------------------------------------------
 
+
 @case
 def case_array(jit):
     return jit(lambda x: x * 2)(jnp.arange(3.0))
@@ -98,8 +99,7 @@ def case_static_argnums(jit):
         return 100 * x + 10 * y + z
 
     f1 = jit(f, static_argnums=(3, 4))
-    out = [f1(1, 2, 3, True, False), f1(1, 2, 3, True, False), f1(2, 1, 3, True, False),
-           f1(2, 1, 3, True, True)]
+    out = [f1(1, 2, 3, True, False), f1(1, 2, 3, True, False), f1(2, 1, 3, True, False), f1(2, 1, 3, True, True)]
     f2 = jit(f, static_argnums=(0, 2, 3, 4))
     out += [f2(1, 2, 3, True, False), f2(1, 3, 3, True, False), f2(2, 2, 3, True, False)]
     return out, len(side)
@@ -199,6 +199,7 @@ def case_decorator_factory(jit):
 
 # --- errors --------------------------------------------------------------------------
 
+
 @case
 def case_error_inside(jit):
     def f(x):
@@ -276,8 +277,17 @@ def test_argnums_validation(kind):
 
     def h(a, *args): ...
 
-    specs = [(f, (0, 1)), (g, (0, 1)), (f, (0, 1, -3)), (f, (0, 1, 3)), (f, (0, 1, -4)),
-             (g, (0, 1, 3)), (g, (0, 1, -3)), (h, (0, 999)), (h, (0, -999))]
+    specs = [
+        (f, (0, 1)),
+        (g, (0, 1)),
+        (f, (0, 1, -3)),
+        (f, (0, 1, 3)),
+        (f, (0, 1, -4)),
+        (g, (0, 1, 3)),
+        (g, (0, 1, -3)),
+        (h, (0, 999)),
+        (h, (0, -999)),
+    ]
     for fun, nums in specs:
         assert_same(lambda jit, fun=fun, nums=nums: jit(fun, **{kind: nums}).__name__)
 
@@ -290,8 +300,14 @@ def test_argnames_validation(kind):
 
     def h(a, /, b, c, *args, **kwargs): ...
 
-    specs = [(f, ("b", "c")), (f, ("b", "c", "not_defined")), (g, ("a", "b", "not_defined")),
-             (h, ("b", "c")), (h, ("a", "c")), (h, ("args", "c"))]
+    specs = [
+        (f, ("b", "c")),
+        (f, ("b", "c", "not_defined")),
+        (g, ("a", "b", "not_defined")),
+        (h, ("b", "c")),
+        (h, ("a", "c")),
+        (h, ("args", "c")),
+    ]
     for fun, names in specs:
         assert_same(lambda jit, fun=fun, names=names: jit(fun, **{kind: names}).__name__)
 
@@ -317,6 +333,7 @@ def case_error_unknown_jit_option(jit):
 
 # --- donation ------------------------------------------------------------------------
 
+
 @case
 def case_donate_argnums(jit):
     move = jit(lambda x: x + x - x, donate_argnums=0)
@@ -335,16 +352,16 @@ def case_donate_argnames(jit):
 
 @case
 def case_donate_with_static_argnums(jit):
-    f = jit(lambda a, b, c, d: ((a + b + c), (a + b + d)), static_argnums=(0, 1),
-            donate_argnums=(2, 3))
+    f = jit(lambda a, b, c, d: ((a + b + c), (a + b + d)), static_argnums=(0, 1), donate_argnums=(2, 3))
     c, d = jax.device_put(jnp.array([2.0, 2.0])), jax.device_put(jnp.array([1.0, 1.0, 1.0, 1.0]))
     return f(1, 2, c, d), c.is_deleted(), d.is_deleted()
 
 
 @case
 def case_donate_kwargs_with_static_argnums(jit):
-    f = jit(lambda a, b, c, d, e: ((a + b + c), (a + b + d), (a + b + e)),
-            static_argnums=(0, 1), donate_argnames=("d", "e"))
+    f = jit(
+        lambda a, b, c, d, e: ((a + b + c), (a + b + d), (a + b + e)), static_argnums=(0, 1), donate_argnames=("d", "e")
+    )
     c, d, e = jnp.array([2.0, 2.0]), jnp.ones(4), jnp.ones(4) * 3
     return f(1, 2, c, d=d, e=e), [v.is_deleted() for v in (c, d, e)]
 
@@ -387,6 +404,7 @@ def case_donate_dict_args_info(jit):
 
 
 # --- pytrees -------------------------------------------------------------------------
+
 
 @case
 def case_pytree_builtin_containers(jit):
@@ -432,8 +450,11 @@ def case_pytree_dataclass(jit):
         return Layer(layer.w * x, layer.b + 1, layer.name + "!")
 
     f = jit(f)
-    out = [f(Layer(jnp.ones(2), 1.0, "a"), 2.0), f(Layer(jnp.ones(2), 2.0, "a"), 3.0),
-           f(Layer(jnp.ones(2), 1.0, "b"), 2.0)]
+    out = [
+        f(Layer(jnp.ones(2), 1.0, "a"), 2.0),
+        f(Layer(jnp.ones(2), 2.0, "a"), 3.0),
+        f(Layer(jnp.ones(2), 1.0, "b"), 2.0),
+    ]
     return out, side
 
 
@@ -454,6 +475,7 @@ def case_pytree_mismatch_compiled(jit):
 
 
 # --- functions of every shape ----------------------------------------------------------
+
 
 @case
 def case_partial(jit):
@@ -534,10 +556,8 @@ def case_wrapped_attributes(jit):
 
     f.some_value = 4
     jf = jit(f)
-    attrs = {a: getattr(jf, f"__{a}__") for a in ("doc", "name", "module", "qualname",
-                                                   "annotations")}
-    return (attrs, jf.some_value, jf.__wrapped__ is f, str(inspect.signature(jf)),
-            inspect.unwrap(jf) is f)
+    attrs = {a: getattr(jf, f"__{a}__") for a in ("doc", "name", "module", "qualname", "annotations")}
+    return (attrs, jf.some_value, jf.__wrapped__ is f, str(inspect.signature(jf)), inspect.unwrap(jf) is f)
 
 
 @case
@@ -566,6 +586,7 @@ def case_copy(jit):
 
 
 # --- caching and tracing ----------------------------------------------------------------
+
 
 @case
 def case_retrace_on_shape_dtype_weak_type(jit):
@@ -665,13 +686,20 @@ def case_bound_method_reference_cycle(jit):
 
 # --- AOT -------------------------------------------------------------------------------
 
+
 @case
 def case_lower_compile(jit):
     f = jit(lambda x: jnp.sqrt(x**2) + 1.0)
     lowered = f.lower(1.0)
     compiled = lowered.compile()
-    return (compiled(1.0), lowered.in_avals == compiled.in_avals, str(lowered.in_avals),
-            str(compiled.in_tree), lowered.as_text(), lowered.as_text(dialect="hlo"))
+    return (
+        compiled(1.0),
+        lowered.in_avals == compiled.in_avals,
+        str(lowered.in_avals),
+        str(compiled.in_tree),
+        lowered.as_text(),
+        lowered.as_text(dialect="hlo"),
+    )
 
 
 @case
@@ -710,8 +738,7 @@ def case_compiled_analyses(jit):
     compiled = jit(lambda x: x @ x.T).lower(jnp.ones((8, 4))).compile()
     cost = compiled.cost_analysis()
     memory = compiled.memory_analysis()
-    return (cost.get("flops"), memory.argument_size_in_bytes, memory.output_size_in_bytes,
-            compiled.as_text())
+    return (cost.get("flops"), memory.argument_size_in_bytes, memory.output_size_in_bytes, compiled.as_text())
 
 
 @case
@@ -742,6 +769,7 @@ def case_inline(jit):
 
 
 # --- transformations -------------------------------------------------------------------
+
 
 @case
 def case_grad_of_jit(jit):
@@ -801,8 +829,10 @@ def case_jax_jit_of_jitted(jit):
 def case_axis_env_in_cache_key(jit):
     f = lambda: jax.lax.axis_size("i")  # noqa: E731
     g = jit(f)
-    return (jax.vmap(g, axis_name="i", axis_size=2, out_axes=None)(),
-            jax.vmap(g, axis_name="i", axis_size=3, out_axes=None)())
+    return (
+        jax.vmap(g, axis_name="i", axis_size=2, out_axes=None)(),
+        jax.vmap(g, axis_name="i", axis_size=3, out_axes=None)(),
+    )
 
 
 @case
@@ -812,6 +842,7 @@ def case_scan_with_jitted_body(jit):
 
 
 # --- shardings -------------------------------------------------------------------------
+
 
 @case
 def case_in_out_shardings(jit):
@@ -856,8 +887,9 @@ def case_incompatible_devices(jit):
     m1 = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     m2 = jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
     a = jnp.arange(16).reshape(8, 2)
-    return jit(lambda x, y: (x, y), out_shardings=(NamedSharding(m1, P("x", "y")),
-                                                   NamedSharding(m2, P("x", "y"))))(a, a)
+    return jit(lambda x, y: (x, y), out_shardings=(NamedSharding(m1, P("x", "y")), NamedSharding(m2, P("x", "y"))))(
+        a, a
+    )
 
 
 @case
@@ -867,6 +899,7 @@ def case_unconstrained_in_shardings_error(jit):
 
 
 # --- failed stages (found running JAX's tests through tools/run_jax_jit_tests.py) ---------
+
 
 @case
 def case_backend_compile_error(jit):
@@ -904,8 +937,15 @@ def observe(value: Any) -> Any:
     seen = []
     for leaf in leaves:
         if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
-            seen.append(("array", np.asarray(leaf).tolist(), str(leaf.dtype),
-                         bool(getattr(jax.typeof(leaf), "weak_type", False)), np.shape(leaf)))
+            seen.append(
+                (
+                    "array",
+                    np.asarray(leaf).tolist(),
+                    str(leaf.dtype),
+                    bool(getattr(jax.typeof(leaf), "weak_type", False)),
+                    np.shape(leaf),
+                )
+            )
         elif isinstance(leaf, str):
             seen.append(normalize(leaf))
         else:

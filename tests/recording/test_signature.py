@@ -38,23 +38,38 @@ def test_paths_follow_keystr_for_args_and_kwargs():
     params = {"w": jnp.ones((2, 3)), "layers": [Layer(jnp.zeros(4), "a")]}
     sigs, tree = signature.signature_of((params, Point(1.0, 2)), {"scale": np.float32(2.0)})
     assert list(by_path(sigs)) == [
-        "args[0]['layers'][0].w", "args[0]['w']", "args[1].x", "args[1].y", "kwargs['scale']"]
+        "args[0]['layers'][0].w",
+        "args[0]['w']",
+        "args[1].x",
+        "args[1].y",
+        "kwargs['scale']",
+    ]
     assert tree.startswith("PyTreeDef(((") and "'scale': *" in tree
 
 
 def test_shape_dtype_and_weak_type_per_leaf():
     sigs, _ = signature.signature_of((jnp.ones((2, 3), jnp.bfloat16), 1.0, 2, True, np.int8(3)), {})
     got = [(s.shape, s.dtype, s.weak_type) for s in sigs]
-    assert got == [((2, 3), "bfloat16", False), ((), "float32", True), ((), "int32", True),
-                   ((), "bool", False), ((), "int8", False)]
+    assert got == [
+        ((2, 3), "bfloat16", False),
+        ((), "float32", True),
+        ((), "int32", True),
+        ((), "bool", False),
+        ((), "int8", False),
+    ]
 
 
 def test_static_args_by_position_name_and_negative_index():
-    sigs, tree = signature.signature_of((jnp.ones(2), "relu", 3), {"mode": ("a", 1)},
-                                        static_argnums=(-1, 1), static_argnames=("mode",))
+    sigs, tree = signature.signature_of(
+        (jnp.ones(2), "relu", 3), {"mode": ("a", 1)}, static_argnums=(-1, 1), static_argnames=("mode",)
+    )
     got = [(s.path, s.kind, s.value) for s in sigs]
-    assert got == [("args[0]", "array", None), ("args[1]", "static", "'relu'"),
-                   ("args[2]", "static", "3"), ("kwargs['mode']", "static", "('a', 1)")]
+    assert got == [
+        ("args[0]", "array", None),
+        ("args[1]", "static", "'relu'"),
+        ("args[2]", "static", "3"),
+        ("kwargs['mode']", "static", "('a', 1)"),
+    ]
     assert tree == "PyTreeDef(((*,), {}))"  # static arguments are not part of the tree
 
 
@@ -65,8 +80,7 @@ def test_static_repr_is_truncated_and_a_broken_repr_does_not_raise():
 
     long = signature.static_signature("args[0]", "x" * 500, max_repr=20)
     assert long.value == "'" + "x" * 16 + "..." and len(long.value) == 20
-    assert signature.static_signature("args[1]", Broken(), 120).value == (
-        "<Broken: repr failed: RuntimeError>")
+    assert signature.static_signature("args[1]", Broken(), 120).value == ("<Broken: repr failed: RuntimeError>")
 
 
 def test_non_array_leaf_is_described_not_raised():
@@ -80,10 +94,13 @@ def test_single_device_sharding_and_memory_kind():
     assert sig.memory_kind == "device"
 
 
-@pytest.mark.parametrize("axis_type, text", [
-    (AxisType.Auto, "P('x', None) on mesh(x=4, y=2)"),
-    (AxisType.Explicit, "P('x', None) on mesh(x=4, y=2; Explicit, Explicit)"),
-])
+@pytest.mark.parametrize(
+    "axis_type, text",
+    [
+        (AxisType.Auto, "P('x', None) on mesh(x=4, y=2)"),
+        (AxisType.Explicit, "P('x', None) on mesh(x=4, y=2; Explicit, Explicit)"),
+    ],
+)
 def test_named_sharding_text(axis_type, text):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices")
@@ -103,9 +120,11 @@ def test_signature_from_tracers_inside_a_trace():
     jax.jit(f, static_argnums=1)(jnp.ones((2, 2)), 3, scale=0.5)
     sigs, tree = seen["sigs"]
     got = [(s.path, s.kind, s.shape, s.weak_type, s.value, s.sharding) for s in sigs]
-    assert got == [("args[0]", "array", (2, 2), False, None, None),
-                   ("args[1]", "static", None, None, "3", None),
-                   ("kwargs['scale']", "array", (), True, None, None)]
+    assert got == [
+        ("args[0]", "array", (2, 2), False, None, None),
+        ("args[1]", "static", None, None, "3", None),
+        ("kwargs['scale']", "array", (), True, None, None),
+    ]
     assert tree == "PyTreeDef(((*,), {'scale': *}))"
 
 
@@ -142,17 +161,25 @@ def test_names_qualnames_and_sources():
     cases = {
         "function": (step, "step", f"{__name__}.step", f"{here}:{line}"),
         "partial": (functools.partial(step, y=2), "step", f"{__name__}.step", f"{here}:{line}"),
-        "nested partial": (functools.partial(functools.partial(step), 1), "step",
-                           f"{__name__}.step", f"{here}:{line}"),
-        "bound method": (Model().apply, "apply", f"{__name__}.Model.apply",
-                         f"{here}:{Model.apply.__code__.co_firstlineno}"),
-        "instance": (Model(), "<unnamed function>", f"{__name__}.Model",
-                     f"{here}:{Model.__call__.__code__.co_firstlineno}"),
+        "nested partial": (functools.partial(functools.partial(step), 1), "step", f"{__name__}.step", f"{here}:{line}"),
+        "bound method": (
+            Model().apply,
+            "apply",
+            f"{__name__}.Model.apply",
+            f"{here}:{Model.apply.__code__.co_firstlineno}",
+        ),
+        "instance": (
+            Model(),
+            "<unnamed function>",
+            f"{__name__}.Model",
+            f"{here}:{Model.__call__.__code__.co_firstlineno}",
+        ),
         "builtin": (len, "len", "builtins.len", None),
     }
     for what, (fun, name, qualname, source) in cases.items():
-        assert (signature.fun_name(fun), signature.qualname(fun), signature.source(fun)) == (
-            name, qualname, source), what
+        assert (signature.fun_name(fun), signature.qualname(fun), signature.source(fun)) == (name, qualname, source), (
+            what
+        )
 
 
 def test_lambdas_from_one_line_share_a_qualname_and_source():

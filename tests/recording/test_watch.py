@@ -104,8 +104,11 @@ def test_static_arguments_and_kwargs_are_named():
         scale(jnp.ones(2), n=2.0, mode="add")
         scale(jnp.ones(2), n=jnp.float32(2.0), mode="add")
     first, second, third = own(compile_log.records())
-    assert [(a.path, a.kind) for a in first.args] == [("args[0]", "array"), ("kwargs['n']", "array"),
-                                                        ("kwargs['mode']", "static")]
+    assert [(a.path, a.kind) for a in first.args] == [
+        ("args[0]", "array"),
+        ("kwargs['n']", "array"),
+        ("kwargs['mode']", "static"),
+    ]
     assert second.explanation.summary.startswith("scale: static mode changed 'mul' -> 'add'; called at ")
     assert "n changed from a Python scalar to a typed array" in third.explanation.summary
 
@@ -126,8 +129,10 @@ def test_static_fields_of_a_dataclass_pytree_are_named_once():
         apply(Config(jnp.ones(3), "relu"), jnp.ones(3))
     first, second = own(compile_log.records())
     assert [(a.path, a.kind, a.value) for a in first.args] == [
-        ("args[0].activation", "static", "'tanh'"), ("args[0].scale", "array", None),
-        ("args[1]", "array", None)]
+        ("args[0].activation", "static", "'tanh'"),
+        ("args[0].scale", "array", None),
+        ("args[1]", "array", None),
+    ]
     # The field is reported by name, and the tree text does not hold it a second time.
     assert second.explanation.summary.startswith("apply: static cfg.activation changed 'tanh' -> 'relu'")
     assert first.in_tree == second.in_tree
@@ -155,8 +160,7 @@ def test_a_jit_called_inside_another_trace_is_part_of_that_compile():
     with jaxdiag.watch():
         outer(jnp.ones(2))
         outer(jnp.ones(5))
-    assert [(r.function, r.compile_index) for r in own(compile_log.records())] == [
-        ("outer", 1), ("outer", 2)]
+    assert [(r.function, r.compile_index) for r in own(compile_log.records())] == [("outer", 1), ("outer", 2)]
 
 
 def test_jax_internal_helpers_are_marked_and_can_be_left_out():
@@ -173,7 +177,7 @@ def test_jax_internal_helpers_are_marked_and_can_be_left_out():
 
 
 def test_compiles_in_other_threads_are_recorded():
-    f = jax.jit(lambda x: x ** 2)
+    f = jax.jit(lambda x: x**2)
     with jaxdiag.watch() as w:
         threads = [threading.Thread(target=f, args=(jnp.ones(n),), name=f"t{n}") for n in (2, 3)]
         for t in threads:
@@ -267,6 +271,7 @@ def test_missing_internals_give_one_warning_and_recording_goes_on():
         print(len(caught), caught[0].category.__name__, listener.mode())
         print(sorted(r.origin for r in jaxdiag.compiles().itertuples() if r.function == "<lambda>"))
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "JAXDIAG_LOG_DIR": ""})
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "JAXDIAG_LOG_DIR": ""}
+    )
     assert proc.stdout.splitlines() == ["1 JaxdiagWarning names", "['jit', 'watch', 'watch']"], proc.stderr

@@ -102,7 +102,10 @@ def test_equinox_filter_jit_model_call():
     assert first.qualname.endswith("test_equinox_filter_jit_model_call.<locals>.predict")
     assert first.source.startswith(__file__) and first.call_site.startswith(__file__)
     assert [(a.path, a.kind) for a in first.args] == [
-        ("args[0].activation", "static"), ("args[0].weight", "array"), ("args[1]", "array")]
+        ("args[0].activation", "static"),
+        ("args[0].weight", "array"),
+        ("args[1]", "array"),
+    ]
     assert changes(dtype) == [("args[1]", "dtype", "float32", "bfloat16")]
     assert changes(field) == [("args[0].activation", "static", "'tanh'", "'relu'")]
     assert changes(appeared) == [("kwargs['repeats']", "structure", None, "static 2")]
@@ -125,8 +128,10 @@ def test_optax_update_under_jit():
             new_params, _ = update(params, opt_state, grads)
     first, second = compiles_of(w, "update")
     assert "args[1][0].mu['w']" in {a.path for a in first.args}
-    assert changes(second) == [("args[2]['b']", "dtype", "float32", "bfloat16"),
-                               ("args[2]['w']", "dtype", "float32", "bfloat16")]
+    assert changes(second) == [
+        ("args[2]['b']", "dtype", "float32", "bfloat16"),
+        ("args[2]['w']", "dtype", "float32", "bfloat16"),
+    ]
     assert new_params["w"].dtype == jnp.float32
 
 
@@ -196,7 +201,6 @@ def test_records_name_no_library_frame_as_the_call_site():
         eqx.filter_jit(lambda b, x: b(x))(Block(jnp.eye(3), "relu"), jnp.ones(3))
     sites = {r.call_site for r in w.records}
     assert sites and not any(s.startswith(lib_dirs) for s in sites)
-
 
 
 @dataclasses.dataclass(frozen=True)

@@ -144,8 +144,7 @@ def test_sharding_change_on_explicit_mesh_retraces():
     f(jax.device_put(jnp.ones(8), NamedSharding(mesh, P("x"))))
     f(jax.device_put(jnp.ones(8), NamedSharding(mesh, P())))
     assert [r.traced for r in records()] == [True, True]
-    assert [r.args[0].sharding for r in records()] == [
-        "P('x',) on mesh(x=8; Explicit)", "P() on mesh(x=8; Explicit)"]
+    assert [r.args[0].sharding for r in records()] == ["P('x',) on mesh(x=8; Explicit)", "P() on mesh(x=8; Explicit)"]
 
 
 def test_nested_jit_is_part_of_the_outer_compile():
@@ -169,8 +168,7 @@ def test_grad_of_jitted_function_records_forward_and_backward_compiles():
     assert [(r.lowered, r.compiled) for r in (forward, backward)] == [(True, True)] * 2
     # JAX 0.9 on times no trace made inside grad's; 0.8 traces the forward again for its compile.
     assert all(r.traced == (r.trace_s is not None) for r in (forward, backward)) and not backward.traced
-    assert [(a.path, a.label, a.shape) for a in forward.args] == [
-        ("args[0]", "w", (3,)), ("args[1]", "x", (3,))]
+    assert [(a.path, a.label, a.shape) for a in forward.args] == [("args[0]", "w", (3,)), ("args[1]", "x", (3,))]
     assert "backward pass" in backward.explanation.summary
     jax.grad(f)(jnp.ones(4), jnp.ones(4))
     again = records()[2:]
@@ -255,9 +253,14 @@ def test_persistent_cache_hit_is_recorded(tmp_path):
 
         return g
 
-    old = {k: getattr(jax.config, k) for k in (
-        "jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-        "jax_persistent_cache_min_entry_size_bytes")}
+    old = {
+        k: getattr(jax.config, k)
+        for k in (
+            "jax_compilation_cache_dir",
+            "jax_persistent_cache_min_compile_time_secs",
+            "jax_persistent_cache_min_entry_size_bytes",
+        )
+    }
     try:
         jax.config.update("jax_compilation_cache_dir", str(tmp_path))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
@@ -292,8 +295,7 @@ def test_listener_failure_warns_once_and_the_call_proceeds(monkeypatch):
 
 def test_name_matching_fallback_records_traced_compiles(monkeypatch):
     """Without the pjit internals, compiles that trace are still recorded, by name."""
-    monkeypatch.setattr(listener, "_internals",
-                        dataclasses.replace(listener._internals, cache_miss=None))
+    monkeypatch.setattr(listener, "_internals", dataclasses.replace(listener._internals, cache_miss=None))
     assert listener.mode() == "names"
     f = jaxdiag.jit(lambda x, n: x * n, static_argnums=1)
     f(jnp.ones(2), 3)
@@ -302,15 +304,16 @@ def test_name_matching_fallback_records_traced_compiles(monkeypatch):
     assert [r.compile_index for r in rs] == [1, 2]
     assert all(r.trace_s and r.lower_s and r.backend_compile_s for r in rs)
     assert [(a.path, a.kind, a.shape or a.value) for a in rs[1].args] == [
-        ("args[0]", "array", (4,)), ("args[1]", "static", "3")]
+        ("args[0]", "array", (4,)),
+        ("args[1]", "static", "3"),
+    ]
     assert rs[1].args[0].sharding is None  # tracers outside a mesh say nothing about placement
 
 
 def test_name_matching_fallback_still_raises_over_budget(monkeypatch):
     from jaxdiag.errors import CompileBudgetExceeded
 
-    monkeypatch.setattr(listener, "_internals",
-                        dataclasses.replace(listener._internals, cache_miss=None))
+    monkeypatch.setattr(listener, "_internals", dataclasses.replace(listener._internals, cache_miss=None))
     f = jaxdiag.jit(lambda x: x + 1, max_compiles=1, on_exceed="raise")
     f(jnp.ones(1))
     with pytest.raises(CompileBudgetExceeded, match="compiled 2 times"):
@@ -339,8 +342,9 @@ def test_missing_internals_warn_once_and_recording_goes_on():
         print(len(caught), caught[0].category.__name__, listener.mode())
         print(len(jaxdiag.compiles()))
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "JAXDIAG_LOG_DIR": ""})
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "JAXDIAG_LOG_DIR": ""}
+    )
     assert proc.stdout.split() == ["1", "JaxdiagWarning", "names", "3"], proc.stderr
 
 

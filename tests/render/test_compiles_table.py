@@ -12,10 +12,25 @@ from jaxdiag.render.compiles_table import SCHEMA_VERSION, function_rows, render,
 A = ArgSignature
 
 
-def rec(index: int, *args: ArgSignature, name: str = "train_step", seconds: float = 1.0,
-        qualname: str | None = None, source: str = "mod.py:1") -> CompileRecord:
-    return CompileRecord(name, qualname or f"mod.{name}", source, "mod.py:9", index, float(index),
-                         args=args, backend_compile_s=seconds, function_id=1)
+def rec(
+    index: int,
+    *args: ArgSignature,
+    name: str = "train_step",
+    seconds: float = 1.0,
+    qualname: str | None = None,
+    source: str = "mod.py:1",
+) -> CompileRecord:
+    return CompileRecord(
+        name,
+        qualname or f"mod.{name}",
+        source,
+        "mod.py:9",
+        index,
+        float(index),
+        args=args,
+        backend_compile_s=seconds,
+        function_id=1,
+    )
 
 
 def tok(n: int) -> ArgSignature:
@@ -27,8 +42,12 @@ def scale(weak: bool) -> ArgSignature:
 
 
 def sample_log() -> CompileLog:
-    train = [rec(1, tok(129), scale(True)), rec(2, tok(193), scale(True)),
-             rec(3, tok(257), scale(True)), rec(4, tok(257), scale(False))]
+    train = [
+        rec(1, tok(129), scale(True)),
+        rec(2, tok(193), scale(True)),
+        rec(3, tok(257), scale(True)),
+        rec(4, tok(257), scale(False)),
+    ]
     evals = [rec(1, A("args[1]", kind="static", value="[bold]red"), name="eval_step", seconds=0.25)]
     records = with_explanations(sorted(train + evals, key=lambda r: r.time_unix))
     return CompileLog(records, ("compiles.jsonl",), (("compiles.jsonl", 9, "partial last line"),))
@@ -40,7 +59,9 @@ def test_function_rows_count_causes() -> None:
     train = rows[0]
     assert (train.compiles, train.recompiles, train.compile_s) == (4, 3, 4.0)
     assert [(c.what, c.path, c.axis, c.count) for c in train.causes] == [
-        ("shape", "args[0]", 1, 2), ("weak_type", "kwargs['scale']", None, 1)]
+        ("shape", "args[0]", 1, 2),
+        ("weak_type", "kwargs['scale']", None, 1),
+    ]
     assert train.causes[0].label == "args[0] shape axis 1"
 
 
@@ -57,20 +78,35 @@ def test_text_table_shows_counts_causes_and_advice() -> None:
 
 
 def test_markup_in_user_text_is_escaped() -> None:
-    log = CompileLog(tuple(with_explanations([
-        rec(1, A("args[1]", kind="static", value="[bold]a")), rec(2, A("args[1]", kind="static", value="[red]b")),
-        rec(3, A("args[1]", kind="static", value="c"))])), ("x.jsonl",))
+    log = CompileLog(
+        tuple(
+            with_explanations(
+                [
+                    rec(1, A("args[1]", kind="static", value="[bold]a")),
+                    rec(2, A("args[1]", kind="static", value="[red]b")),
+                    rec(3, A("args[1]", kind="static", value="c")),
+                ]
+            )
+        ),
+        ("x.jsonl",),
+    )
     text = render(log, advise(log.records), width=250)
     assert "[bold]a" in text and "[red]b" in text
 
 
 def test_same_short_name_in_two_modules_shows_qualnames() -> None:
-    log = CompileLog((rec(1, tok(1), qualname="a.step", name="step"),
-                      rec(1, tok(1), qualname="b.step", name="step")), ("x.jsonl",))
+    log = CompileLog(
+        (rec(1, tok(1), qualname="a.step", name="step"), rec(1, tok(1), qualname="b.step", name="step")), ("x.jsonl",)
+    )
     text = render(log, [], width=120)
     assert "a.step" in text and "b.step" in text
-    lambdas = CompileLog((rec(1, tok(1), qualname="m.<lambda>", name="<lambda>", source="m.py:3"),
-                          rec(1, tok(2), qualname="m.<lambda>", name="<lambda>", source="m.py:4")), ("x.jsonl",))
+    lambdas = CompileLog(
+        (
+            rec(1, tok(1), qualname="m.<lambda>", name="<lambda>", source="m.py:3"),
+            rec(1, tok(2), qualname="m.<lambda>", name="<lambda>", source="m.py:4"),
+        ),
+        ("x.jsonl",),
+    )
     assert [r.compiles for r in function_rows(lambdas.records)] == [1, 1]
     text = render(lambdas, [], width=120)
     assert "m.<lambda> (m.py:3)" in text and "m.<lambda> (m.py:4)" in text
@@ -85,14 +121,26 @@ def test_json_fields() -> None:
     assert d["totals"] == {"compiles": 5, "recompiles": 3, "functions": 2, "compile_s": 4.25}
     train = d["functions"][0]
     assert (train["function"], train["qualname"], train["compiles"]) == ("train_step", "mod.train_step", 4)
-    assert train["causes"][0] == {"what": "shape", "path": "args[0]", "axis": 1,
-                                  "label": "args[0] shape axis 1", "count": 2}
+    assert train["causes"][0] == {
+        "what": "shape",
+        "path": "args[0]",
+        "axis": 1,
+        "label": "args[0] shape axis 1",
+        "count": 2,
+    }
     first, second = train["records"][:2]
     assert first["explanation"] is None
-    assert second["explanation"]["changes"][0] == {"path": "args[0]", "what": "shape", "old": "129",
-                                                   "new": "193", "axis": 1}
+    assert second["explanation"]["changes"][0] == {
+        "path": "args[0]",
+        "what": "shape",
+        "old": "129",
+        "new": "193",
+        "axis": 1,
+    }
     kinds = {a["kind"] for a in d["advice"]}
     assert kinds == {"padding", "weak_type"}
-    assert all(set(a) == {"function", "source", "kind", "message", "suggestion", "compiles", "compile_s",
-                          "evidence"} for a in d["advice"])
+    assert all(
+        set(a) == {"function", "source", "kind", "message", "suggestion", "compiles", "compile_s", "evidence"}
+        for a in d["advice"]
+    )
     assert d["advice"][0]["source"] == "mod.py:1"

@@ -13,8 +13,13 @@ from jaxdiag.render import figures
 from report_builders import make_report
 
 BUILDERS = (
-    figures.step_breakdown, figures.step_timeline, figures.host_wait_waterfall, figures.small_op_histogram,
-    figures.collective_overlap, figures.recompile_timeline, figures.throughput,
+    figures.step_breakdown,
+    figures.step_timeline,
+    figures.host_wait_waterfall,
+    figures.small_op_histogram,
+    figures.collective_overlap,
+    figures.recompile_timeline,
+    figures.throughput,
 )
 TOKENS = 64
 
@@ -34,8 +39,17 @@ def trace(fig, name):
 
 def test_all_figures_are_the_nine_and_serialize(cpu_report):
     figs = figures.all_figures(cpu_report)
-    assert list(figs) == ["step_breakdown", "step_timeline", "recompile_timeline", "host_wait_waterfall",
-                          "throughput", "small_op_histogram", "collective_overlap", "sharding_collectives", "roofline"]
+    assert list(figs) == [
+        "step_breakdown",
+        "step_timeline",
+        "recompile_timeline",
+        "host_wait_waterfall",
+        "throughput",
+        "small_op_histogram",
+        "collective_overlap",
+        "sharding_collectives",
+        "roofline",
+    ]
     for name, fig in figs.items():
         assert fig.layout.title.text, name
         fig.to_json()
@@ -43,8 +57,9 @@ def test_all_figures_are_the_nine_and_serialize(cpu_report):
 
 @pytest.mark.parametrize("builder", BUILDERS, ids=lambda b: b.__name__)
 def test_empty_report_says_no_data(builder):
-    empty = make_report(steps=[], recompiles=[], host_waits={}, small_ops={}, collectives={}, throughput={},
-                        findings=(), notes=())
+    empty = make_report(
+        steps=[], recompiles=[], host_waits={}, small_ops={}, collectives={}, throughput={}, findings=(), notes=()
+    )
     fig = builder(empty)
     assert len(fig.data) == 0
     assert any(t.startswith("no data: ") for t in annotations(fig))
@@ -82,8 +97,17 @@ def test_step_breakdown_stacks_each_step_to_its_wall_time(cpu_report, cpu_trace_
 
 
 def test_step_breakdown_averages_groups_of_steps_beyond_max_bars():
-    steps = [{"step": i, "wall_ms": 10.0 + (i % 2), "device_busy_ms": 4.0, "host_wait_ms": 1.0, "compile_ms": 0.0,
-              "exposed_collective_ms": 0.0} for i in range(2500)]
+    steps = [
+        {
+            "step": i,
+            "wall_ms": 10.0 + (i % 2),
+            "device_busy_ms": 4.0,
+            "host_wait_ms": 1.0,
+            "compile_ms": 0.0,
+            "exposed_collective_ms": 0.0,
+        }
+        for i in range(2500)
+    ]
     fig = figures.step_breakdown(make_report(steps=steps, host_waits={}), max_bars=1000)
     assert len(trace(fig, "device compute").x) == 834  # groups of 3
     assert list(trace(fig, "device compute").x[:2]) == [0, 3]
@@ -143,8 +167,10 @@ def test_saved_report_draws_its_kept_steps_and_says_why_not_others(cpu_report):
 
 
 def test_default_step_is_a_typical_step_that_did_not_compile():
-    steps = [{"step": i, "wall_ms": w, "compile_ms": c} for i, (w, c) in
-             enumerate([(50, 40), (10, 0), (12, 0), (11, 0), (900, 880)])]
+    steps = [
+        {"step": i, "wall_ms": w, "compile_ms": c}
+        for i, (w, c) in enumerate([(50, 40), (10, 0), (12, 0), (11, 0), (900, 880)])
+    ]
     assert figures.default_step(make_report(steps=steps)) == 3
     assert figures.default_step(make_report(steps=[])) is None
 
@@ -178,10 +204,15 @@ def test_histogram_red_bars_hold_exactly_the_small_ops(cpu_report):
 
 
 def test_collective_overlap_splits_each_kind():
-    collectives = {"overlap_fraction": 0.25, "exposed_ms": 9.0, "total_ms": 12.0, "by_kind": [
-        {"kind": "all-reduce", "count": 4, "total_ms": 10.0, "exposed_ms": 8.0, "overlap_fraction": 0.2},
-        {"kind": "all-gather", "count": 2, "total_ms": 2.0, "exposed_ms": 1.0, "overlap_fraction": 0.5},
-    ]}
+    collectives = {
+        "overlap_fraction": 0.25,
+        "exposed_ms": 9.0,
+        "total_ms": 12.0,
+        "by_kind": [
+            {"kind": "all-reduce", "count": 4, "total_ms": 10.0, "exposed_ms": 8.0, "overlap_fraction": 0.2},
+            {"kind": "all-gather", "count": 2, "total_ms": 2.0, "exposed_ms": 1.0, "overlap_fraction": 0.5},
+        ],
+    }
     fig = figures.collective_overlap(make_report(collectives=collectives))
     overlapped, exposed = fig.data
     assert list(exposed.y) == ["all-gather", "all-reduce"]
@@ -193,8 +224,11 @@ def test_recompile_timeline_shows_each_compile_with_its_cause(cpu_report, cpu_tr
     fig = figures.recompile_timeline(cpu_report)
     labels = list(fig.data[0].y)
     assert f"step {cpu_trace_dir.recompile_step} · train_step" in labels
-    hand = make_report(recompiles=[
-        {"function": f"f{i}", "step": i, "compile_ms": float(i), "cause": "x" if i % 2 else None} for i in range(50)])
+    hand = make_report(
+        recompiles=[
+            {"function": f"f{i}", "step": i, "compile_ms": float(i), "cause": "x" if i % 2 else None} for i in range(50)
+        ]
+    )
     fig = figures.recompile_timeline(hand, max_rows=5)
     assert list(fig.data[0].y) == [f"step {i} · f{i}" for i in range(45, 50)]
     assert fig.data[0].customdata[1] == "cause unknown (no compile log)"
@@ -232,9 +266,15 @@ def test_throughput_marks_compiled_steps_and_steady_state(cpu_report, cpu_trace_
         assert not per_step[s]["compiled"] and v == pytest.approx(TOKENS * 1000 / per_step[s]["period_ms"], rel=1e-3)
     line = fig.layout.shapes[0]
     assert line.y0 == pytest.approx(cpu_report.throughput["steady_tokens_per_s"])
-    no_tokens = make_report(throughput={"steady_steps_per_s": 2.0, "per_step": [
-        {"step": 0, "steps_per_s": 1.0, "tokens_per_s": None, "compiled": True},
-        {"step": 1, "steps_per_s": 2.0, "tokens_per_s": None, "compiled": False}]})
+    no_tokens = make_report(
+        throughput={
+            "steady_steps_per_s": 2.0,
+            "per_step": [
+                {"step": 0, "steps_per_s": 1.0, "tokens_per_s": None, "compiled": True},
+                {"step": 1, "steps_per_s": 2.0, "tokens_per_s": None, "compiled": False},
+            ],
+        }
+    )
     fig = figures.throughput(no_tokens)
     assert fig.layout.yaxis.title.text == "steps/s" and math.isclose(fig.layout.shapes[0].y0, 2.0)
 
@@ -244,14 +284,17 @@ def test_big_real_trace_timeline_stays_within_the_rectangle_budget(shared_fixtur
     fig = figures.step_timeline(report, 5)  # the 10 s recompile step, over ten thousand events
     assert sum(len(t.x) for t in fig.data) <= 3000
     assert any("events drawn as" in t for t in annotations(fig))
-    compile_ms = dict(zip(trace(figures.step_breakdown(report), "compile").x,
-                          trace(figures.step_breakdown(report), "compile").y))
+    compile_ms = dict(
+        zip(trace(figures.step_breakdown(report), "compile").x, trace(figures.step_breakdown(report), "compile").y)
+    )
     assert compile_ms[5] > 1000 and compile_ms[8] > 1000
 
 
 def test_throughput_of_many_steps_draws_a_line_and_says_so():
-    per_step = [{"step": i, "steps_per_s": 100.0, "tokens_per_s": 1000.0, "compiled": i == 5, "period_ms": 10.0}
-                for i in range(3000)]
+    per_step = [
+        {"step": i, "steps_per_s": 100.0, "tokens_per_s": 1000.0, "compiled": i == 5, "period_ms": 10.0}
+        for i in range(3000)
+    ]
     fig = figures.throughput(make_report(throughput={"per_step": per_step}), max_points=2000)
     assert [t.name for t in fig.data] == ["every step", "compiled in this step"]
     assert len(fig.data[0].x) == 3000 and list(fig.data[1].x) == [5]

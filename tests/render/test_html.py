@@ -15,8 +15,17 @@ from jaxdiag.cli.app import main
 from jaxdiag.render import html
 from report_builders import make_report
 
-FIGURES = ("step_breakdown", "step_timeline", "recompile_timeline", "host_wait_waterfall", "throughput",
-           "small_op_histogram", "collective_overlap", "sharding_collectives", "roofline")
+FIGURES = (
+    "step_breakdown",
+    "step_timeline",
+    "recompile_timeline",
+    "host_wait_waterfall",
+    "throughput",
+    "small_op_histogram",
+    "collective_overlap",
+    "sharding_collectives",
+    "roofline",
+)
 
 
 class Tags(HTMLParser):
@@ -74,7 +83,7 @@ def test_page_needs_no_network(cpu_page):
         assert tag not in ("link", "iframe", "img"), tag
         for key in ("src", "href"):
             assert not attrs.get(key), (tag, attrs)  # nothing is loaded, not even from disk
-    style = cpu_page[cpu_page.index("<style>"):cpu_page.index("</style>")]
+    style = cpu_page[cpu_page.index("<style>") : cpu_page.index("</style>")]
     assert "url(" not in style and "@import" not in style
     assert "cdn.plot.ly/plotly" not in cpu_page.split("<body>", 1)[1]
 
@@ -91,7 +100,11 @@ def test_figure_json_is_escaped_in_the_page():
     evil = "</script><script>alert(1)</script>"
     report = make_report(
         notes=(evil,),
-        small_ops={"threshold_us": 10.0, "count": 3, "top": [{"name": evil, "module": "m", "count": 3, "total_ms": 1.0}]},
+        small_ops={
+            "threshold_us": 10.0,
+            "count": 3,
+            "top": [{"name": evil, "module": "m", "count": 3, "total_ms": 1.0}],
+        },
         recompiles=[{"function": evil, "step": 1, "compile_ms": 5.0, "cause": evil}],
     )
     page = html.render(report)
@@ -99,13 +112,14 @@ def test_figure_json_is_escaped_in_the_page():
     tags = parse(page)
     assert sum(t == "script" for t, _ in tags.tags) == page.count("</script>")
     recompiles = next(s for s in tags.scripts if '"jd-recompile_timeline"' in s)
-    data = json.loads(recompiles[recompiles.index("[{"):recompiles.index("}],") + 2])
+    data = json.loads(recompiles[recompiles.index("[{") : recompiles.index("}],") + 2])
     assert data[0]["customdata"] == [evil]  # the text survives, escaped for the page
 
 
 def test_empty_report_renders_no_data_figures():
-    empty = make_report(steps=[], recompiles=[], host_waits={}, small_ops={}, collectives={}, throughput={},
-                        findings=(), notes=())
+    empty = make_report(
+        steps=[], recompiles=[], host_waits={}, small_ops={}, collectives={}, throughput={}, findings=(), notes=()
+    )
     page = html.render(empty)
     assert "No findings: nothing measurable was lost." in page
     assert page.count("no data: ") == len(FIGURES)

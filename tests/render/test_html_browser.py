@@ -18,12 +18,32 @@ import pytest
 import jaxdiag
 from jaxdiag.render import html
 
-FIGURES = ("step_breakdown", "step_timeline", "recompile_timeline", "host_wait_waterfall", "throughput",
-           "small_op_histogram", "collective_overlap", "sharding_collectives", "roofline")
+FIGURES = (
+    "step_breakdown",
+    "step_timeline",
+    "recompile_timeline",
+    "host_wait_waterfall",
+    "throughput",
+    "small_op_histogram",
+    "collective_overlap",
+    "sharding_collectives",
+    "roofline",
+)
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-          "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000", "--dump-dom")
+_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=20000",
+    "--dump-dom",
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +54,9 @@ def browser() -> str:
             return path
     if os.environ.get("CI"):
         pytest.fail("CI is set but Chromium is not installed: .ci/run must `apt-get install -y chromium`")
-    pytest.skip("Chromium is not installed (Debian: `apt-get install chromium`): the HTML report is not "
-                "checked in a browser")
+    pytest.skip(
+        "Chromium is not installed (Debian: `apt-get install chromium`): the HTML report is not checked in a browser"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +70,7 @@ class Loaded:
         """The DOM of one figure, up to the next figure."""
         start = self.dom.index(f'id="jd-{name}"')
         following = [self.dom.find(f'id="jd-{other}"', start + 1) for other in FIGURES]
-        return self.dom[start:min([i for i in following if i > 0], default=len(self.dom))]
+        return self.dom[start : min([i for i in following if i > 0], default=len(self.dom))]
 
     def error_banner(self) -> str:
         match = re.search(r'<div id="jd-errors"([^>]*)>([^<]*)', self.dom)
@@ -58,8 +79,9 @@ class Loaded:
 
 
 def load(browser: str, page: Path, profile: Path) -> Loaded:
-    run = subprocess.run([browser, *_FLAGS, f"--user-data-dir={profile}", page.as_uri()],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [browser, *_FLAGS, f"--user-data-dir={profile}", page.as_uri()], capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return Loaded(run.stdout, tuple(line for line in run.stderr.splitlines() if ":CONSOLE" in line))
 

@@ -51,12 +51,17 @@ def test_html_places_findings_and_anchors_rows(cpu_trace_dir):
 
 def test_report_does_not_import_xprof_unless_deep(cpu_trace_dir):
     """``jaxdiag report`` and ``jaxdiag open --no-start`` never load XProf; ``--deep`` does."""
+
     def imported(*args: str) -> set[str]:
-        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "jaxdiag", *args],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "jaxdiag", *args], capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stderr[-2000:]
-        return {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
-                if line.startswith("import time:")}
+        return {
+            line.rsplit("|", 1)[-1].strip().split(".")[0]
+            for line in done.stderr.splitlines()
+            if line.startswith("import time:")
+        }
 
     assert "xprof" not in imported("report", str(cpu_trace_dir.logdir), "--json")
     assert "xprof" not in imported("open", str(cpu_trace_dir.logdir), "--step", "1", "--no-start")

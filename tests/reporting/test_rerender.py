@@ -17,6 +17,7 @@ from jaxdiag.render import figures, html, json_out, terminal
 from jaxdiag.render.notebook import dashboard
 from jaxdiag.reporting.model import Report
 
+
 @pytest.fixture(scope="module", params=["cpu", "h100_transformer", "h100_mlp"])
 def built(request, cpu_trace_dir) -> Report:
     """A report built from a trace: a CPU capture made here, and the real H100 traces when present."""
@@ -110,11 +111,16 @@ def test_cli_refuses_trace_options_with_a_saved_report(cpu_trace_dir, tmp_path, 
 def test_rendering_a_saved_report_imports_neither_jax_nor_the_trace_reader(cpu_trace_dir, tmp_path):
     saved_json = tmp_path / "r.json"
     jaxdiag.report(cpu_trace_dir.logdir).save(saved_json)
-    code = ("import sys; from jaxdiag.cli.app import main; rc = main(['report', sys.argv[1], '--html', sys.argv[2]]); "
-            "loaded = [m for m in ('jax', 'jaxlib', 'jaxdiag.trace.load', 'jaxdiag.analyses.device_work') "
-            "if m in sys.modules]; assert not loaded, loaded; sys.exit(rc)")
-    done = subprocess.run([sys.executable, "-c", code, str(saved_json), str(tmp_path / "r.html")],
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    code = (
+        "import sys; from jaxdiag.cli.app import main; rc = main(['report', sys.argv[1], '--html', sys.argv[2]]); "
+        "loaded = [m for m in ('jax', 'jaxlib', 'jaxdiag.trace.load', 'jaxdiag.analyses.device_work') "
+        "if m in sys.modules]; assert not loaded, loaded; sys.exit(rc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(saved_json), str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("jaxdiag report") and (tmp_path / "r.html").stat().st_size > 0

@@ -53,7 +53,8 @@ def test_schema_document_types_and_versions_match_the_registry():
 
 def test_every_analysis_fills_a_section_and_every_reference_resolves():
     assert sorted(s.analysis for s in SECTIONS if s.analysis) == sorted(
-        {name: ANALYSES[name].__module__.rsplit(".", 1)[1] for name in ANALYSES}.values())
+        {name: ANALYSES[name].__module__.rsplit(".", 1)[1] for name in ANALYSES}.values()
+    )
     assert len({s.name for s in SECTIONS}) == len(SECTIONS)
     assert set(REPORT_FIELDS) <= {s.name for s in SECTIONS}  # a field without a line would not be saved
     for s in SECTIONS:
@@ -121,24 +122,50 @@ def test_a_report_of_the_previous_schema_opens(tmp_path):
     assert any("before reports kept timeline" in a.text for a in timeline.layout.annotations)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(steps=5), "section steps is a number, not an array"),
-    (lambda d: d.update(steps=[1, 2]), "section steps holds something other than objects"),
-    (lambda d: d.update(host_waits=[{}]), "section host_waits is an array, not an object"),
-    (lambda d: d["timeline"]["windows"][0].update(row=[0, 99]), "section timeline is malformed: window 0"),
-    (lambda d: d["timeline"]["windows"][0].update(name=["x"]), "section timeline is malformed: window 0"),
-    (lambda d: d["timeline"].update(windows="x"), "section timeline is malformed: windows must be an array"),
-    (lambda d: d["op_durations"].update(counts=[1, 2]), "section op_durations is malformed: 4 edges for 2 bins"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(steps=5), "section steps is a number, not an array"),
+        (lambda d: d.update(steps=[1, 2]), "section steps holds something other than objects"),
+        (lambda d: d.update(host_waits=[{}]), "section host_waits is an array, not an object"),
+        (lambda d: d["timeline"]["windows"][0].update(row=[0, 99]), "section timeline is malformed: window 0"),
+        (lambda d: d["timeline"]["windows"][0].update(name=["x"]), "section timeline is malformed: window 0"),
+        (lambda d: d["timeline"].update(windows="x"), "section timeline is malformed: windows must be an array"),
+        (lambda d: d["op_durations"].update(counts=[1, 2]), "section op_durations is malformed: 4 edges for 2 bins"),
+    ],
+)
 def test_a_tampered_section_is_one_error_at_open(tmp_path, mutate, message, capsys):
-    data = make_report(sections={
-        "timeline": {"max_rects": 3000, "windows": [{
-            "step": 0, "host": "h", "duration_ns": 10, "events": 1, "resolution_ns": None,
-            "rows": [{"label": "python3", "plane": ""}], "names": ["train"], "row": [0], "start_ns": [0],
-            "dur_ns": [10], "name": [0], "kind": [0], "count": None, "busy_ns": None}]},
-        "op_durations": {"threshold_us": 10.0, "bins_per_decade": 8, "edges_us": [1.0, 2.0, 3.0, 4.0],
-                         "counts": [1, 2, 3]},
-    }).to_dict()
+    data = make_report(
+        sections={
+            "timeline": {
+                "max_rects": 3000,
+                "windows": [
+                    {
+                        "step": 0,
+                        "host": "h",
+                        "duration_ns": 10,
+                        "events": 1,
+                        "resolution_ns": None,
+                        "rows": [{"label": "python3", "plane": ""}],
+                        "names": ["train"],
+                        "row": [0],
+                        "start_ns": [0],
+                        "dur_ns": [10],
+                        "name": [0],
+                        "kind": [0],
+                        "count": None,
+                        "busy_ns": None,
+                    }
+                ],
+            },
+            "op_durations": {
+                "threshold_us": 10.0,
+                "bins_per_decade": 8,
+                "edges_us": [1.0, 2.0, 3.0, 4.0],
+                "counts": [1, 2, 3],
+            },
+        }
+    ).to_dict()
     Report.from_dict(json.loads(json.dumps(data)))  # as built, it opens
     mutate(data)
     path = tmp_path / "tampered.json"

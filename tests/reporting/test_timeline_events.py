@@ -20,10 +20,15 @@ def rects_of(rows: list[list[tuple[int, int]]]) -> timeline.Rects:
             end.append(s + d)
     n = len(row)
     return timeline.Rects(
-        labels=tuple(f"row {r}" for r in range(len(rows))), planes=("",) * len(rows), row=np.array(row, dtype=np.int64),
-        start=np.array(start, dtype=np.int64), end=np.array(end, dtype=np.int64),
-        name=np.array([f"op{i}" for i in range(n)], dtype=object), kind=np.full(n, "compute", dtype=object),
-        group=np.full(n, "g", dtype=object), count=np.ones(n, dtype=np.int64),
+        labels=tuple(f"row {r}" for r in range(len(rows))),
+        planes=("",) * len(rows),
+        row=np.array(row, dtype=np.int64),
+        start=np.array(start, dtype=np.int64),
+        end=np.array(end, dtype=np.int64),
+        name=np.array([f"op{i}" for i in range(n)], dtype=object),
+        kind=np.full(n, "compute", dtype=object),
+        group=np.full(n, "g", dtype=object),
+        count=np.ones(n, dtype=np.int64),
         busy=np.array(end, dtype=np.int64) - np.array(start, dtype=np.int64),
     )
 
@@ -93,8 +98,10 @@ def test_a_kept_step_with_nothing_to_draw_says_why_as_the_trace_did():
 
 
 def test_chosen_steps_are_a_typical_one_and_the_slowest_that_did_not_compile():
-    steps = [{"step": i, "wall_ms": w, "compile_ms": c} for i, (w, c) in
-             enumerate([(50, 40), (10, 0), (12, 0), (11, 0), (900, 880), (30, 0)])]
+    steps = [
+        {"step": i, "wall_ms": w, "compile_ms": c}
+        for i, (w, c) in enumerate([(50, 40), (10, 0), (12, 0), (11, 0), (900, 880), (30, 0)])
+    ]
     assert timeline.chosen_steps(steps) == [3, 5]
     assert timeline.chosen_steps(steps[:1]) == [0]
     assert timeline.chosen_steps([]) == [None]
@@ -107,7 +114,12 @@ def test_windows_round_trip_through_json(cpu_trace_dir):
     found = timeline.from_frames(frames, cpu_trace_dir.recompile_step + 1, None, max_rects=40)
     again = timeline.decode(json.loads(json.dumps(timeline.encode(found))))
     assert (again.step, again.host, again.duration_ns, again.events, again.resolution_ns) == (
-        found.step, found.host, found.duration_ns, found.events, found.resolution_ns)
+        found.step,
+        found.host,
+        found.duration_ns,
+        found.events,
+        found.resolution_ns,
+    )
     a, b = again.rects, found.rects
     assert a.labels == b.labels and a.planes == b.planes
     for field in ("row", "start", "end", "name", "kind", "group", "count", "busy"):

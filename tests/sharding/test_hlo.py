@@ -24,32 +24,39 @@ def _mesh():
 
 # --- device arrays -------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, groups", [
-    ("{{0,1},{2,3}}", [(0, 1), (2, 3)]),
-    ("{{0,4},{1,5},{2,6},{3,7}}", [(0, 4), (1, 5), (2, 6), (3, 7)]),
-    ("[2,4]<=[8]", [(0, 1, 2, 3), (4, 5, 6, 7)]),
-    ("[4,2]<=[2,4]T(1,0)", [(0, 4), (1, 5), (2, 6), (3, 7)]),
-    ("[1,8]<=[8]", [tuple(range(8))]),
-    ("[2,2]<=[2,2]T(1,0)", [(0, 2), (1, 3)]),
-    ("mesh['axis_0'=1,'axis_1'=4,'axis_2'=2], device_ids=([2,4]T(1,0)) {'axis_1'}", [(0, 1, 2, 3), (4, 5, 6, 7)]),
-    ("mesh['axis_0'=2,'axis_1'=1,'axis_2'=1,'axis_3'=4] {'axis_0'}", [(0, 4), (1, 5), (2, 6), (3, 7)]),
-    ("mesh['a'=2,'b'=4] {'a','b'}", [tuple(range(8))]),
-    ("mesh['a'=8] {'a':(2)2}", [(0, 2), (1, 3), (4, 6), (5, 7)]),
-    ("mesh['a'=2,'b'=2], device_ids=(0,2,1,3) {'b'}", [(0, 2), (1, 3)]),
-    ("{}", [tuple(range(8))]),
-])
+
+@pytest.mark.parametrize(
+    "text, groups",
+    [
+        ("{{0,1},{2,3}}", [(0, 1), (2, 3)]),
+        ("{{0,4},{1,5},{2,6},{3,7}}", [(0, 4), (1, 5), (2, 6), (3, 7)]),
+        ("[2,4]<=[8]", [(0, 1, 2, 3), (4, 5, 6, 7)]),
+        ("[4,2]<=[2,4]T(1,0)", [(0, 4), (1, 5), (2, 6), (3, 7)]),
+        ("[1,8]<=[8]", [tuple(range(8))]),
+        ("[2,2]<=[2,2]T(1,0)", [(0, 2), (1, 3)]),
+        ("mesh['axis_0'=1,'axis_1'=4,'axis_2'=2], device_ids=([2,4]T(1,0)) {'axis_1'}", [(0, 1, 2, 3), (4, 5, 6, 7)]),
+        ("mesh['axis_0'=2,'axis_1'=1,'axis_2'=1,'axis_3'=4] {'axis_0'}", [(0, 4), (1, 5), (2, 6), (3, 7)]),
+        ("mesh['a'=2,'b'=4] {'a','b'}", [tuple(range(8))]),
+        ("mesh['a'=8] {'a':(2)2}", [(0, 2), (1, 3), (4, 6), (5, 7)]),
+        ("mesh['a'=2,'b'=2], device_ids=(0,2,1,3) {'b'}", [(0, 2), (1, 3)]),
+        ("{}", [tuple(range(8))]),
+    ],
+)
 def test_replica_group_forms(text, groups):
     assert replica_groups(text, 8) == groups
 
 
-@pytest.mark.parametrize("groups, axes", [
-    ([(0, 1, 2, 3), (4, 5, 6, 7)], ("model",)),
-    ([(0, 4), (1, 5), (2, 6), (3, 7)], ("data",)),
-    ([tuple(range(8))], ("data", "model")),
-    ([(0, 3), (1, 2), (4, 7), (5, 6)], None),  # half an axis, out of order: no whole axis
-    ([(0, 1), (2, 3), (4, 5), (6, 7)], None),
-    ([(0, 9)], None),  # an id off the mesh
-])
+@pytest.mark.parametrize(
+    "groups, axes",
+    [
+        ([(0, 1, 2, 3), (4, 5, 6, 7)], ("model",)),
+        ([(0, 4), (1, 5), (2, 6), (3, 7)], ("data",)),
+        ([tuple(range(8))], ("data", "model")),
+        ([(0, 3), (1, 2), (4, 7), (5, 6)], None),  # half an axis, out of order: no whole axis
+        ([(0, 1), (2, 3), (4, 5), (6, 7)], None),
+        ([(0, 9)], None),  # an id off the mesh
+    ],
+)
 def test_groups_map_to_mesh_axes(groups, axes):
     assert GEO.axes_of_groups(groups) == axes
 
@@ -60,18 +67,21 @@ def test_groups_follow_the_device_order():
     assert geo.axes_of_groups([(0, 1), (2, 3), (4, 5), (6, 7)]) == ("data",)
 
 
-@pytest.mark.parametrize("text, spec", [
-    ("{replicated}", "P()"),
-    ("{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "P('data', None)"),
-    ("{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}", "P(None, 'model')"),
-    ("{devices=[2,4]<=[8]}", "P('data', 'model')"),
-    ("{devices=[4,2]<=[2,4]T(1,0)}", "P('model', 'data')"),
-    ("{devices=[8,1]<=[8]}", "P(('data', 'model'), None)"),
-    ("{devices=[8,1]<=[2,4]T(1,0)}", "P(('model', 'data'), None)"),
-    ("{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}", "P('data', None)"),
-    ("{devices=[2,4]0,2,1,3,4,6,5,7}", "?"),  # fits no axis order
-    ("{maximal device=3}", "?"),
-])
+@pytest.mark.parametrize(
+    "text, spec",
+    [
+        ("{replicated}", "P()"),
+        ("{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "P('data', None)"),
+        ("{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}", "P(None, 'model')"),
+        ("{devices=[2,4]<=[8]}", "P('data', 'model')"),
+        ("{devices=[4,2]<=[2,4]T(1,0)}", "P('model', 'data')"),
+        ("{devices=[8,1]<=[8]}", "P(('data', 'model'), None)"),
+        ("{devices=[8,1]<=[2,4]T(1,0)}", "P(('model', 'data'), None)"),
+        ("{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}", "P('data', None)"),
+        ("{devices=[2,4]0,2,1,3,4,6,5,7}", "?"),  # fits no axis order
+        ("{maximal device=3}", "?"),
+    ],
+)
 def test_hlo_sharding_to_partition_spec(text, spec):
     assert spec_text(GEO.spec_of(parse_sharding(text))) == spec
 
@@ -83,6 +93,7 @@ def test_tuple_and_manual_shardings():
 
 
 # --- real executables ----------------------------------------------------------------
+
 
 def test_data_parallel_gradient_all_reduce_over_data():
     import jax
@@ -127,8 +138,11 @@ def test_bad_spec_gathers_the_whole_weight_over_model():
     from tests.sharding_programs import put
 
     m = _mesh()
-    module = _compiled(lambda w, x: jnp.tanh(x @ w), put(jnp.ones((512, 512)), m, "model", None),
-                       put(jnp.ones((2048, 512)), m, "data", None))
+    module = _compiled(
+        lambda w, x: jnp.tanh(x @ w),
+        put(jnp.ones((512, 512)), m, "model", None),
+        put(jnp.ones((2048, 512)), m, "data", None),
+    )
     (ag,) = hlo.collectives(module, GEO)
     assert (ag.kind, ag.mesh_axes, ag.arrays, ag.array_role) == ("all-gather", ("model",), ("w",), "operand")
     assert ag.operand_shapes == ("f32[128,512]",) and ag.result_shapes == ("f32[512,512]",)
@@ -156,8 +170,10 @@ def test_changing_the_split_axis_is_an_all_to_all():
     from tests.sharding_programs import put
 
     m = _mesh()
-    module = _compiled(lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(m, P(None, "model"))),
-                       put(jnp.ones((16, 64)), m, "model", None))
+    module = _compiled(
+        lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(m, P(None, "model"))),
+        put(jnp.ones((16, 64)), m, "model", None),
+    )
     (a2a,) = hlo.collectives(module, GEO)
     assert a2a.kind == "all-to-all" and a2a.mesh_axes == ("model",)
     assert a2a.op_name.endswith("sharding_constraint")
@@ -173,8 +189,9 @@ def test_scan_body_collectives_count_once_per_iteration():
         return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0]
 
     m = _mesh()
-    module = _compiled(stack, put(jnp.ones((3, 128, 128)), m, None, "model", None),
-                       put(jnp.ones((256, 128)), m, "data", None))
+    module = _compiled(
+        stack, put(jnp.ones((3, 128, 128)), m, None, "model", None), put(jnp.ones((256, 128)), m, "data", None)
+    )
     colls = hlo.collectives(module, GEO)
     assert colls and all(c.count == 3 and c.count_exact for c in colls)
     assert all(c.computation != module.entry for c in colls)
@@ -188,8 +205,12 @@ def test_shard_map_collectives_keep_their_primitive():
     from tests.sharding_programs import put
 
     m = _mesh()
-    f = jax.shard_map(lambda x: jax.lax.psum_scatter(x, "model", tiled=True), mesh=m,
-                      in_specs=P("data", None), out_specs=P("data", "model"))
+    f = jax.shard_map(
+        lambda x: jax.lax.psum_scatter(x, "model", tiled=True),
+        mesh=m,
+        in_specs=P("data", None),
+        out_specs=P("data", "model"),
+    )
     module = _compiled(f, put(jnp.ones((16, 64)), m, "data", None))
     (rs,) = hlo.collectives(module, GEO)
     assert rs.kind == "reduce-scatter" and rs.mesh_axes == ("model",)

@@ -55,7 +55,11 @@ def test_spec_entries_pad_to_rank_and_fold_replication():
 def test_dynamic_leaves_follow_jax_parameter_order():
     leaves = specs.dynamic_leaves((1, {"b": 2, "a": 3}, 4), {"z": 5, "k": {"q": 6}}, ((2,), ("z",)))
     assert [(p, k) for p, k, _ in leaves] == [
-        ("args[0]", ""), ("args[1]['a']", "['a']"), ("args[1]['b']", "['b']"), ("kwargs['k']['q']", "['q']")]
+        ("args[0]", ""),
+        ("args[1]['a']", "['a']"),
+        ("args[1]['b']", "['b']"),
+        ("kwargs['k']['q']", "['q']"),
+    ]
 
 
 def test_uncommitted_inputs_get_the_compilers_choice():
@@ -92,15 +96,19 @@ def test_unused_arguments_are_left_out_of_the_pairing():
 
 
 def test_facts_round_trip_through_json():
-    facts = ShardingFacts("jit_f", MeshFacts(("d",), (8,), ("cpu",), "cpu"),
-                          inputs=(LeafSharding("args[0]", "w", (8, 4), "float32", (("d",), None), 16, "user"),),
-                          outputs=(LeafSharding("out[0]", None, (8, 4), "float32", None, 128, hlo_sharding="{x}"),))
+    facts = ShardingFacts(
+        "jit_f",
+        MeshFacts(("d",), (8,), ("cpu",), "cpu"),
+        inputs=(LeafSharding("args[0]", "w", (8, 4), "float32", (("d",), None), 16, "user"),),
+        outputs=(LeafSharding("out[0]", None, (8, 4), "float32", None, 128, hlo_sharding="{x}"),),
+    )
     again = ShardingFacts.from_dict(json.loads(json.dumps(facts.to_dict())))
     assert again == facts and again.comm_bytes_per_call == 0
     assert format_bytes(1536) == "1.5 KiB" and format_bytes(3 * 2**30) == "3.0 GiB" and format_bytes(12) == "12 B"
 
 
 # --- collection at compile time ------------------------------------------------------
+
 
 def test_multi_device_compiles_record_sharding_by_default():
     from tests.sharding_programs import bad_spec

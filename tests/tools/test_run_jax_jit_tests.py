@@ -16,7 +16,7 @@ import jit_test_diff  # noqa: E402
 import run_jax_jit_tests  # noqa: E402
 from jit_test_diff import Outcome  # noqa: E402
 
-SOURCE = textwrap.dedent('''\
+SOURCE = textwrap.dedent("""\
     class T:
       def test_counter(self):
         with jtu.count_pjit_cpp_cache_miss() as count:
@@ -40,18 +40,21 @@ SOURCE = textwrap.dedent('''\
         with jtu.count_jit_tracing_cache_miss() as count:
           f(1)
         self.assertEqual(count(), 1)
-    ''')
+    """)
 
 
-@pytest.mark.parametrize(("line", "kind", "reason"), [
-    (5, "private internals", "count_pjit_cpp_cache_miss:"),
-    (23, "private internals", "count_jit_tracing_cache_miss:"),
-    (8, "private internals", "_cache_size"),
-    (11, "private internals", "assert_num_jit_and_pmap_compilations"),
-    (12, "real", "f(1)"),  # inside the counted block: the function itself failed
-    (18, "real", "self.assertEqual(out, count)"),
-    (None, "real", "outside the test file"),
-])
+@pytest.mark.parametrize(
+    ("line", "kind", "reason"),
+    [
+        (5, "private internals", "count_pjit_cpp_cache_miss:"),
+        (23, "private internals", "count_jit_tracing_cache_miss:"),
+        (8, "private internals", "_cache_size"),
+        (11, "private internals", "assert_num_jit_and_pmap_compilations"),
+        (12, "real", "f(1)"),  # inside the counted block: the function itself failed
+        (18, "real", "self.assertEqual(out, count)"),
+        (None, "real", "outside the test file"),
+    ],
+)
 def test_classify(tmp_path, line, kind, reason):
     (tmp_path / "t_test.py").write_text(SOURCE)
     got_kind, why = jit_test_diff.classify("t_test.py::T::x", Outcome("x", "failed", "", line), tmp_path)
@@ -59,16 +62,17 @@ def test_classify(tmp_path, line, kind, reason):
 
 
 def test_compare_pairs_outcomes_and_counts_missing(tmp_path):
-    a = {n: Outcome(n, o) for n, o in [("a", "passed"), ("b", "failed"), ("c", "passed"),
-                                      ("d", "skipped")]}
+    a = {n: Outcome(n, o) for n, o in [("a", "passed"), ("b", "failed"), ("c", "passed"), ("d", "skipped")]}
     b = {n: Outcome(n, o) for n, o in [("a", "passed"), ("b", "passed"), ("d", "skipped")]}
     result = jit_test_diff.compare(a, b, tmp_path)
     assert result.total == 4 and result.same == {"passed": 1, "skipped": 1}
     assert [(d.nodeid, d.with_jaxdiag.outcome, d.kind) for d in result.differences] == [
-        ("b", "passed", "real"), ("c", "missing", "unreached")]
+        ("b", "passed", "real"),
+        ("c", "missing", "unreached"),
+    ]
 
 
-SWAPPED = textwrap.dedent('''\
+SWAPPED = textwrap.dedent("""\
     import functools
     import jax
     from jax import jit
@@ -105,7 +109,7 @@ SWAPPED = textwrap.dedent('''\
         import warnings
         from jaxdiag.errors import JaxdiagWarning
         warnings.warn("seen", JaxdiagWarning)
-    ''')
+    """)
 
 
 @pytest.mark.slow
@@ -115,26 +119,32 @@ def test_swap_end_to_end(tmp_path):
     (tmp_path / "tests" / "swap_test.py").write_text(SWAPPED)
     out = tmp_path / "out"
     out.mkdir()
-    runs = [run_jax_jit_tests.run_pytest(tmp_path, ("tests/swap_test.py",), swap=swap, out=out,
-                                         timeout=600, extra=[], analysis=False)
-            for swap in (False, True)]
+    runs = [
+        run_jax_jit_tests.run_pytest(
+            tmp_path, ("tests/swap_test.py",), swap=swap, out=out, timeout=600, extra=[], analysis=False
+        )
+        for swap in (False, True)
+    ]
     result = jit_test_diff.compare(runs[0].outcomes, runs[1].outcomes, tmp_path)
     assert result.same == {"passed": 4, "failed": 1}
     assert [run.warnings for run in runs] == [
-        ("tests/swap_test.py::test_jaxdiag_warning_is_reported: JaxdiagWarning: seen",)] * 2
+        ("tests/swap_test.py::test_jaxdiag_warning_is_reported: JaxdiagWarning: seen",)
+    ] * 2
     [difference] = result.differences
     assert difference.nodeid.endswith("test_only_with_jax_jit")
     assert difference.kind == "real" and "jax.jit is jax._src.api.jit" in difference.reason
-    records = [json.loads(line) for f in (out / "compile-log").glob("*.jsonl")
-               for line in f.read_text().splitlines()]
+    records = [json.loads(line) for f in (out / "compile-log").glob("*.jsonl") for line in f.read_text().splitlines()]
     assert {"by_import", "by_api", "by_attr"} <= {r["function"] for r in records}
     assert runs[1].compiles == len(records)
 
 
-@pytest.mark.parametrize(("make", "expected"), [
-    (lambda tmp: tmp / "absent", "absent: no such folder"),
-    (lambda tmp: tmp, "not a JAX checkout or tests folder"),
-])
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda tmp: tmp / "absent", "absent: no such folder"),
+        (lambda tmp: tmp, "not a JAX checkout or tests folder"),
+    ],
+)
 def test_bad_folder_is_one_line_and_exit_2(tmp_path, capsys, make, expected):
     assert run_jax_jit_tests.main([str(make(tmp_path)), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err

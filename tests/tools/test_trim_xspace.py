@@ -16,16 +16,20 @@ _SPEC.loader.exec_module(trim_xspace)
 
 def space() -> bytes:
     builder = XSpaceBuilder().plane("/device:TPU:0", {"device_type_string": "TPU v6 Lite"})
-    builder.line("XLA Ops", [Ev(f"%fusion.{i} = f32[8]{{0}} fusion()", 1_000 * i, 500, {"run_id": i})
-                             for i in range(10)])
+    builder.line(
+        "XLA Ops", [Ev(f"%fusion.{i} = f32[8]{{0}} fusion()", 1_000 * i, 500, {"run_id": i}) for i in range(10)]
+    )
     builder.line("XLA Modules", [Ev("jit_f(12190760917235803885)", 0, 10_000)])
     return host_plane(builder, steps=[(0, 0, 10_000)]).serialize()
 
 
 def parsed(data: bytes) -> dict[str, dict[str, list[tuple[str, float, float, dict]]]]:
-    return {p.name: {line.name: [(e.name, e.start_ns, e.duration_ns, dict(e.stats)) for e in line.events]
-                     for line in p.lines}
-            for p in _profile_data.ProfileData.from_serialized_xspace(data).planes}
+    return {
+        p.name: {
+            line.name: [(e.name, e.start_ns, e.duration_ns, dict(e.stats)) for e in line.events] for line in p.lines
+        }
+        for p in _profile_data.ProfileData.from_serialized_xspace(data).planes
+    }
 
 
 def test_trimming_keeps_the_first_events_of_each_line_exactly() -> None:

@@ -47,8 +47,9 @@ def _corpus() -> Path | None:
 
 
 CORPUS = _corpus()
-needs_corpus = pytest.mark.skipif(CORPUS is None,
-                                  reason="the trace corpus is not here (see tests/corpus/PROVENANCE.md)")
+needs_corpus = pytest.mark.skipif(
+    CORPUS is None, reason="the trace corpus is not here (see tests/corpus/PROVENANCE.md)"
+)
 
 
 def corpus_file(name: str) -> Path:
@@ -58,8 +59,12 @@ def corpus_file(name: str) -> Path:
 
 def report_json(path: Path) -> dict:
     """``jaxdiag report --json PATH`` as a user runs it, in a process of its own."""
-    done = subprocess.run([sys.executable, "-m", "jaxdiag", "report", "--json", str(path)],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "report", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     return json.loads(done.stdout)
@@ -101,7 +106,8 @@ def test_tpu_v6e_collectives_by_kind(tpu_v6e) -> None:
     ops = device_ops(tpu_v6e)
     coll = ops.loc[ops["op_kind"] == "collective"]
     assert coll.groupby(["device", "collective", "hlo_module"], observed=True).size().to_dict() == {
-        (d, "all-reduce", "jit__psum"): 3 for d in range(4)}
+        (d, "all-reduce", "jit__psum"): 3 for d in range(4)
+    }
     assert set(coll["name"]) == {"all-reduce"}  # the short name, from the whole HLO text
 
 
@@ -205,8 +211,12 @@ def test_rocm_gfx950_reads_its_unknown_plane_as_a_note() -> None:
 @pytest.mark.parametrize("command", [["report"], ["report", "--json"]])
 def test_captures_that_are_not_jax_traces_give_one_line(name: str, message: str, command: list[str]) -> None:
     path = corpus_file(name)
-    done = subprocess.run([sys.executable, "-m", "jaxdiag", *command, str(path)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", *command, str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and message in lines[0], done.stderr
@@ -227,8 +237,12 @@ def test_reading_in_two_processes_gives_the_same_frames(name: str) -> None:
 @needs_corpus
 @pytest.mark.parametrize("name", [n for n in sorted(CHECKSUMS) if n.startswith(("tpu_", "rocm_"))])
 def test_terminal_report_names_the_devices(name: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "jaxdiag", "report", str(corpus_file(name))], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "120"})
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "report", str(corpus_file(name))],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "120"},
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     header = done.stdout.splitlines()[1]
     assert re.search(r"devices: (4 \(TPU v6 Lite\)|8 \(AMD GPU)", header), header

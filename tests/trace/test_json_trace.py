@@ -41,20 +41,30 @@ def test_real_cpu_json_matches_the_xplane(cpu_trace_dir, tmp_path: Path) -> None
 
 def gpu_chrome_trace() -> dict:
     kernel = {"hlo_module": "jit_step", "hlo_op": "fusion.1", "tf_op": "XlaModule:", "program_id": "3"}
-    return {"displayTimeUnit": "ns", "traceEvents": [
-        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
-        {"ph": "M", "pid": 1, "tid": 14, "name": "thread_name", "args": {"name": "Stream #14(Compute)"}},
-        {"ph": "M", "pid": 1, "tid": 22, "name": "thread_name", "args": {"name": "Stream #22(Compute)"}},
-        {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/host:CPU"}},
-        {"ph": "M", "pid": 2, "tid": 7, "name": "thread_name", "args": {"name": "python3"}},
-        {"ph": "X", "pid": 2, "tid": 7, "ts": 0.0, "dur": 100.0, "name": "train", "args": {"step_num": "0"}},
-        {"ph": "X", "pid": 2, "tid": 7, "ts": 1.0, "dur": 2.0, "name": "$train.py:3 step"},
-        {"ph": "X", "pid": 1, "tid": 14, "ts": 10.5, "dur": 5.25, "name": "fusion_1", "args": kernel},
-        {"ph": "X", "pid": 1, "tid": 22, "ts": 20.0, "dur": 8.0, "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-         "args": {"hlo_module": "jit_step", "hlo_op": "all-reduce-start"}},
-        {"ph": "X", "pid": 1, "tid": 14, "name": "no timestamp"},
-        {"ph": "i", "pid": 1, "tid": 14, "ts": 3, "name": "instant, not read"},
-    ]}
+    return {
+        "displayTimeUnit": "ns",
+        "traceEvents": [
+            {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "pid": 1, "tid": 14, "name": "thread_name", "args": {"name": "Stream #14(Compute)"}},
+            {"ph": "M", "pid": 1, "tid": 22, "name": "thread_name", "args": {"name": "Stream #22(Compute)"}},
+            {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/host:CPU"}},
+            {"ph": "M", "pid": 2, "tid": 7, "name": "thread_name", "args": {"name": "python3"}},
+            {"ph": "X", "pid": 2, "tid": 7, "ts": 0.0, "dur": 100.0, "name": "train", "args": {"step_num": "0"}},
+            {"ph": "X", "pid": 2, "tid": 7, "ts": 1.0, "dur": 2.0, "name": "$train.py:3 step"},
+            {"ph": "X", "pid": 1, "tid": 14, "ts": 10.5, "dur": 5.25, "name": "fusion_1", "args": kernel},
+            {
+                "ph": "X",
+                "pid": 1,
+                "tid": 22,
+                "ts": 20.0,
+                "dur": 8.0,
+                "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                "args": {"hlo_module": "jit_step", "hlo_op": "all-reduce-start"},
+            },
+            {"ph": "X", "pid": 1, "tid": 14, "name": "no timestamp"},
+            {"ph": "i", "pid": 1, "tid": 14, "ts": 3, "name": "instant, not read"},
+        ],
+    }
 
 
 def test_synthetic_gpu_json(tmp_path: Path) -> None:

@@ -57,7 +57,9 @@ def test_real_cpu_capture_has_the_small_op_soup(cpu_frames: TraceFrames, cpu_tra
     device = cpu_frames.events[cpu_frames.events["category"] == "device"]
     soup = device[device["hlo_module"] == cpu_trace_dir.soup_module]
     # Execution is asynchronous: the last soup may still be running when the capture stops.
-    assert (cpu_trace_dir.steps - 1) * cpu_trace_dir.soup_ops <= len(soup) <= cpu_trace_dir.steps * cpu_trace_dir.soup_ops
+    assert (
+        (cpu_trace_dir.steps - 1) * cpu_trace_dir.soup_ops <= len(soup) <= cpu_trace_dir.steps * cpu_trace_dir.soup_ops
+    )
     assert soup["dur_ns"].median() < 100_000
     assert set(cpu_frames.devices["platform"]) == {"cpu"}
     assert cpu_frames.meta["python_frames"] > 0 and not cpu_frames.meta["include_python"]
@@ -84,8 +86,11 @@ def two_gpu_hosts() -> dict[str, bytes]:
         f"host{h}": gpu_xspace(
             devices=2,
             kernels=[Kernel(d, "fusion_1", 1_000 * s + 100 + h, 300) for d in range(2) for s in range(3)],
-            nccl=[Kernel(d, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 1_000 * s + 500, 200, op="all-reduce-start")
-                  for d in range(2) for s in range(3)],
+            nccl=[
+                Kernel(d, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 1_000 * s + 500, 200, op="all-reduce-start")
+                for d in range(2)
+                for s in range(3)
+            ],
             steps=[(s, 1_000 * s, 1_000 * s + 1_000) for s in range(3)],
         )
         for h in range(2)
@@ -151,6 +156,7 @@ def test_a_trace_with_only_host_planes_loads(tmp_path: Path) -> None:
 
 
 # --- the real H100 captures (skipped when /work/shared is absent) ------------------
+
 
 @pytest.fixture(scope="module")
 def transformer(shared_fixtures: Path) -> TraceFrames:

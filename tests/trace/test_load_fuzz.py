@@ -18,19 +18,39 @@ from xspace_builders import Kernel, gpu_xspace, tpu_xspace, write_run
 
 from tests.trace.test_tpu_planes import tpu_slice
 
-GPU = gpu_xspace(devices=2, kernels=[Kernel(d, f"fusion_{i}", i * 100, 50) for d in range(2) for i in range(5)],
-                 nccl=[Kernel(1, "ncclDevKernel_AllReduce", 40, 30, op="all-reduce-start")],
-                 steps=[(0, 0, 300), (1, 300, 600)], host_annotations=[("load_batch", 10, 90)],
-                 memcpy=[(0, 550, 10)], python_frames=5)
-TPU = tpu_xspace(ops=[(0, "%fusion.1 = f32[2]{0} fusion(%p)", 10, 5)], modules=[(0, "jit_f", 1, 0, 50)],
-                 steps=[(0, 0, 0, 60)])
+GPU = gpu_xspace(
+    devices=2,
+    kernels=[Kernel(d, f"fusion_{i}", i * 100, 50) for d in range(2) for i in range(5)],
+    nccl=[Kernel(1, "ncclDevKernel_AllReduce", 40, 30, op="all-reduce-start")],
+    steps=[(0, 0, 300), (1, 300, 600)],
+    host_annotations=[("load_batch", 10, 90)],
+    memcpy=[(0, 550, 10)],
+    python_frames=5,
+)
+TPU = tpu_xspace(
+    ops=[(0, "%fusion.1 = f32[2]{0} fusion(%p)", 10, 5)], modules=[(0, "jit_f", 1, 0, 50)], steps=[(0, 0, 0, 60)]
+)
 #: TPU Steps, Async XLA Ops and collective lines, with unsigned 64-bit program ids.
 TPU_SLICE = tpu_slice(chips=2, step_ns=20_000, steps=1)
-JSON = gzip.compress(json.dumps({"traceEvents": [
-    {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
-    {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 10, "name": "train", "args": {"step_num": "0"}},
-    {"ph": "X", "pid": 1, "tid": 2, "ts": 1, "dur": 1, "name": "copy", "args": {"hlo_op": "copy", "hlo_module": "m"}},
-]}).encode())
+JSON = gzip.compress(
+    json.dumps(
+        {
+            "traceEvents": [
+                {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+                {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 10, "name": "train", "args": {"step_num": "0"}},
+                {
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": 2,
+                    "ts": 1,
+                    "dur": 1,
+                    "name": "copy",
+                    "args": {"hlo_op": "copy", "hlo_module": "m"},
+                },
+            ]
+        }
+    ).encode()
+)
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -48,8 +68,10 @@ def test_truncated_xspace(base: bytes, cut: int) -> None:
 
 
 @FUZZ
-@given(base=st.sampled_from([GPU, TPU, TPU_SLICE]),
-       edits=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=8))
+@given(
+    base=st.sampled_from([GPU, TPU, TPU_SLICE]),
+    edits=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=8),
+)
 def test_flipped_bytes_in_xspace(base: bytes, edits: list[tuple[int, int]]) -> None:
     data = bytearray(base)
     for at, value in edits:

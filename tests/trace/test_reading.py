@@ -20,7 +20,14 @@ from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import reading, wire
 from jaxdiag.trace.load import load
 from xspace_builders import (
-    GPU_COMPUTE_STREAM, H100_STATS, Kernel, XSpaceBuilder, gpu_xspace, host_plane, tpu_xspace, write_run,
+    GPU_COMPUTE_STREAM,
+    H100_STATS,
+    Kernel,
+    XSpaceBuilder,
+    gpu_xspace,
+    host_plane,
+    tpu_xspace,
+    write_run,
 )
 
 FRAME_FIELDS = ("events", "devices", "steps", "step_source", "hosts", "files", "skipped", "meta", "notes")
@@ -30,12 +37,21 @@ def _two_gpu_hosts(tmp_path: Path) -> Path:
     """Two hosts of two GPUs each, with steps, Python frames and a runtime line: planes of every kind."""
     files = {}
     for h in range(2):
-        kernels = [Kernel(d, f"fusion_{i}", 1_000 + i * 700 + h, 500, program_id=3) for d in range(2) for i in range(40)]
-        nccl = [Kernel(d, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 30_000 + d, 2_000, op="all-reduce.1")
-                for d in range(2)]
-        files[f"host{h}"] = gpu_xspace(devices=2, kernels=kernels, nccl=nccl, steps=[(0, 0, 20_000), (1, 20_000, 40_000)],
-                                       host_annotations=[("load_batch", 100, 900)], python_frames=300,
-                                       memcpy=[(0, 35_000, 400)])
+        kernels = [
+            Kernel(d, f"fusion_{i}", 1_000 + i * 700 + h, 500, program_id=3) for d in range(2) for i in range(40)
+        ]
+        nccl = [
+            Kernel(d, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 30_000 + d, 2_000, op="all-reduce.1") for d in range(2)
+        ]
+        files[f"host{h}"] = gpu_xspace(
+            devices=2,
+            kernels=kernels,
+            nccl=nccl,
+            steps=[(0, 0, 20_000), (1, 20_000, 40_000)],
+            host_annotations=[("load_batch", 100, 900)],
+            python_frames=300,
+            memcpy=[(0, 35_000, 400)],
+        )
     return write_run(tmp_path / "two_hosts", files)
 
 
@@ -84,8 +100,14 @@ def _tpu_host(tmp_path: Path) -> Path:
     ops = [(d, f"%fusion.{i} = f32[8]{{0}} fusion(%p{i})", 10 + 40 * i, 30) for d in range(2) for i in range(30)]
     modules = [(d, "jit_step", 7, 0, 1_300) for d in range(2)]
     steps = [(d, s, 650 * s, 650 * (s + 1)) for d in range(2) for s in range(2)]
-    return write_run(tmp_path / "tpu", {"tpu0": tpu_xspace(devices=2, ops=ops, modules=modules, steps=steps,
-                                                           host_steps=[(0, 0, 650), (1, 650, 1_300)])})
+    return write_run(
+        tmp_path / "tpu",
+        {
+            "tpu0": tpu_xspace(
+                devices=2, ops=ops, modules=modules, steps=steps, host_steps=[(0, 0, 650), (1, 650, 1_300)]
+            )
+        },
+    )
 
 
 def _many_threads(tmp_path: Path) -> Path:
@@ -93,16 +115,24 @@ def _many_threads(tmp_path: Path) -> Path:
     enough Python frames to be a task of its own, a runtime thread, and a second thread named python3."""
     builder = XSpaceBuilder().plane("/device:GPU:0", H100_STATS)
     builder.line(GPU_COMPUTE_STREAM, [Kernel(0, f"fusion_{i}", 1_000 + 300 * i, 200).event() for i in range(50)])
-    host_plane(builder, steps=[(0, 0, 10_000), (1, 10_000, 20_000)], python_frames=40_000,
-               runtime=[("backend_compile", 500 + 1_000 * i, 800) for i in range(20)])
+    host_plane(
+        builder,
+        steps=[(0, 0, 10_000), (1, 10_000, 20_000)],
+        python_frames=40_000,
+        runtime=[("backend_compile", 500 + 1_000 * i, 800) for i in range(20)],
+    )
     builder.line("python3", [("load_batch", 12_000, 3_000), ("np.asarray(jax.Array)", 16_000, 500)])
     return write_run(tmp_path / "threads", {"host0": builder.serialize()})
 
 
 @pytest.mark.parametrize("which", ["cpu", "two_gpu_hosts", "tpu", "many_threads"])
 def test_worker_reads_what_one_process_reads(which: str, cpu_trace_dir, tmp_path: Path) -> None:
-    path = {"cpu": lambda: cpu_trace_dir.logdir, "two_gpu_hosts": lambda: _two_gpu_hosts(tmp_path),
-            "tpu": lambda: _tpu_host(tmp_path), "many_threads": lambda: _many_threads(tmp_path)}[which]()
+    path = {
+        "cpu": lambda: cpu_trace_dir.logdir,
+        "two_gpu_hosts": lambda: _two_gpu_hosts(tmp_path),
+        "tpu": lambda: _tpu_host(tmp_path),
+        "many_threads": lambda: _many_threads(tmp_path),
+    }[which]()
     _assert_same(_with_worker(tmp_path, path), path)
 
 

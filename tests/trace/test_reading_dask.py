@@ -13,8 +13,12 @@ distributed = pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None) as local, distributed.Client(local) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as local,
+        distributed.Client(local) as client,
+    ):
         yield local, client
 
 
@@ -22,13 +26,22 @@ def _pod(tmp_path: Path, hosts: int) -> Path:
     """``hosts`` GPU hosts that differ in their kernels' times, with steps and an all-reduce each."""
     files = {}
     for h in range(hosts):
-        kernels = [Kernel(d, f"fusion_{i}", 1_000 + i * 700 + 37 * h, 500 + h, program_id=3)
-                   for d in range(2) for i in range(30)]
-        nccl = [Kernel(d, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 25_000 + 50 * h + d, 2_000, op="all-reduce.1")
-                for d in range(2)]
-        files[f"host{h}"] = gpu_xspace(devices=2, kernels=kernels, nccl=nccl,
-                                       steps=[(0, 0, 20_000), (1, 20_000, 40_000)],
-                                       host_annotations=[("load_batch", 100, 900 + 300 * h)])
+        kernels = [
+            Kernel(d, f"fusion_{i}", 1_000 + i * 700 + 37 * h, 500 + h, program_id=3)
+            for d in range(2)
+            for i in range(30)
+        ]
+        nccl = [
+            Kernel(d, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 25_000 + 50 * h + d, 2_000, op="all-reduce.1")
+            for d in range(2)
+        ]
+        files[f"host{h}"] = gpu_xspace(
+            devices=2,
+            kernels=kernels,
+            nccl=nccl,
+            steps=[(0, 0, 20_000), (1, 20_000, 40_000)],
+            host_annotations=[("load_batch", 100, 900 + 300 * h)],
+        )
     return write_run(tmp_path / "pod", files)
 
 
@@ -81,12 +94,13 @@ def test_an_unreachable_scheduler_is_one_line_and_status_2(tmp_path: Path) -> No
     from multihost import free_port
 
     run = _pod(tmp_path, 1)
-    done = subprocess.run([sys.executable, "-m", "jaxdiag", "report", str(run), "--scheduler",
-                           f"tcp://127.0.0.1:{free_port()}"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "report", str(run), "--scheduler", f"tcp://127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "cannot reach the Dask scheduler" in done.stderr and len(done.stderr.strip().splitlines()) == 1
-
-
 
 
 def test_reading_a_run_here_imports_neither_jax_nor_dask(tmp_path: Path) -> None:
@@ -94,8 +108,10 @@ def test_reading_a_run_here_imports_neither_jax_nor_dask(tmp_path: Path) -> None
     import sys
 
     run = _pod(tmp_path, 2)
-    script = ("import sys; from jaxdiag.cli.app import main; rc = main(['report', sys.argv[1], '--json']); "
-              "assert not {'jax', 'dask', 'distributed'} & set(sys.modules), sorted({'jax', 'dask', 'distributed'} "
-              "& set(sys.modules)); sys.exit(rc)")
+    script = (
+        "import sys; from jaxdiag.cli.app import main; rc = main(['report', sys.argv[1], '--json']); "
+        "assert not {'jax', 'dask', 'distributed'} & set(sys.modules), sorted({'jax', 'dask', 'distributed'} "
+        "& set(sys.modules)); sys.exit(rc)"
+    )
     done = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -20,13 +20,20 @@ def steps_of(table: pd.DataFrame) -> list[tuple[int, str, int, int]]:
 
 
 def test_one_step_per_host_and_step_num() -> None:
-    marks = [("h0", "train", 0, 0, 10), ("h0", "train", 1, 10, 25), ("h1", "train", 0, 3, 12),
-             ("h0", "train", 1, 11, 30)]  # step 1 seen twice (two threads): one span
+    marks = [
+        ("h0", "train", 0, 0, 10),
+        ("h0", "train", 1, 10, 25),
+        ("h1", "train", 0, 3, 12),
+        ("h0", "train", 1, 11, 30),
+    ]  # step 1 seen twice (two threads): one span
     found = find_steps(pd.DataFrame(), marks)
     assert found.source == "annotation" and found.notes == ()
     assert list(found.table.columns) == list(STEP_COLUMNS)
     assert list(zip(found.table["host"], found.table["step"], found.table["start_ns"], found.table["end_ns"])) == [
-        ("h0", 0, 0, 10), ("h0", 1, 10, 30), ("h1", 0, 3, 12)]
+        ("h0", 0, 0, 10),
+        ("h0", 1, 10, 30),
+        ("h1", 0, 3, 12),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -60,9 +67,11 @@ def module_events(*kernels: Kernel) -> pd.DataFrame:
 def test_module_fallback_splits_executions_at_other_modules_and_gaps() -> None:
     big = "jit_train_step"
     events = module_events(
-        Kernel(0, "fusion_1", 0, 100, big), Kernel(0, "fusion_2", 120, 100, big),
+        Kernel(0, "fusion_1", 0, 100, big),
+        Kernel(0, "fusion_2", 120, 100, big),
         Kernel(0, "fusion_9", 300, 10, "jit_other"),  # another module: a new execution follows
-        Kernel(0, "fusion_1", 400, 100, big), Kernel(0, "fusion_2", 520, 100, big),
+        Kernel(0, "fusion_1", 400, 100, big),
+        Kernel(0, "fusion_2", 520, 100, big),
         Kernel(0, "fusion_1", 620 + EXECUTION_GAP_NS + 1, 100, big),  # long idle gap: new execution
         Kernel(1, "fusion_1", 0, 50, big),  # fewer events on device 1: device 0 sets the steps
     )
@@ -74,8 +83,10 @@ def test_module_fallback_splits_executions_at_other_modules_and_gaps() -> None:
 
 
 def test_dominant_module_is_the_one_with_most_device_time() -> None:
-    events = module_events(*(Kernel(0, f"fusion_{i}", i * 10, 5, "jit_small") for i in range(20)),
-                           Kernel(0, "fusion_99", 1_000, 500, "jit_big"))
+    events = module_events(
+        *(Kernel(0, f"fusion_{i}", i * 10, 5, "jit_small") for i in range(20)),
+        Kernel(0, "fusion_99", 1_000, 500, "jit_big"),
+    )
     assert set(find_steps(events).table["step_name"]) == {"jit_big"}
 
 
@@ -86,8 +97,15 @@ def test_no_markers_and_no_device_module_means_no_steps() -> None:
 
 def test_assign_steps_uses_half_open_spans_per_host() -> None:
     events = pd.DataFrame({"host": ["a", "a", "a", "a", "b", "b"], "start_ns": [5, 10, 19, 40, 5, 15]})
-    steps = pd.DataFrame({"host": ["a", "a", "b"], "step": [3, 4, 0], "step_name": "train",
-                          "start_ns": [0, 10, 10], "end_ns": [10, 20, 20]})
+    steps = pd.DataFrame(
+        {
+            "host": ["a", "a", "b"],
+            "step": [3, 4, 0],
+            "step_name": "train",
+            "start_ns": [0, 10, 10],
+            "end_ns": [10, 20, 20],
+        }
+    )
     assert assign_steps(events, steps).tolist() == [3, 4, 4, -1, -1, 0]
     assert assign_steps(events, steps.iloc[:0]).tolist() == [-1] * 6
 
@@ -113,13 +131,15 @@ def test_a_step_without_device_work_loads(tmp_path: Path) -> None:
 def test_annotated_steps_tile_and_end_where_their_work_ends() -> None:
     from tests.frames_builders import device_event, frames, host_event
 
-    events = frames([
-        host_event(1000, 500, "np.asarray(jax.Array)", category="runtime"),  # step 0 reads its loss back
-        device_event(200, 1600),  # ... while the device still runs what step 0 queued behind it
-        host_event(1600, 3300, "load_batch"),  # step 1's loading, before its mark
-        host_event(4900, 50, "PjitFunction(train_step)"),
-        device_event(5000, 3000),  # the last step's work outlives its mark
-    ]).events
+    events = frames(
+        [
+            host_event(1000, 500, "np.asarray(jax.Array)", category="runtime"),  # step 0 reads its loss back
+            device_event(200, 1600),  # ... while the device still runs what step 0 queued behind it
+            host_event(1600, 3300, "load_batch"),  # step 1's loading, before its mark
+            host_event(4900, 50, "PjitFunction(train_step)"),
+            device_event(5000, 3000),  # the last step's work outlives its mark
+        ]
+    ).events
     marks = [("h0", "train", 0, 0, 1_000_000), ("h0", "train", 1, 5_000_000, 6_000_000)]
     found = find_steps(events, marks)
     # Step 0 ends when the device finishes its work (after the read-back, before the next launch);

@@ -17,7 +17,9 @@ def test_plane_records_cut_out_valid_xspaces() -> None:
     assert [p.name for p in planes] == parsed
     assert sum(p.size for p in planes) == len(data)
     odd = [planes[i] for i in range(1, len(planes), 2)]
-    again = _profile_data.ProfileData.from_serialized_xspace(wire.sub_space(data, [(p, None, None) for p in odd])).planes
+    again = _profile_data.ProfileData.from_serialized_xspace(
+        wire.sub_space(data, [(p, None, None) for p in odd])
+    ).planes
     assert [p.name for p in again] == [p.name for p in odd]
     assert wire.plane_records(b"\x0a\x02\x12\xff", "x") is None  # a name whose length overruns its plane
     assert [p.name for p in wire.plane_records(b"\x0a\x02\x08\x01", "x")] == [""]  # an id and no name
@@ -27,7 +29,9 @@ def test_plane_records_cut_out_valid_xspaces() -> None:
 
 def test_plane_lines_cut_threads_out_of_a_plane() -> None:
     builder = XSpaceBuilder().plane("/device:GPU:0").line("Stream #14(Compute)", [("fusion_1", 1_000, 500)])
-    data = host_plane(builder, steps=[(0, 0, 5_000)], python_frames=20, runtime=[("backend_compile", 100, 900)]).serialize()
+    data = host_plane(
+        builder, steps=[(0, 0, 5_000)], python_frames=20, runtime=[("backend_compile", 100, 900)]
+    ).serialize()
     host = next(p for p in wire.plane_records(data, "x") if p.name == "/host:CPU")
     lines = wire.plane_lines(data, host)
     assert lines is not None and lines.names == ("python3", "tf_pjrt_compile_thread_pool/123")

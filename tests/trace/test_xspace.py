@@ -9,8 +9,15 @@ import pytest
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.xspace import HostColumns, check_wire, gpu_line_kind, is_collective, read_xspace
 from xspace_builders import (
-    GPU_COLLECTIVE_STREAM, GPU_COMPUTE_STREAM, H100_STATS, Ev, Kernel, XSpaceBuilder, gpu_xspace,
-    host_plane, tpu_xspace,
+    GPU_COLLECTIVE_STREAM,
+    GPU_COMPUTE_STREAM,
+    H100_STATS,
+    Ev,
+    Kernel,
+    XSpaceBuilder,
+    gpu_xspace,
+    host_plane,
+    tpu_xspace,
 )
 
 
@@ -18,10 +25,20 @@ def rows(cols: HostColumns) -> list[dict]:
     """Events as dicts, with their line and line kind expanded from the segments."""
     lines = [(plane, line, kind) for plane, line, kind, n in cols.segments for _ in range(n)]
     return [
-        {"plane": lines[i][0], "line": lines[i][1], "line_kind": lines[i][2], "device": cols.device[i],
-         "name": cols.name[i], "start": cols.start_ns[i], "dur": cols.dur_ns[i], "module": cols.hlo_module[i],
-         "op": cols.hlo_op[i], "framework": cols.framework_op[i], "program": cols.program_id[i],
-         "category": cols.category[i]}
+        {
+            "plane": lines[i][0],
+            "line": lines[i][1],
+            "line_kind": lines[i][2],
+            "device": cols.device[i],
+            "name": cols.name[i],
+            "start": cols.start_ns[i],
+            "dur": cols.dur_ns[i],
+            "module": cols.hlo_module[i],
+            "op": cols.hlo_op[i],
+            "framework": cols.framework_op[i],
+            "program": cols.program_id[i],
+            "category": cols.category[i],
+        }
         for i in range(len(cols.name))
     ]
 
@@ -63,21 +80,36 @@ def test_is_collective(name: str, op: str, expected: bool) -> None:
 
 
 def test_gpu_kernels_carry_module_op_framework_and_program() -> None:
-    data = gpu_xspace(kernels=[Kernel(0, "gemm_fusion_dot_17", 100, 50, program_id=7,
-                                      framework="jit(step)/jvp()/dot_general"),
-                               Kernel(0, "loop_add_fusion_2", 200, 5)])
+    data = gpu_xspace(
+        kernels=[
+            Kernel(0, "gemm_fusion_dot_17", 100, 50, program_id=7, framework="jit(step)/jvp()/dot_general"),
+            Kernel(0, "loop_add_fusion_2", 200, 5),
+        ]
+    )
     got = by_name(read_xspace(data, "h", source="h.xplane.pb"))
     gemm = got["gemm_fusion_dot_17"]
     assert (gemm["module"], gemm["op"], gemm["framework"], gemm["program"]) == (
-        "jit_train_step", "gemm_fusion_dot.17", "jit(step)/jvp()/dot_general", 7)
+        "jit_train_step",
+        "gemm_fusion_dot.17",
+        "jit(step)/jvp()/dot_general",
+        7,
+    )
     assert got["loop_add_fusion_2"]["framework"] == ""  # tf_op "XlaModule:" says nothing
     assert (gemm["category"], gemm["line_kind"], gemm["device"], gemm["start"], gemm["dur"]) == (
-        "device", "compute", 0, 100, 50)
+        "device",
+        "compute",
+        0,
+        100,
+        50,
+    )
 
 
 def test_a_stream_of_only_nccl_kernels_is_a_collective_line() -> None:
-    data = gpu_xspace(devices=2, kernels=[Kernel(1, "fusion_1", 0, 10)],
-                      nccl=[Kernel(1, "ncclDevKernel_AllGather_RING_LL", 5, 20, op="all-gather-start")])
+    data = gpu_xspace(
+        devices=2,
+        kernels=[Kernel(1, "fusion_1", 0, 10)],
+        nccl=[Kernel(1, "ncclDevKernel_AllGather_RING_LL", 5, 20, op="all-gather-start")],
+    )
     kinds = {(r["device"], r["line"]): r["line_kind"] for r in rows(read_xspace(data, "h", source="x"))}
     assert kinds == {(1, GPU_COMPUTE_STREAM): "compute", (1, GPU_COLLECTIVE_STREAM): "collective"}
 
@@ -98,27 +130,38 @@ def test_host_events_are_categorised_by_name_nesting_and_stats() -> None:
     builder = XSpaceBuilder().plane("/device:GPU:0", H100_STATS)
     builder.line(GPU_COMPUTE_STREAM, [Kernel(0, "fusion_1", 0, 10).event()])
     builder.plane("/host:CPU")
-    builder.line("python3", [
-        Ev("train", 0, 1000, {"_r": 1, "step_num": 4}),
-        Ev("load_batch", 10, 100),
-        Ev("PjitFunction(step)", 200, 300),
-        Ev("backend_compile_and_load", 210, 200),
-        Ev("my_inner_span", 220, 10),  # inside jax's dispatch: runtime, whatever its name
-        Ev("Wait for donation holds", 600, 5),
-        Ev("PjRtCApiClient::SomeCall", 700, 5),
-        Ev("cuLaunchKernel", 710, 5),
-        Ev("tracked", 720, 5, {"_src": "pjrt.cc"}),
-        Ev("$train.py:12 loss_fn", 800, 5),
-    ])
+    builder.line(
+        "python3",
+        [
+            Ev("train", 0, 1000, {"_r": 1, "step_num": 4}),
+            Ev("load_batch", 10, 100),
+            Ev("PjitFunction(step)", 200, 300),
+            Ev("backend_compile_and_load", 210, 200),
+            Ev("my_inner_span", 220, 10),  # inside jax's dispatch: runtime, whatever its name
+            Ev("Wait for donation holds", 600, 5),
+            Ev("PjRtCApiClient::SomeCall", 700, 5),
+            Ev("cuLaunchKernel", 710, 5),
+            Ev("tracked", 720, 5, {"_src": "pjrt.cc"}),
+            Ev("$train.py:12 loss_fn", 800, 5),
+        ],
+    )
     builder.line("tf_pjrt_compile_thread_pool/-123", [Ev("algsimp", 0, 5), Ev("user_like_name", 10, 5)])
     cols = read_xspace(builder.serialize(), "h", source="x")
     got = by_name(cols)
     category = {n: r["category"] for n, r in got.items()}
     assert category == {
-        "fusion_1": "device", "train": "annotation", "load_batch": "annotation",
-        "PjitFunction(step)": "annotation", "backend_compile_and_load": "runtime", "my_inner_span": "runtime",
-        "Wait for donation holds": "runtime", "PjRtCApiClient::SomeCall": "runtime", "cuLaunchKernel": "runtime",
-        "tracked": "runtime", "algsimp": "runtime", "user_like_name": "runtime",
+        "fusion_1": "device",
+        "train": "annotation",
+        "load_batch": "annotation",
+        "PjitFunction(step)": "annotation",
+        "backend_compile_and_load": "runtime",
+        "my_inner_span": "runtime",
+        "Wait for donation holds": "runtime",
+        "PjRtCApiClient::SomeCall": "runtime",
+        "cuLaunchKernel": "runtime",
+        "tracked": "runtime",
+        "algsimp": "runtime",
+        "user_like_name": "runtime",
     }
     assert got["train"]["line_kind"] == "python" and got["algsimp"]["line_kind"] == "host"
     assert cols.step_marks == [("train", 4, 0.0, 1000.0)]
@@ -144,15 +187,20 @@ def test_python_frames_are_kept_on_request() -> None:
 
 def test_tpu_ops_get_short_names_and_their_module() -> None:
     data = tpu_xspace(
-        ops=[(0, "%fusion.3 = bf16[8,128]{1,0} fusion(bf16[8,128]{1,0} %p0), kind=kLoop, calls=%f", 1_000, 200),
-             (0, "%all-reduce.1 = f32[4]{0} all-reduce(f32[4]{0} %x)", 5_000, 100)],
+        ops=[
+            (0, "%fusion.3 = bf16[8,128]{1,0} fusion(bf16[8,128]{1,0} %p0), kind=kLoop, calls=%f", 1_000, 200),
+            (0, "%all-reduce.1 = f32[4]{0} all-reduce(f32[4]{0} %x)", 5_000, 100),
+        ],
         modules=[(0, "jit_train_step", 42, 900, 1_000), (0, "jit_eval", 43, 4_900, 500)],
         steps=[(0, 7, 800, 6_000)],
     )
     cols = read_xspace(data, "t", source="t.xplane.pb")
     got = by_name(cols)
     assert (got["fusion.3"]["op"], got["fusion.3"]["module"], got["fusion.3"]["program"]) == (
-        "fusion.3", "jit_train_step", 42)
+        "fusion.3",
+        "jit_train_step",
+        42,
+    )
     assert got["all-reduce.1"]["module"] == "jit_eval" and got["all-reduce.1"]["line_kind"] == "xla_ops"
     assert got["jit_train_step(42)"]["line_kind"] == "xla_modules"
     assert got["7"]["category"] == "annotation" and cols.device_steps == [(0, 7, 800.0, 6_000.0)]

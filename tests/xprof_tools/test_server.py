@@ -82,27 +82,41 @@ def test_timeline_address_carries_the_range():
     address = S.timeline_address("http://127.0.0.1:1", "run1", "host a", 1.5, 2.25)
     inner = urllib.parse.parse_qs(urllib.parse.urlparse(address).query)["trace_data_url"][0]
     params = urllib.parse.parse_qs(urllib.parse.urlparse(inner).query)
-    assert params == {"run": ["run1"], "tag": ["trace_viewer@"], "host": ["host a"],
-                      "start_time_ms": ["1.500"], "end_time_ms": ["2.250"]}
+    assert params == {
+        "run": ["run1"],
+        "tag": ["trace_viewer@"],
+        "host": ["host a"],
+        "start_time_ms": ["1.500"],
+        "end_time_ms": ["2.250"],
+    }
 
 
 def test_open_command_prints_the_place_without_starting(cpu_trace_dir):
-    done = subprocess.run([sys.executable, "-m", "jaxdiag", "open", str(cpu_trace_dir.logdir), "--step", "2",
-                           "--no-start"], capture_output=True, text=True, env={**os.environ})
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "open", str(cpu_trace_dir.logdir), "--step", "2", "--no-start"],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "step 2" and "step 2" in lines[1] and "ms on the profiler clock" in lines[1]
 
 
 def test_open_command_bad_input(cpu_trace_dir, tmp_path):
-    for args in (["--finding", "999", "--no-start"], ["--step", "999", "--no-start"],
-                 ["--step", "1", "--finding", "1"]):
-        done = subprocess.run([sys.executable, "-m", "jaxdiag", "open", str(cpu_trace_dir.logdir), *args],
-                              capture_output=True, text=True)
+    for args in (
+        ["--finding", "999", "--no-start"],
+        ["--step", "999", "--no-start"],
+        ["--step", "1", "--finding", "1"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "jaxdiag", "open", str(cpu_trace_dir.logdir), *args], capture_output=True, text=True
+        )
         assert done.returncode == 2 and done.stderr.startswith("jaxdiag: error: "), (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1
     bad = tmp_path / "bad.xplane.pb"
     bad.write_bytes(b"\x00not a trace")
-    done = subprocess.run([sys.executable, "-m", "jaxdiag", "open", str(bad), "--step", "0", "--no-start"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "open", str(bad), "--step", "0", "--no-start"], capture_output=True, text=True
+    )
     assert done.returncode == 2 and str(bad) in done.stderr and len(done.stderr.strip().splitlines()) == 1
