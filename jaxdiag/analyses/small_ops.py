@@ -194,12 +194,12 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
                     ModuleSmallOps(
                         m,
                         int(v[0]),
-                        len(v[4]),
+                        len(v[4]),  # type: ignore[arg-type]
                         v[1] / 1e6,
                         v[2] / 1e6,
-                        v[3] / 1e6,  # type: ignore[arg-type]
-                        _main_steps(v[4]),
-                    )  # type: ignore[arg-type]
+                        v[3] / 1e6,
+                        _main_steps(v[4]),  # type: ignore[arg-type]
+                    )
                     for m, v in modules.items()
                     if v[0]
                 ),
