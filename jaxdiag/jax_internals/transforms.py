@@ -2,7 +2,7 @@
 
 Part of the one door to JAX's internals (``jaxdiag.jax_internals``): recording reads
 these through it (``recording.listener``, ``transformed``, ``watch``, ``wrapper``), and
-``tests/test_jax_internals_transforms.py`` tests each on a real program.
+``tests/recording/test_jax_internals_transforms.py`` tests each on a real program.
 
 Each function reads one thing JAX does not publish (a frame's locals, a private
 field of a jit object or a config holder) and returns plain Python values, or
