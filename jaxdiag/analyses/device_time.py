@@ -42,15 +42,7 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
     ops = W.device_ops(frames, inputs.host, compile_windows(compile_spans(frames, inputs.host)))
     if ops.empty:
         return DeviceTime((), ())
-    windows = W.step_windows(frames, inputs.host, inputs.steps)
-    step = np.full(len(ops), -1, dtype=np.int64)
-    hosts = ops[F.HOST].to_numpy()
-    starts = ops[F.START_NS].to_numpy(dtype=np.int64)
-    for host in np.unique(hosts):
-        rows = hosts == host
-        step[rows] = W.step_of(starts[rows], windows.loc[windows[F.HOST] == host])
-    devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
-    scale = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
+    step, scale = W.steps_and_device_share(frames, ops, inputs.host, inputs.steps)
     ops = ops.assign(
         _step=step,
         _ms=ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale,

@@ -281,3 +281,23 @@ def hosts_of(frames: "TraceFrames", host: str | None) -> Iterable[str]:
     if host is not None:
         return [host]
     return list(frames.hosts) or sorted(set(frames.events[F.HOST].unique()))
+
+
+def steps_and_device_share(
+    frames: "TraceFrames", ops: "pd.DataFrame", host: str | None, steps: Sequence[int] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's step (-1 outside the analysed steps), and one over the devices of its host.
+
+    Summing op time times that share gives device time per device: a bill of work, in
+    which overlapping ops add up (busy time is ``step_breakdown``'s).
+    """
+    windows = step_windows(frames, host, steps)
+    step = np.full(len(ops), -1, dtype=np.int64)
+    hosts = ops[F.HOST].to_numpy()
+    starts = ops[F.START_NS].to_numpy(dtype=np.int64)
+    for name in np.unique(hosts):
+        rows = hosts == name
+        step[rows] = step_of(starts[rows], windows.loc[windows[F.HOST] == name])
+    devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
+    share = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
+    return step, share

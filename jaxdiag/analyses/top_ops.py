@@ -160,14 +160,7 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
     if ops.empty:
         return TopOps((), 0.0, 0, peak, bandwidth, roofline_source, peak_by_dtype=peaks_by_dtype(frames, inputs.host))
     windows = W.step_windows(frames, inputs.host, inputs.steps)
-    step = np.full(len(ops), -1, dtype=np.int64)
-    hosts = ops[F.HOST].to_numpy()
-    starts = ops[F.START_NS].to_numpy(dtype=np.int64)
-    for host in np.unique(hosts):
-        rows = hosts == host
-        step[rows] = W.step_of(starts[rows], windows.loc[windows[F.HOST] == host])
-    devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
-    scale = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
+    step, scale = W.steps_and_device_share(frames, ops, inputs.host, inputs.steps)
     ms = ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale
     keep = step >= 0 if inputs.steps is not None else np.ones(len(ops), dtype=bool)
     counted = windows.loc[windows[F.STEP] >= 0, F.STEP].nunique() if len(windows) else 0
