@@ -16,6 +16,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxdiag
+from jaxdiag import errors
 from jaxdiag.errors import ConfigError, JaxdiagWarning
 from jaxdiag.recording import compile_log, listener, signature, wrapper
 from jaxdiag.recording.records import CompileRecord
@@ -282,7 +283,7 @@ def test_listener_failure_warns_once_and_the_call_proceeds(monkeypatch):
         raise RuntimeError("planted failure")
 
     monkeypatch.setattr(signature, "call_site_and_function", broken)
-    monkeypatch.setattr(listener, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     f = jaxdiag.jit(lambda x: x - 1)
     with pytest.warns(JaxdiagWarning, match="planted failure"):
         out = f(jnp.ones(2))
@@ -353,7 +354,7 @@ def test_internal_failure_never_fails_the_call_even_under_warnings_as_errors(mon
         raise RuntimeError("planted failure")
 
     monkeypatch.setattr(signature, "call_site_and_function", broken)
-    monkeypatch.setattr(listener, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert jaxdiag.jit(lambda x: x * 5)(2.0) == 10.0
