@@ -13,6 +13,7 @@ import functools
 import inspect
 import os
 import sys
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +22,25 @@ import jax
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.recording.records import ArgSignature
 
-#: Folders whose frames are never the user's call site.
+#: Packages whose frames are wrappers, never the user's call site.
+WRAPPER_PACKAGES = frozenset(
+    {
+        "jax",
+        "jaxlib",
+        "jaxdiag",
+        "functools",
+        "contextlib",
+        "equinox",
+        "flax",
+        "optax",
+        "chex",
+        "jaxtyping",
+        "typeguard",
+        "beartype",
+    }
+)
+#: Folders whose frames are never the user's call site, whatever their module is called
+#: (``python -m jaxdiag`` runs ``jaxdiag/__main__.py`` as ``__main__``).
 _LIBRARY_DIRS = tuple(
     os.path.dirname(os.path.abspath(path)) + os.sep
     for path in (
@@ -74,17 +93,32 @@ def _innermost(fun: Callable[..., Any]) -> Any:
 
 
 def call_site(skip: int = 1) -> str | None:
-    """``file:line`` of the first frame outside jax, jaxlib, jaxdiag and functools."""
-    return call_site_and_function(skip + 1)[0]
+    """``file:line`` of the first frame, ``skip`` frames up and outward, that is the user's."""
+    return site_from(sys._getframe(skip + 1))[0]
 
 
 def call_site_and_function(skip: int = 1) -> tuple[str | None, str | None]:
     """``call_site``, and the name of the function that line is in."""
-    frame = sys._getframe(skip)
+    return site_from(sys._getframe(skip + 1))
+
+
+def site_from(frame: types.FrameType | None) -> tuple[str | None, str | None]:
+    """``file:line`` of the first frame, from ``frame`` outward, that is the user's, and its function.
+
+    The one call-site rule of ``jaxdiag.jit`` and ``watch``: frames of
+    ``WRAPPER_PACKAGES`` (by module name), of jax, jaxlib and jaxdiag's folders and of
+    frozen modules are wrappers. ``(None, None)`` when no frame is the user's.
+    """
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (filename.startswith(_LIBRARY_DIRS) or filename == _FUNCTOOLS_FILE or filename.startswith("<frozen")):
-            return f"{filename}:{frame.f_lineno}", frame.f_code.co_name
+        code = frame.f_code
+        module = frame.f_globals.get("__name__") or ""
+        if not (
+            module.partition(".")[0] in WRAPPER_PACKAGES
+            or code.co_filename.startswith(_LIBRARY_DIRS)
+            or code.co_filename == _FUNCTOOLS_FILE
+            or code.co_filename.startswith("<frozen")
+        ):
+            return f"{code.co_filename}:{frame.f_lineno}", code.co_name
         frame = frame.f_back
     return None, None
 

@@ -52,23 +52,6 @@ from jaxdiag.recording.records import (
 )
 
 WATCH_ORIGIN = "watch"
-#: Packages whose frames are wrappers, never the user's call site.
-WRAPPER_PACKAGES = frozenset(
-    {
-        "jax",
-        "jaxlib",
-        "jaxdiag",
-        "functools",
-        "contextlib",
-        "equinox",
-        "flax",
-        "optax",
-        "chex",
-        "jaxtyping",
-        "typeguard",
-        "beartype",
-    }
-)
 #: Static fields listed one by one per record; past this, they are folded into one digest.
 MAX_STATIC_FIELDS = 512
 _MAX_TREE_TEXT = 4000
@@ -230,7 +213,7 @@ class _Recorder:
             batch_axes=pending.batch_axes,
         )
         args = signature.with_labels(args, call.fun)
-        pending.context = (args, tree, call_site_and_function(pending.frame))
+        pending.context = (args, tree, signature.site_from(pending.frame))
         if (
             pending.transform is None
             and call.fun is p_fun(pending)
@@ -281,7 +264,7 @@ class _AheadOfTime:
         target = wrapper._Target(self, origin=WATCH_ORIGIN)
         target.function_id = None
         args, tree = call_signature(pending.args, pending.kwargs)
-        pending.context = (args, tree, call_site_and_function(pending.frame))
+        pending.context = (args, tree, signature.site_from(pending.frame))
         target.end(pending)
 
 
@@ -306,7 +289,7 @@ class _ByName:
                 function=self.name,
                 qualname=self.name,
                 source=None,
-                call_site=call_site(sys._getframe(1)),
+                call_site=signature.site_from(sys._getframe(1))[0],
                 call_function=None,
                 compile_index=index,
                 time_unix=p.start_unix,
@@ -396,21 +379,6 @@ _ADAPTERS = {
 
 def _defined_in_jax(fun: Any) -> bool:
     return signature.qualname(fun).partition(".")[0] in ("jax", "jaxlib")
-
-
-def call_site(frame: types.FrameType | None) -> str | None:
-    """``file:line`` of the first frame, from ``frame`` outward, outside ``WRAPPER_PACKAGES``."""
-    return call_site_and_function(frame)[0]
-
-
-def call_site_and_function(frame: types.FrameType | None) -> tuple[str | None, str | None]:
-    """``call_site``, and the name of the function that line is in."""
-    while frame is not None:
-        module = frame.f_globals.get("__name__") or ""
-        if module.partition(".")[0] not in WRAPPER_PACKAGES and not frame.f_code.co_filename.startswith("<frozen"):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}", frame.f_code.co_name
-        frame = frame.f_back
-    return None, None
 
 
 # --- signatures with static fields ---------------------------------------------------
@@ -561,4 +529,4 @@ def _short(text: str) -> str:
     return f"{text[:1000]}... ({len(text)} chars, sha1 {digest})"
 
 
-__all__ = ["watch", "watching", "is_jax_internal", "call_signature", "call_site"]
+__all__ = ["watch", "watching", "is_jax_internal", "call_signature"]
