@@ -337,7 +337,7 @@ class _Walker:
 
 def _static_fields(node: Any) -> list[tuple[str, Any]]:
     """``(name, value)`` of the static fields of a module instance; empty for anything else."""
-    if isinstance(node, type):
+    if isinstance(node, (type, jax.Array, np.ndarray, np.generic)):  # arrays: the common leaf, cheaply
         return []
     state = getattr(node, "__dict__", None)
     flags = jax_internals.nnx_node_flags(state) if isinstance(state, dict) else None
