@@ -6,6 +6,8 @@ CLI turns any ``JaxdiagError`` into one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import warnings
+
 
 class JaxdiagError(Exception):
     """Base class: a problem with the user's input, not a bug in jaxdiag."""
@@ -37,6 +39,26 @@ class CaptureError(JaxdiagError):
 
 class JaxdiagWarning(UserWarning):
     """Something jaxdiag could not do (write its log, read JAX internals); the program goes on."""
+
+
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str, *, stacklevel: int = 2) -> None:
+    """Warn with ``message`` (a ``JaxdiagWarning``) the first time ``key`` is seen in this process.
+
+    The one warn-once rule for recording, capability probes and sharding facts, so
+    that a problem repeated on every compile is said once. ``stacklevel`` counts
+    from the caller, as in ``warnings.warn``. Never raises, even under ``-W error``:
+    a problem of jaxdiag's must not fail the user's call.
+    """
+    if key in _warned:
+        return
+    _warned.add(key)
+    try:
+        warnings.warn(message, JaxdiagWarning, stacklevel=stacklevel + 1)
+    except Exception:
+        pass
 
 
 class CompileBudgetWarning(JaxdiagWarning):

@@ -18,6 +18,7 @@ import pytest
 from jax import monitoring
 
 from jaxdiag import jax_internals as J
+from jaxdiag import errors
 from jaxdiag.errors import JaxdiagWarning
 
 
@@ -304,7 +305,7 @@ def test_distributed_state():
 
 
 def test_missing_capability_is_said_once_with_what_is_lost(monkeypatch):
-    monkeypatch.setattr(J, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         J.warn_lost("jit_call_frame")

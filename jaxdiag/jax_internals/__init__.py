@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from jaxdiag.errors import JaxdiagWarning, TraceFormatError
+from jaxdiag.errors import JaxdiagWarning, TraceFormatError, warn_once
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -128,8 +128,6 @@ CAPABILITIES: dict[str, Capability] = {
     )
 }
 
-_warned: set[str] = set()
-
 
 def available(name: str) -> bool:
     """Whether capability ``name`` works on the JAX (and libraries) of this process."""
@@ -146,16 +144,10 @@ def warn_lost(name: str) -> None:
 
     Never raises, even under ``-W error``: a problem of jaxdiag's must not fail the call.
     """
-    if name in _warned:
-        return
-    _warned.add(name)
     import jax
 
     cap = CAPABILITIES[name]
-    try:
-        warnings.warn(f"jaxdiag: {cap.lost} (JAX {jax.__version__} lacks {cap.reads})", JaxdiagWarning, stacklevel=3)
-    except Exception:
-        pass
+    warn_once(f"lost:{name}", f"jaxdiag: {cap.lost} (JAX {jax.__version__} lacks {cap.reads})", stacklevel=3)
 
 
 # --- probes: each returns what it found, or None -------------------------------------

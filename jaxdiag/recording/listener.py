@@ -30,14 +30,13 @@ import sys
 import threading
 import time
 import types
-import warnings
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from jax import monitoring
 
 from jaxdiag import jax_internals
-from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError, JaxdiagWarning
+from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError, warn_once
 from jaxdiag.jax_internals import transforms as internals_reads
 from jaxdiag.recording import transformed
 from jaxdiag.recording.explain import CONFIG_DEFAULTS
@@ -132,7 +131,6 @@ _internals: _Internals | None = None
 _has_start_events = False
 _watch: Any = None  # callable(fun) -> CompileHooks | None, for process-wide recording
 _tls = threading.local()
-_warned: set[str] = set()
 
 
 def install() -> None:
@@ -490,19 +488,6 @@ def _guard(fn: Any, *args: Any) -> None:
         raise  # meant for the caller: on_exceed="raise", or "warn" under -W error; check_hosts="raise"
     except Exception as exc:
         warn_once("listener", f"jaxdiag stopped recording a compile: {type(exc).__name__}: {exc}")
-
-
-def warn_once(key: str, message: str) -> None:
-    """Warn with ``message`` the first time ``key`` is seen in this process.
-
-    Never raises, even under ``-W error``: a problem of jaxdiag's must not fail the call.
-    """
-    if key not in _warned:
-        _warned.add(key)
-        try:
-            warnings.warn(message, JaxdiagWarning, stacklevel=3)
-        except Exception:
-            pass
 
 
 # --- internals -----------------------------------------------------------------------

@@ -4,24 +4,50 @@ Signatures are built from the arguments of the call that missed the cache
 (concrete arrays, with their committed shardings) or, when those cannot be
 had, from the tracers the trace-time wrapper receives. Either way the output is
 plain data, so the compile log never holds a jax object.
+
+``jaxdiag.jit`` and ``watch()`` record through the same rules here: one signature
+builder (``signature_of``, which names modules' static fields) and one call-site
+rule (``site_from``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import inspect
 import os
 import sys
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
+from jaxdiag import jax_internals
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.recording.records import ArgSignature
 
-#: Folders whose frames are never the user's call site.
+#: Packages whose frames are wrappers, never the user's call site.
+WRAPPER_PACKAGES = frozenset(
+    {
+        "jax",
+        "jaxlib",
+        "jaxdiag",
+        "functools",
+        "contextlib",
+        "equinox",
+        "flax",
+        "optax",
+        "chex",
+        "jaxtyping",
+        "typeguard",
+        "beartype",
+    }
+)
+#: Folders whose frames are never the user's call site, whatever their module is called
+#: (``python -m jaxdiag`` runs ``jaxdiag/__main__.py`` as ``__main__``).
 _LIBRARY_DIRS = tuple(
     os.path.dirname(os.path.abspath(path)) + os.sep
     for path in (
@@ -31,6 +57,9 @@ _LIBRARY_DIRS = tuple(
     )
 )
 _FUNCTOOLS_FILE = os.path.abspath(functools.__file__)
+#: Static fields listed one by one per record; past this, they are folded into one digest.
+MAX_STATIC_FIELDS = 512
+_MAX_TREE_TEXT = 4000
 
 
 def fun_name(fun: Callable[..., Any]) -> str:
@@ -74,17 +103,32 @@ def _innermost(fun: Callable[..., Any]) -> Any:
 
 
 def call_site(skip: int = 1) -> str | None:
-    """``file:line`` of the first frame outside jax, jaxlib, jaxdiag and functools."""
-    return call_site_and_function(skip + 1)[0]
+    """``file:line`` of the first frame, ``skip`` frames up and outward, that is the user's."""
+    return site_from(sys._getframe(skip + 1))[0]
 
 
 def call_site_and_function(skip: int = 1) -> tuple[str | None, str | None]:
     """``call_site``, and the name of the function that line is in."""
-    frame = sys._getframe(skip)
+    return site_from(sys._getframe(skip + 1))
+
+
+def site_from(frame: types.FrameType | None) -> tuple[str | None, str | None]:
+    """``file:line`` of the first frame, from ``frame`` outward, that is the user's, and its function.
+
+    The one call-site rule of ``jaxdiag.jit`` and ``watch``: frames of
+    ``WRAPPER_PACKAGES`` (by module name), of jax, jaxlib and jaxdiag's folders and of
+    frozen modules are wrappers. ``(None, None)`` when no frame is the user's.
+    """
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (filename.startswith(_LIBRARY_DIRS) or filename == _FUNCTOOLS_FILE or filename.startswith("<frozen")):
-            return f"{filename}:{frame.f_lineno}", frame.f_code.co_name
+        code = frame.f_code
+        module = frame.f_globals.get("__name__") or ""
+        if not (
+            module.partition(".")[0] in WRAPPER_PACKAGES
+            or code.co_filename.startswith(_LIBRARY_DIRS)
+            or code.co_filename == _FUNCTOOLS_FILE
+            or code.co_filename.startswith("<frozen")
+        ):
+            return f"{code.co_filename}:{frame.f_lineno}", code.co_name
         frame = frame.f_back
     return None, None
 
@@ -138,40 +182,49 @@ def signature_of(
     static_argnames: Sequence[str] = (),
     *,
     max_static_repr: int = DEFAULT_THRESHOLDS.max_static_repr,
+    static_leaves: bool = False,
     batch_axes: Mapping[int, int] | None = None,
 ) -> tuple[tuple[ArgSignature, ...], str]:
-    """One signature per leaf of a call's arguments, and the pytree structure of the dynamic ones.
+    """One signature per leaf of a call's arguments, and the text of the dynamic ones' tree.
+
+    The one signature builder of ``jaxdiag.jit`` and ``watch``. A module's static
+    fields (``eqx.field(static=True)``, flax ``struct`` fields with
+    ``pytree_node=False``, non-array attributes of ``nnx`` modules) live in its
+    pytree node, where a change shows only as a different tree; here each is a
+    ``kind="static"`` leaf at its own path (``args[0].act``), and the tree text
+    leaves out the field values so that the change is reported once, by name.
 
     Args:
       args, kwargs: the call's arguments, static ones included.
       static_argnums, static_argnames: which of them are static (negative positions count
         from the end, as in ``jax.jit``).
       max_static_repr: static values' ``repr`` is cut to this many characters.
+      static_leaves: treat every non-array leaf as static (``eqx.filter_jit``).
       batch_axes: ``id`` of a leaf -> the axis ``jax.vmap`` added to it.
 
     Returns:
-      The leaf signatures, positional first, and ``str`` of the dynamic arguments' treedef.
+      The leaf signatures, positional first, and the text of the dynamic arguments' tree.
     """
     static_pos = {i % len(args) for i in static_argnums if -len(args) <= i < len(args)}
-    sigs: list[ArgSignature] = []
+    walker = _Walker(static_leaves, max_static_repr, batch_axes)
     dyn_args, dyn_kwargs = [], {}
     for i, arg in enumerate(args):
         if i in static_pos:
-            sigs.append(static_signature(f"args[{i}]", arg, max_static_repr))
+            walker.sigs.append(static_signature(f"args[{i}]", arg, max_static_repr))
         else:
             dyn_args.append(arg)
-            sigs.extend(_leaves(f"args[{i}]", arg, batch_axes))
+            walker.walk(f"args[{i}]", arg)
     for key, arg in kwargs.items():
         if key in static_argnames:
-            sigs.append(static_signature(f"kwargs[{key!r}]", arg, max_static_repr))
+            walker.sigs.append(static_signature(f"kwargs[{key!r}]", arg, max_static_repr))
         else:
             dyn_kwargs[key] = arg
-            sigs.extend(_leaves(f"kwargs[{key!r}]", arg, batch_axes))
+            walker.walk(f"kwargs[{key!r}]", arg)
     try:
-        tree = str(jax.tree_util.tree_structure((tuple(dyn_args), dyn_kwargs)))
+        root = str(jax.tree_util.tree_structure((tuple(dyn_args), dyn_kwargs), is_leaf=_has_static_fields))
     except Exception:  # a custom node whose flatten fails; jax will report it
-        tree = "<unflattenable>"
-    return tuple(sigs), tree
+        root = "<unflattenable>"
+    return tuple(walker.sigs), _short("; ".join([root, *walker.finish()]))
 
 
 def traced_signature(
@@ -198,20 +251,6 @@ def static_signature(path: str, value: Any, max_repr: int) -> ArgSignature:
     return ArgSignature(path=path, kind="static", value=text)
 
 
-def _leaves(prefix: str, tree: Any, batch_axes: Mapping[int, int] | None = None) -> list[ArgSignature]:
-    try:
-        pairs, _ = jax.tree_util.tree_flatten_with_path(tree)
-    except Exception:
-        return [ArgSignature(path=prefix, kind="other", value=type(tree).__name__)]
-    sigs = [leaf_signature(prefix + jax.tree_util.keystr(path), leaf) for path, leaf in pairs]
-    if batch_axes:
-        sigs = [
-            dataclasses.replace(sig, batch_axis=batch_axes[id(leaf)]) if id(leaf) in batch_axes else sig
-            for sig, (_, leaf) in zip(sigs, pairs)
-        ]
-    return sigs
-
-
 def leaf_signature(path: str, leaf: Any) -> ArgSignature:
     """Shape, dtype, weak type, sharding and memory kind of one array-like leaf."""
     try:
@@ -231,6 +270,102 @@ def leaf_signature(path: str, leaf: Any) -> ArgSignature:
         sharding=describe_sharding(sharding),
         memory_kind=getattr(concrete, "memory_kind", None) if concrete is not None else None,
     )
+
+
+# --- static fields of modules ------------------------------------------------------
+
+
+class _Walker:
+    """Collects leaf signatures and tree text, descending into nodes with static fields."""
+
+    def __init__(self, static_leaves: bool, max_repr: int, batch_axes: Mapping[int, int] | None = None) -> None:
+        self.static_leaves, self.max_repr = static_leaves, max_repr
+        self.batch_axes = batch_axes or {}
+        self.sigs: list[ArgSignature] = []
+        self.segments: list[str] = []
+        self.fields = 0
+        self.folded = hashlib.sha1()
+
+    def walk(self, prefix: str, tree: Any) -> None:
+        try:
+            pairs, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_has_static_fields)
+        except Exception:
+            self.sigs.append(ArgSignature(path=prefix, kind="other", value=type(tree).__name__))
+            return
+        for keys, leaf in pairs:
+            path = prefix + jax.tree_util.keystr(keys)
+            fields = _static_fields(leaf)
+            if fields:
+                self._node(path, leaf, fields)
+            elif self.static_leaves and not isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+                self.sigs.append(static_signature(path, leaf, self.max_repr))
+            elif id(leaf) in self.batch_axes:
+                self.sigs.append(dataclasses.replace(leaf_signature(path, leaf), batch_axis=self.batch_axes[id(leaf)]))
+            else:
+                self.sigs.append(leaf_signature(path, leaf))
+
+    def _node(self, path: str, node: Any, fields: list[tuple[str, Any]]) -> None:
+        children, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda y: y is not node)
+        if len(children) == 1 and children[0][1] is node:  # not a pytree node: one leaf
+            self.sigs.append(
+                static_signature(path, node, self.max_repr) if self.static_leaves else leaf_signature(path, node)
+            )
+            return
+        self.segments.append(f"{path}: {type(node).__qualname__}")
+        for name, value in fields:
+            sig = static_signature(f"{path}.{name}", value, self.max_repr)
+            self.fields += 1
+            if self.fields <= MAX_STATIC_FIELDS:
+                self.sigs.append(sig)
+            else:
+                self.folded.update(f"{sig.path}={sig.value}\n".encode())
+        for keys, child in children:
+            child_path = path + jax.tree_util.keystr(keys)
+            if not _static_fields(child):
+                # Aux data of plain nodes below (variable metadata, dict keys) still counts.
+                sub = jax.tree_util.tree_structure(child, is_leaf=_has_static_fields)
+                if sub.num_nodes > 1 or sub.num_leaves == 0:
+                    self.segments.append(f"{child_path}: {sub}")
+            self.walk(child_path, child)
+
+    def finish(self) -> list[str]:
+        extra = self.fields - MAX_STATIC_FIELDS
+        if extra > 0:
+            return [*self.segments, f"{extra} more static fields (sha1 {self.folded.hexdigest()[:16]})"]
+        return self.segments
+
+
+def _static_fields(node: Any) -> list[tuple[str, Any]]:
+    """``(name, value)`` of the static fields of a module instance; empty for anything else."""
+    if isinstance(node, (type, jax.Array, np.ndarray, np.generic)):  # arrays: the common leaf, cheaply
+        return []
+    state = getattr(node, "__dict__", None)
+    flags = jax_internals.nnx_node_flags(state) if isinstance(state, dict) else None
+    if flags is not None:  # flax nnx: attribute -> whether it is a pytree node
+        return [(k, state.get(k)) for k, is_node in flags.items() if not is_node and not k.startswith("_pytree__")]
+    names = _dataclass_static_names(type(node)) if dataclasses.is_dataclass(node) else ()
+    return [(name, getattr(node, name, None)) for name in names]
+
+
+def _has_static_fields(node: Any) -> bool:
+    return bool(_static_fields(node))
+
+
+@functools.lru_cache(maxsize=1024)
+def _dataclass_static_names(cls: type) -> tuple[str, ...]:
+    # equinox: field(static=True); flax.struct: field(pytree_node=False)
+    return tuple(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("static") is True or f.metadata.get("pytree_node") is False
+    )
+
+
+def _short(text: str) -> str:
+    if len(text) <= _MAX_TREE_TEXT:
+        return text
+    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+    return f"{text[:1000]}... ({len(text)} chars, sha1 {digest})"
 
 
 def describe_sharding(sharding: Any) -> str | None:

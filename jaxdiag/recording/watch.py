@@ -11,9 +11,9 @@ call that missed JAX's cache; this module turns it into the user's view of it:
   the user's function and arguments, not the wrapper's internal pytrees. The
   wrappers' frames are read here (JAX's own, pmap's, in ``listener``); with another
   version of a library, the record keeps what ``jax.jit`` saw.
-- Static fields of modules (``eqx.field(static=True)``, flax ``struct`` fields with
-  ``pytree_node=False``, non-array attributes of ``nnx`` modules) become static
-  leaves at their own path (``args[0].activation``), so a changed field is named.
+- Arguments and call sites are read as ``jaxdiag.jit`` reads them (``signature``):
+  static fields of modules become static leaves at their own path
+  (``args[0].activation``), so a changed field is named.
 - JAX's own jitted helpers (eager ``jnp`` ops, primitives run outside ``jit``, the
   slicing behind ``device_put``) are recorded with ``origin="jax-internal"``: they
   cost compile time the program pays, and summaries fold them. The rule: the
@@ -21,57 +21,28 @@ call that missed JAX's cache; this module turns it into the user's view of it:
 - A ``jaxdiag.jit`` function keeps its own records (``origin="jit"``): recorded once.
 
 Without the pjit internals, records carry names, counts and durations only.
-The module runs past 400 lines because the user's view of a call needs both the
-wrappers' frames and a walk for static fields, kept beside the hooks that use them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import hashlib
 import os
 import sys
 import types
-from collections.abc import Mapping
 from typing import Any
 
-import jax
-import numpy as np
-
 from jaxdiag import jax_internals
-from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import compile_log, host_check, listener, signature, wrapper
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN,
-    ArgSignature,
     CompileRecord,
     Explanation,
 )
+from jaxdiag.recording.signature import signature_of as call_signature
 
 WATCH_ORIGIN = "watch"
-#: Packages whose frames are wrappers, never the user's call site.
-WRAPPER_PACKAGES = frozenset(
-    {
-        "jax",
-        "jaxlib",
-        "jaxdiag",
-        "functools",
-        "contextlib",
-        "equinox",
-        "flax",
-        "optax",
-        "chex",
-        "jaxtyping",
-        "typeguard",
-        "beartype",
-    }
-)
-#: Static fields listed one by one per record; past this, they are folded into one digest.
-MAX_STATIC_FIELDS = 512
-_MAX_TREE_TEXT = 4000
 _ADAPTER_DEPTH = 6  # frames searched outward from ``cache_miss`` for a library wrapper
 _UNKNOWN_CAUSE = "compiled again; the cause is unknown (this JAX lacks the internals that give argument signatures)"
 
@@ -230,7 +201,7 @@ class _Recorder:
             batch_axes=pending.batch_axes,
         )
         args = signature.with_labels(args, call.fun)
-        pending.context = (args, tree, call_site_and_function(pending.frame))
+        pending.context = (args, tree, signature.site_from(pending.frame))
         if (
             pending.transform is None
             and call.fun is p_fun(pending)
@@ -281,7 +252,7 @@ class _AheadOfTime:
         target = wrapper._Target(self, origin=WATCH_ORIGIN)
         target.function_id = None
         args, tree = call_signature(pending.args, pending.kwargs)
-        pending.context = (args, tree, call_site_and_function(pending.frame))
+        pending.context = (args, tree, signature.site_from(pending.frame))
         target.end(pending)
 
 
@@ -306,7 +277,7 @@ class _ByName:
                 function=self.name,
                 qualname=self.name,
                 source=None,
-                call_site=call_site(sys._getframe(1)),
+                call_site=signature.site_from(sys._getframe(1))[0],
                 call_function=None,
                 compile_index=index,
                 time_unix=p.start_unix,
@@ -398,167 +369,4 @@ def _defined_in_jax(fun: Any) -> bool:
     return signature.qualname(fun).partition(".")[0] in ("jax", "jaxlib")
 
 
-def call_site(frame: types.FrameType | None) -> str | None:
-    """``file:line`` of the first frame, from ``frame`` outward, outside ``WRAPPER_PACKAGES``."""
-    return call_site_and_function(frame)[0]
-
-
-def call_site_and_function(frame: types.FrameType | None) -> tuple[str | None, str | None]:
-    """``call_site``, and the name of the function that line is in."""
-    while frame is not None:
-        module = frame.f_globals.get("__name__") or ""
-        if module.partition(".")[0] not in WRAPPER_PACKAGES and not frame.f_code.co_filename.startswith("<frozen"):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}", frame.f_code.co_name
-        frame = frame.f_back
-    return None, None
-
-
-# --- signatures with static fields ---------------------------------------------------
-
-
-def call_signature(
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    static_argnums: tuple[int, ...] = (),
-    static_argnames: tuple[str, ...] = (),
-    *,
-    static_leaves: bool = False,
-    batch_axes: Mapping[int, int] | None = None,
-) -> tuple[tuple[ArgSignature, ...], str]:
-    """One signature per leaf, as ``signature.signature_of``, plus modules' static fields.
-
-    A module's static fields live in its pytree node, where a change shows only as
-    a different tree; here each is a ``kind="static"`` leaf at its own path
-    (``args[0].act``), and the tree text leaves out the field values so that the
-    change is reported once, by name.
-
-    Args:
-      args, kwargs: the call's arguments.
-      static_argnums, static_argnames: the call's static arguments (``jit``'s).
-      static_leaves: treat every non-array leaf as static (``eqx.filter_jit``).
-      batch_axes: ``id`` of a leaf -> the axis ``jax.vmap`` added to it.
-
-    Returns:
-      The leaf signatures and the text of the argument tree.
-    """
-    max_repr = DEFAULT_THRESHOLDS.max_static_repr
-    static_pos = {i % len(args) for i in static_argnums if -len(args) <= i < len(args)}
-    walker = _Walker(static_leaves, max_repr, batch_axes)
-    dyn_args, dyn_kwargs = [], {}
-    for i, arg in enumerate(args):
-        if i in static_pos:
-            walker.sigs.append(signature.static_signature(f"args[{i}]", arg, max_repr))
-        else:
-            dyn_args.append(arg)
-            walker.walk(f"args[{i}]", arg)
-    for key, arg in kwargs.items():
-        if key in static_argnames:
-            walker.sigs.append(signature.static_signature(f"kwargs[{key!r}]", arg, max_repr))
-        else:
-            dyn_kwargs[key] = arg
-            walker.walk(f"kwargs[{key!r}]", arg)
-    try:
-        root = str(jax.tree_util.tree_structure((tuple(dyn_args), dyn_kwargs), is_leaf=_has_static_fields))
-    except Exception:  # a custom node whose flatten fails; jax will report it
-        root = "<unflattenable>"
-    return tuple(walker.sigs), _short("; ".join([root, *walker.finish()]))
-
-
-class _Walker:
-    """Collects leaf signatures and tree text, descending into nodes with static fields."""
-
-    def __init__(self, static_leaves: bool, max_repr: int, batch_axes: Mapping[int, int] | None = None) -> None:
-        self.static_leaves, self.max_repr = static_leaves, max_repr
-        self.batch_axes = batch_axes or {}
-        self.sigs: list[ArgSignature] = []
-        self.segments: list[str] = []
-        self.fields = 0
-        self.folded = hashlib.sha1()
-
-    def walk(self, prefix: str, tree: Any) -> None:
-        try:
-            pairs, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_has_static_fields)
-        except Exception:
-            self.sigs.append(ArgSignature(path=prefix, kind="other", value=type(tree).__name__))
-            return
-        for keys, leaf in pairs:
-            path = prefix + jax.tree_util.keystr(keys)
-            fields = _static_fields(leaf)
-            if fields:
-                self._node(path, leaf, fields)
-            elif self.static_leaves and not isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
-                self.sigs.append(signature.static_signature(path, leaf, self.max_repr))
-            elif id(leaf) in self.batch_axes:
-                self.sigs.append(
-                    dataclasses.replace(signature.leaf_signature(path, leaf), batch_axis=self.batch_axes[id(leaf)])
-                )
-            else:
-                self.sigs.append(signature.leaf_signature(path, leaf))
-
-    def _node(self, path: str, node: Any, fields: list[tuple[str, Any]]) -> None:
-        children, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda y: y is not node)
-        if len(children) == 1 and children[0][1] is node:  # not a pytree node: one leaf
-            self.sigs.append(
-                signature.static_signature(path, node, self.max_repr)
-                if self.static_leaves
-                else signature.leaf_signature(path, node)
-            )
-            return
-        self.segments.append(f"{path}: {type(node).__qualname__}")
-        for name, value in fields:
-            sig = signature.static_signature(f"{path}.{name}", value, self.max_repr)
-            self.fields += 1
-            if self.fields <= MAX_STATIC_FIELDS:
-                self.sigs.append(sig)
-            else:
-                self.folded.update(f"{sig.path}={sig.value}\n".encode())
-        for keys, child in children:
-            child_path = path + jax.tree_util.keystr(keys)
-            if not _static_fields(child):
-                # Aux data of plain nodes below (variable metadata, dict keys) still counts.
-                sub = jax.tree_util.tree_structure(child, is_leaf=_has_static_fields)
-                if sub.num_nodes > 1 or sub.num_leaves == 0:
-                    self.segments.append(f"{child_path}: {sub}")
-            self.walk(child_path, child)
-
-    def finish(self) -> list[str]:
-        extra = self.fields - MAX_STATIC_FIELDS
-        if extra > 0:
-            return [*self.segments, f"{extra} more static fields (sha1 {self.folded.hexdigest()[:16]})"]
-        return self.segments
-
-
-def _static_fields(node: Any) -> list[tuple[str, Any]]:
-    """``(name, value)`` of the static fields of a module instance; empty for anything else."""
-    if isinstance(node, type):
-        return []
-    state = getattr(node, "__dict__", None)
-    flags = jax_internals.nnx_node_flags(state) if isinstance(state, dict) else None
-    if flags is not None:  # flax nnx: attribute -> whether it is a pytree node
-        return [(k, state.get(k)) for k, is_node in flags.items() if not is_node and not k.startswith("_pytree__")]
-    names = _dataclass_static_names(type(node)) if dataclasses.is_dataclass(node) else ()
-    return [(name, getattr(node, name, None)) for name in names]
-
-
-def _has_static_fields(node: Any) -> bool:
-    return bool(_static_fields(node))
-
-
-@functools.lru_cache(maxsize=1024)
-def _dataclass_static_names(cls: type) -> tuple[str, ...]:
-    # equinox: field(static=True); flax.struct: field(pytree_node=False)
-    return tuple(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.metadata.get("static") is True or f.metadata.get("pytree_node") is False
-    )
-
-
-def _short(text: str) -> str:
-    if len(text) <= _MAX_TREE_TEXT:
-        return text
-    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
-    return f"{text[:1000]}... ({len(text)} chars, sha1 {digest})"
-
-
-__all__ = ["watch", "watching", "is_jax_internal", "call_signature", "call_site"]
+__all__ = ["watch", "watching", "is_jax_internal", "call_signature"]

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, overload
 import jax
 
 from jaxdiag.config import DEFAULT_THRESHOLDS
-from jaxdiag.errors import ConfigError
+from jaxdiag.errors import ConfigError, warn_once
 from jaxdiag.recording import budget, compile_log, listener, signature
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN,
@@ -196,9 +196,9 @@ class _Target:
                 cost, memory = listener.analyze_executable(pending.executable)
                 record = dataclasses.replace(record, cost=cost, memory=memory)
             except Exception as exc:
-                listener.warn_once("analysis", f"jaxdiag: no cost/memory analysis ({exc})")
+                warn_once("analysis", f"jaxdiag: no cost/memory analysis ({exc})")
         elif self.wants_executable():
-            listener.warn_once(
+            warn_once(
                 "analysis",
                 "jaxdiag: cost/memory analysis needs JAX internals this JAX lacks; records carry no cost or memory",
             )
@@ -312,7 +312,7 @@ def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation
             return explain(others, record) if others else None  # a transformation's first
         return explain(history, record)
     except Exception as exc:
-        listener.warn_once("explain", f"jaxdiag could not explain a recompile: {type(exc).__name__}: {exc}")
+        warn_once("explain", f"jaxdiag could not explain a recompile: {type(exc).__name__}: {exc}")
         return None
 
 

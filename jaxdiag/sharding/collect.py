@@ -11,16 +11,13 @@ failure warns once and gives ``None``: a problem here never breaks a call.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any, Callable, Sequence
 
 from jaxdiag import jax_internals
-from jaxdiag.errors import JaxdiagWarning
+from jaxdiag.errors import warn_once
 from jaxdiag.sharding import hlo, specs
 from jaxdiag.sharding.facts import DTYPE_NAMES, LeafSharding, MeshFacts, ShardingFacts, global_shape
 from jaxdiag.sharding.tiles import HloSharding, MeshGeometry, parse_sharding
-
-_warned = False
 
 
 def collect(pending: Any, executable: Callable[[], Any]) -> dict[str, Any] | None:
@@ -34,7 +31,7 @@ def collect(pending: Any, executable: Callable[[], Any]) -> dict[str, Any] | Non
     try:
         return _collect(pending, executable)
     except Exception as exc:  # never the user's problem
-        _warn_once(f"jaxdiag recorded no sharding facts: {type(exc).__name__}: {exc}")
+        warn_once("sharding", f"jaxdiag recorded no sharding facts: {type(exc).__name__}: {exc}")
         return None
 
 
@@ -201,14 +198,3 @@ def _output_shardings(ex: Any) -> list[HloSharding] | None:
         return None
     texts = jax_internals.read_output_shardings(ex)
     return None if texts is None else [parse_sharding(t) for t in texts]
-
-
-def _warn_once(message: str) -> None:
-    global _warned
-    if _warned:
-        return
-    _warned = True
-    try:  # even under -W error: a problem of jaxdiag's must not fail the call
-        warnings.warn(message, JaxdiagWarning, stacklevel=3)
-    except Exception:
-        pass

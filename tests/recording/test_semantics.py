@@ -999,9 +999,9 @@ def test_failed_backend_compile_is_no_compile(monkeypatch):
     JAX reports the duration of a failed compile as of a finished one.
     """
     from jaxdiag.errors import JaxdiagWarning
-    from jaxdiag.recording import listener
+    from jaxdiag import errors
 
-    monkeypatch.setattr(listener, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     compile_log.configure(analysis=True)
 
     def f(x):

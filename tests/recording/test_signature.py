@@ -200,3 +200,18 @@ def test_call_site_skips_jax_functools_and_jaxdiag_frames():
     jax.jit(f)(1.0)
     f(2.0)
     assert sites == [f"{__file__}:{line + 1}", f"{__file__}:{line + 2}"]
+
+
+def test_a_wrapper_library_frame_is_never_the_call_site_of_a_jit_function():
+    """``jaxdiag.jit`` and ``watch`` share one rule: frames of wrapper libraries are skipped by module name."""
+    import jaxdiag
+    from jaxdiag.recording import compile_log
+
+    shim: dict[str, Any] = {"__name__": "equinox._shim"}  # as a library's wrapper would run
+    exec(compile("def call(f, x):\n    return f(x)\n", "<shim>", "exec"), shim)
+    f = jaxdiag.jit(lambda x: x + 1)
+    line = inspect.currentframe().f_lineno
+    shim["call"](f, jnp.ones(2))
+    (record,) = compile_log.records(f)
+    assert record.call_site == f"{__file__}:{line + 1}"
+    assert signature.site_from(None) == (None, None)

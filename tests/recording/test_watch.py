@@ -18,6 +18,7 @@ import pytest
 from flax import struct
 
 import jaxdiag
+from jaxdiag import errors
 from jaxdiag.errors import ConfigError, JaxdiagWarning
 from jaxdiag.recording import compile_log, listener, watch
 from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN
@@ -216,7 +217,7 @@ def test_a_recording_failure_warns_once_and_never_fails_the_call(monkeypatch):
         raise RuntimeError("planted failure")
 
     monkeypatch.setattr(watch, "call_signature", broken)
-    monkeypatch.setattr(listener, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     f = jax.jit(lambda x: x - 1)
     with jaxdiag.watch(jax_internals=False):
         with pytest.warns(JaxdiagWarning, match="planted failure"):

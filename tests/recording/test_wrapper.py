@@ -16,6 +16,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxdiag
+from jaxdiag import errors
 from jaxdiag.errors import ConfigError, JaxdiagWarning
 from jaxdiag.recording import compile_log, listener, signature, wrapper
 from jaxdiag.recording.records import CompileRecord
@@ -282,7 +283,7 @@ def test_listener_failure_warns_once_and_the_call_proceeds(monkeypatch):
         raise RuntimeError("planted failure")
 
     monkeypatch.setattr(signature, "call_site_and_function", broken)
-    monkeypatch.setattr(listener, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     f = jaxdiag.jit(lambda x: x - 1)
     with pytest.warns(JaxdiagWarning, match="planted failure"):
         out = f(jnp.ones(2))
@@ -353,7 +354,7 @@ def test_internal_failure_never_fails_the_call_even_under_warnings_as_errors(mon
         raise RuntimeError("planted failure")
 
     monkeypatch.setattr(signature, "call_site_and_function", broken)
-    monkeypatch.setattr(listener, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert jaxdiag.jit(lambda x: x * 5)(2.0) == 10.0
@@ -378,3 +379,28 @@ def test_watch_flag_records_plain_jax_jit_functions():
     jax.jit(plain)(jnp.ones(3))  # watch off again
     (r,) = records()
     assert (r.function, r.origin, r.args[0].shape) == ("plain", "watch", (2,))
+
+
+def test_a_changed_static_field_of_a_module_is_named_as_under_watch():
+    """``jaxdiag.jit`` reads arguments as ``watch`` does: a module's static field is a named leaf."""
+    from flax import struct
+
+    @struct.dataclass
+    class Config:
+        scale: jax.Array
+        activation: str = struct.field(pytree_node=False)
+
+    @jaxdiag.jit
+    def apply(cfg, x):
+        return jnp.tanh(x * cfg.scale) if cfg.activation == "tanh" else x * cfg.scale
+
+    apply(Config(jnp.ones(3), "tanh"), jnp.ones(3))
+    apply(Config(jnp.ones(3), "relu"), jnp.ones(3))
+    first, second = records()
+    assert [(a.path, a.kind, a.value) for a in first.args] == [
+        ("args[0].activation", "static", "'tanh'"),
+        ("args[0].scale", "array", None),
+        ("args[1]", "array", None),
+    ]
+    assert second.explanation.summary.startswith("apply: static cfg.activation changed 'tanh' -> 'relu'")
+    assert first.in_tree == second.in_tree

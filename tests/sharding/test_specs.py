@@ -183,13 +183,14 @@ def test_a_failure_warns_once_and_never_breaks_the_call(monkeypatch):
     import jaxdiag.recording.wrapper as w
     from jaxdiag.errors import JaxdiagWarning
     from jaxdiag.recording import compile_log
-    from jaxdiag.sharding import collect, hlo
+    from jaxdiag import errors
+    from jaxdiag.sharding import hlo
 
     def broken(text):
         raise ValueError("unreadable HLO")
 
     monkeypatch.setattr(hlo, "parse_module", broken)
-    monkeypatch.setattr(collect, "_warned", False)
+    monkeypatch.setattr(errors, "_warned", set())
     m = mesh((8,), ("data",))
 
     @w.jit
@@ -204,6 +205,6 @@ def test_a_failure_warns_once_and_never_breaks_the_call(monkeypatch):
     records = compile_log.records(f)
     assert len(records) == 2 and all(r.sharding is None for r in records)
     assert not [c for c in caught if issubclass(c.category, JaxdiagWarning)]
-    monkeypatch.setattr(collect, "_warned", False)
+    monkeypatch.setattr(errors, "_warned", set())
     with pytest.warns(JaxdiagWarning, match="unreadable HLO"):
         f(put(jnp.ones(24), m, "data"))
