@@ -10,12 +10,13 @@ value through a pydantic adapter, and that costs more than reading a small trace
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union, get_args, get_origin
+from typing import Any, Iterator, Optional, Sequence, Union, get_args, get_origin
 
 import typer
 
@@ -30,6 +31,7 @@ from jaxdiag.cli.options import (
     settings_from,
 )
 from jaxdiag.errors import ConfigError, JaxdiagError
+from jaxdiag.reporting.model import ReportFormatError
 
 
 @app.command("report")
@@ -72,11 +74,10 @@ def report_command(
 ) -> None:
     """Break a capture down step by step, and say what to change, by time lost."""
     width = check_width(width)
-    from jaxdiag.checks.inputs import is_report_file
+    from jaxdiag.checks.inputs import is_report_file, read_report
 
-    if is_report_file(trace_dir):
-        from jaxdiag.reporting.model import Report
-
+    saved = is_report_file(trace_dir)
+    if saved:
         trace_options = {
             "run": run,
             "host": host,
@@ -93,7 +94,7 @@ def report_command(
         given = ["--" + k.replace("_", "-") for k, v in trace_options.items() if v is not None]
         if given:
             raise ConfigError(f"{trace_dir} is a saved report; {', '.join(given)} only apply to a trace folder")
-        result = Report.open(trace_dir)
+        result = read_report(trace_dir)
     else:
         from jaxdiag.reporting.build import report
 
@@ -113,24 +114,42 @@ def report_command(
         )
         if wanted is not None and result.frames is not None:
             check_steps_found(steps, wanted, result.frames.steps["step"], trace_dir)
-    if html is not None:
-        from jaxdiag.render.html import render as render_html
+    with _saved_values_checked(trace_dir if saved else None):
+        if html is not None:
+            from jaxdiag.render.html import render as render_html
 
-        _write(html, render_html(result))
-    if json_out:
-        from jaxdiag.render.json_out import render as render_json
+            _write(html, render_html(result))
+        if json_out:
+            from jaxdiag.render.json_out import render as render_json
 
-        text = render_json(result)
-        color = False
-    else:
-        from jaxdiag.render.terminal import render as render_terminal
+            text = render_json(result)
+            color = False
+        else:
+            from jaxdiag.render.terminal import render as render_terminal
 
-        color = output is None and _stdout_is_terminal()
-        text = render_terminal(result, width=width, color=color)
+            color = output is None and _stdout_is_terminal()
+            text = render_terminal(result, width=width, color=color)
     if output is not None:
         _write(output, text)
     else:
         typer.echo(text, nl=False, color=color)
+
+
+@contextlib.contextmanager
+def _saved_values_checked(saved: Path | None) -> Iterator[None]:
+    """Turn a value of the wrong kind deep in a saved report (a string where a number goes) into one line.
+
+    ``read_report`` checks the containers a renderer walks, not every number in them: a
+    hand-edited report can still hold text where a figure goes, which only rendering meets.
+    """
+    try:
+        yield
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        if saved is None:
+            raise
+        raise ReportFormatError(
+            f"{saved}: not a report this jaxdiag can render: a value of the wrong kind ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _write(path: Path, text: str) -> None:

@@ -175,3 +175,16 @@ def test_a_width_too_narrow_for_a_table_is_refused(cpu_trace_dir, capsys, comman
     args = [a.format(trace=cpu_trace_dir.logdir) for a in command]
     assert main([*args, "--width", "-3"]) == 2
     assert capsys.readouterr().err == "jaxdiag: error: --width must be at least 20 columns, got -3\n"
+
+
+def test_a_saved_report_with_text_where_a_figure_goes_is_one_line(tmp_path: Path, capsys) -> None:
+    from report_builders import make_report
+
+    good = make_report(steps=[{"step": i, "wall_ms": 10.0, "device_busy_ms": 5.0, "compile_ms": 0.0} for i in range(3)])
+    data = json.loads(good.to_json())
+    data["steps"][1]["wall_ms"] = "ten"  # a hand-edited file: the containers are right, a value is not
+    bad = tmp_path / "edited.json"
+    bad.write_text(json.dumps(data))
+    assert main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(bad) in err and "wrong kind" in err, err
