@@ -258,7 +258,7 @@ def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
             kinds.append(what)
         if what == "shape" and ch.get("axis") is not None:
             shape_details.append(
-                f"axis {ch['axis']} of {ch.get('path', 'the argument')}: {ch.get('old')} -> {ch.get('new')}"
+                f"axis {ch['axis']} of {ch.get('label') or ch.get('path') or 'the argument'}: {ch.get('old')} -> {ch.get('new')}"
             )
     tips = []
     for what in kinds:

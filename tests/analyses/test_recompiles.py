@@ -278,3 +278,12 @@ def test_h100_transformer_joined_to_a_compile_log(h100_transformer):
 def test_h100_mlp_recompiles(h100_mlp):
     r = recompiles.analyze(AnalysisInputs(h100_mlp.frames))
     assert [(c.step, c.recompile) for c in r.compiles if c.function == "train_step"] == [(6, True), (9, True)]
+
+
+def test_bucket_advice_names_the_parameter_as_the_user_wrote_it():
+    events = compile_events(12_000, 5000, "step")
+    named = Change(path="args[2]", what="shape", old="int32[8,129]", new="int32[8,193]", axis=1, label="tokens")
+    log = [_record("step", 1, -50_000_000), _record("step", 2, 12_000_000, [named])]
+    f = frames(events, steps=[(0, 20_000)], meta={"profile_start_time": PROFILE_START})
+    (finding,) = recompiles.analyze(AnalysisInputs(f, compile_log=log)).findings
+    assert "axis 1 of tokens: int32[8,129] -> int32[8,193]" in finding.suggestion
