@@ -112,12 +112,14 @@ def call_site_and_function(skip: int = 1) -> tuple[str | None, str | None]:
     return site_from(sys._getframe(skip + 1))
 
 
-def site_from(frame: types.FrameType | None) -> tuple[str | None, str | None]:
+def site_from(frame: types.FrameType | None, *, column: bool = False) -> tuple[str | None, str | None]:
     """``file:line`` of the first frame, from ``frame`` outward, that is the user's, and its function.
 
     The one call-site rule of ``jaxdiag.jit`` and ``watch``: frames of
     ``WRAPPER_PACKAGES`` (by module name), of jax, jaxlib and jaxdiag's folders and of
     frozen modules are wrappers. ``(None, None)`` when no frame is the user's.
+    ``column`` gives ``file:line:column`` of the call being made, where Python knows it:
+    two eager ops on one line (``jnp.asarray(x), jnp.asarray(y)``) are two call sites.
     """
     while frame is not None:
         code = frame.f_code
@@ -128,9 +130,21 @@ def site_from(frame: types.FrameType | None) -> tuple[str | None, str | None]:
             or code.co_filename == _FUNCTOOLS_FILE
             or code.co_filename.startswith("<frozen")
         ):
-            return f"{code.co_filename}:{frame.f_lineno}", code.co_name
+            site = f"{code.co_filename}:{frame.f_lineno}"
+            col = _call_column(frame) if column else None
+            return (site if col is None else f"{site}:{col}"), code.co_name
         frame = frame.f_back
     return None, None
+
+
+def _call_column(frame: types.FrameType) -> int | None:
+    """The 1-based column of the expression ``frame`` is executing, or ``None``."""
+    try:
+        positions = list(frame.f_code.co_positions())
+        column = positions[frame.f_lasti // 2][2]
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return None if column is None else column + 1
 
 
 def with_labels(sigs: tuple[ArgSignature, ...], fun: Any) -> tuple[ArgSignature, ...]:

@@ -201,7 +201,7 @@ class _Recorder:
             batch_axes=pending.batch_axes,
         )
         args = signature.with_labels(args, call.fun)
-        pending.context = (args, tree, signature.site_from(pending.frame))
+        pending.context = (args, tree, signature.site_from(pending.frame, column=internal))
         if (
             pending.transform is None
             and call.fun is p_fun(pending)

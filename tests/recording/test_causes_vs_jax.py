@@ -21,6 +21,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding
@@ -449,7 +450,7 @@ def test_eager_op_is_compared_only_with_calls_from_its_own_line() -> None:
     assert len(lines) == 2  # the loop's line and the labels' line
     loop, labels = (
         sorted((r for r in muls if r.call_site == site), key=lambda r: r.compile_index)
-        for site in sorted(lines, key=lambda s: int(s.rsplit(":", 1)[1]))
+        for site in sorted(lines, key=lambda s: int(s.rsplit(":", 2)[1]))  # file:line:column
     )
     assert [r.compile_index for r in loop] == [1, 2] and loop[1].explanation.compared_to == 1
     assert [r.compile_index for r in labels] == [1] and labels[0].explanation is None
@@ -503,3 +504,18 @@ def side_by_side_table():
             out.write("| case | JAX says | jaxdiag says |\n|---|---|---|\n")
             for row in _TABLE:
                 out.write("| " + " | ".join(c.replace("|", "/") for c in row) + " |\n")
+
+
+def test_two_eager_ops_on_one_line_are_compared_each_with_its_own() -> None:
+    def load(rows: int):
+        x, y = np.ones((rows, 5), np.float32), np.arange(rows)
+        return jnp.asarray(x), jnp.asarray(y)  # two conversions on one line
+
+    with jaxdiag.watch() as watched:
+        for rows in (17, 17, 19):  # sizes no other test uses
+            load(rows)
+    again = [r for r in watched.records if r.explanation is not None and r.explanation.changes]
+    assert len({r.call_site for r in again}) == 2
+    for r in again:  # each compared with the earlier call of the same conversion: rows 17 -> 19
+        (change,) = r.explanation.changes
+        assert (change.what, change.old, change.new) == ("shape", "17", "19"), r.explanation.summary
