@@ -1,6 +1,7 @@
 """Session fixtures shared by every test folder.
 
-``XLA_FLAGS`` is set before anything imports jax so that tests see 8 CPU devices.
+``XLA_FLAGS`` is set before anything imports jax so that tests see 8 CPU devices, and
+``every_compile_is_a_record`` checks in every test that jaxdiag records each compile it is recording.
 """
 
 from __future__ import annotations
@@ -9,7 +10,11 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+import collections  # noqa: E402
 import dataclasses  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import types  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -157,3 +162,151 @@ def matmul_capture(tmp_path_factory: pytest.TempPathFactory) -> MatmulCapture:
         "generated_code_bytes": stats.generated_code_size_in_bytes,
     }
     return MatmulCapture(logdir, Path(capture.run_dir), steps, float(compiled.cost_analysis()["flops"]), memory)
+
+
+# --- every compile is a record -------------------------------------------------------
+#
+# jaxdiag promises that each backend compile it is recording is one record. Counted
+# for every test: a compile is "being recorded" when ``jaxdiag.watch()`` records
+# everything (JAX's own helpers included), or when the function it compiles is a
+# ``jaxdiag.jit`` function: the nearest jit call on the stack is one (a plain call, or
+# grad's forward and vmap's batched program under it), or a transformed compile with
+# no call left on the stack (grad's backward pass) comes from the source of one. The
+# check reads JAX's frames, not jaxdiag's matching, so a compile jaxdiag misses shows.
+# Nothing here imports jax or jaxdiag: a test that never imports jax is not checked,
+# nor is the one that first imports it (the listener is registered at setup).
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_JIT_CALL_FRAMES = ("cache_miss", "call_impl_cache_miss")
+
+
+class _CompileCount:
+    """The backend compiles jaxdiag was recording, and its records, over one test."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = False
+        self.compiles: list[str] = []
+        self.records: list[str] = []
+        #: ``jit_info.fun_sourceinfo`` of the ``jaxdiag.jit`` functions seen compiling.
+        self.jaxdiag_sources: set[str] = set()
+
+
+_COUNT = _CompileCount()
+_listening = False
+
+
+def _recording_everything() -> bool:
+    listener, watch = sys.modules.get("jaxdiag.recording.listener"), sys.modules.get("jaxdiag.recording.watch")
+    if listener is None or watch is None or listener.mode() != "frames":
+        return False
+    recorders = getattr(watch, "_RECORDERS", {})
+    return recorders.get(True) is not None and listener.get_watch() is recorders[True]
+
+
+def _is_jaxdiag_jit(fun: object) -> bool:
+    try:
+        return getattr(fun, "__jaxdiag_hooks__", None) is not None
+    except Exception:
+        return False
+
+
+def _jaxdiag_function_compiling() -> bool:
+    """Whether the compile under way is of a ``jaxdiag.jit`` function, read from JAX's own frames."""
+    frame: types.FrameType | None = sys._getframe(2)
+    transformed = None
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in _JIT_CALL_FRAMES and frame.f_globals.get("__name__") == "jax._src.pjit":
+            local = frame.f_locals
+            if code.co_name == "cache_miss":
+                if not _is_jaxdiag_jit(local.get("fun")):
+                    return False
+                source = getattr(local.get("jit_info"), "fun_sourceinfo", None)
+                if isinstance(source, str):
+                    _COUNT.jaxdiag_sources.add(source)
+                return True
+            if transformed is None:
+                transformed = local
+        elif code.co_name == "compile" and frame.f_globals.get("__name__") == "jax._src.stages":
+            return False  # ahead of time: the user's own request, recorded only under watch
+        frame = frame.f_back
+    if transformed is None:
+        return False
+    info = getattr(getattr(transformed.get("jaxpr"), "jaxpr", None), "debug_info", None)
+    return getattr(info, "func_src_info", None) in _COUNT.jaxdiag_sources
+
+
+def _compile_raised() -> bool:
+    """Whether the backend compile being reported failed: JAX times it in a ``with`` whose exit sees the error."""
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "__exit__" and frame.f_globals.get("__name__") == "jax._src.dispatch":
+            return frame.f_locals.get("exc_type") is not None
+        frame = frame.f_back
+    return False
+
+
+def _on_duration(event: str, duration: float, **kwargs: object) -> None:
+    if event != COMPILE_EVENT or not _COUNT.active:
+        return
+    if not _compile_raised() and (_recording_everything() or _jaxdiag_function_compiling()):
+        with _COUNT.lock:
+            _COUNT.compiles.append(str(kwargs.get("fun_name")))
+
+
+class _CountingRecords(list):
+    """A collector's record list that counts the records made of compiles being recorded."""
+
+    def append(self, record: object) -> None:
+        super().append(record)
+        if _COUNT.active and (getattr(record, "origin", None) == "jit" or _recording_everything()):
+            with _COUNT.lock:
+                _COUNT.records.append(str(getattr(record, "function", "?")))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "compile_count_unchecked: the test breaks recording on purpose; its records need not match JAX's compile count",
+    )
+
+
+@pytest.fixture(autouse=True)
+def every_compile_is_a_record(request: pytest.FixtureRequest):
+    """Fail a test in which jaxdiag recorded a number of compiles other than JAX's backend compiles."""
+    global _listening
+    if "jax" not in sys.modules:
+        yield
+        return
+    from jax import monitoring
+
+    from jaxdiag.recording import compile_log
+
+    if not _listening:
+        monitoring.register_event_duration_secs_listener(_on_duration)
+        _listening = True
+    collector = compile_log.Collector()
+    collector.records = _CountingRecords()
+    compile_log.LOG.add_collector(collector)
+    with _COUNT.lock:
+        _COUNT.active, _COUNT.compiles, _COUNT.records = True, [], []
+    try:
+        yield
+    finally:
+        compile_log.LOG.remove_collector(collector)
+        with _COUNT.lock:
+            _COUNT.active = False
+            compiles, records = _COUNT.compiles, _COUNT.records
+    if request.node.get_closest_marker("compile_count_unchecked") is None:
+        missing = collections.Counter(_bare(name) for name in compiles) - collections.Counter(records)
+        extra = collections.Counter(records) - collections.Counter(_bare(name) for name in compiles)
+        assert len(records) == len(compiles), (
+            f"jaxdiag recorded {len(records)} compiles where JAX reported {len(compiles)} backend compiles "
+            f"({COMPILE_EVENT}); compiled without a record: {dict(missing) or 'none by name'}; "
+            f"records without a compile: {dict(extra) or 'none by name'}"
+        )
+
+
+def _bare(fun_name: str) -> str:
+    return fun_name[4:-1] if fun_name.startswith("jit(") and fun_name.endswith(")") else fun_name
