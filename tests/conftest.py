@@ -1,7 +1,8 @@
 """Session fixtures shared by every test folder.
 
 ``XLA_FLAGS`` is set before anything imports jax so that tests see 8 CPU devices, and
-``every_compile_is_a_record`` checks in every test that jaxdiag records each compile it is recording.
+``every_compile_is_a_record`` checks in every test that jaxdiag makes one record of each
+compile it is recording (``compile_count`` says which).
 """
 
 from __future__ import annotations
@@ -10,15 +11,14 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import collections  # noqa: E402
 import dataclasses  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
-import types  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+from tests import compile_count  # noqa: E402
 
 #: The real H100 traces (``README.md`` says which tests need them): ``$JAXDIAG_FIXTURES``,
 #: else ``shared/fixtures`` beside the checkout.
@@ -164,105 +164,7 @@ def matmul_capture(tmp_path_factory: pytest.TempPathFactory) -> MatmulCapture:
     return MatmulCapture(logdir, Path(capture.run_dir), steps, float(compiled.cost_analysis()["flops"]), memory)
 
 
-# --- every compile is a record -------------------------------------------------------
-#
-# jaxdiag promises that each backend compile it is recording is one record. Counted
-# for every test: a compile is "being recorded" when ``jaxdiag.watch()`` records
-# everything (JAX's own helpers included), or when the function it compiles is a
-# ``jaxdiag.jit`` function: the nearest jit call on the stack is one (a plain call, or
-# grad's forward and vmap's batched program under it), or a transformed compile with
-# no call left on the stack (grad's backward pass) comes from the source of one. The
-# check reads JAX's frames, not jaxdiag's matching, so a compile jaxdiag misses shows.
-# Nothing here imports jax or jaxdiag: a test that never imports jax is not checked,
-# nor is the one that first imports it (the listener is registered at setup).
-
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_JIT_CALL_FRAMES = ("cache_miss", "call_impl_cache_miss")
-
-
-class _CompileCount:
-    """The backend compiles jaxdiag was recording, and its records, over one test."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.active = False
-        self.compiles: list[str] = []
-        self.records: list[str] = []
-        #: ``jit_info.fun_sourceinfo`` of the ``jaxdiag.jit`` functions seen compiling.
-        self.jaxdiag_sources: set[str] = set()
-
-
-_COUNT = _CompileCount()
 _listening = False
-
-
-def _recording_everything() -> bool:
-    listener, watch = sys.modules.get("jaxdiag.recording.listener"), sys.modules.get("jaxdiag.recording.watch")
-    if listener is None or watch is None or listener.mode() != "frames":
-        return False
-    recorders = getattr(watch, "_RECORDERS", {})
-    return recorders.get(True) is not None and listener.get_watch() is recorders[True]
-
-
-def _is_jaxdiag_jit(fun: object) -> bool:
-    try:
-        return getattr(fun, "__jaxdiag_hooks__", None) is not None
-    except Exception:
-        return False
-
-
-def _jaxdiag_function_compiling() -> bool:
-    """Whether the compile under way is of a ``jaxdiag.jit`` function, read from JAX's own frames."""
-    frame: types.FrameType | None = sys._getframe(2)
-    transformed = None
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name in _JIT_CALL_FRAMES and frame.f_globals.get("__name__") == "jax._src.pjit":
-            local = frame.f_locals
-            if code.co_name == "cache_miss":
-                if not _is_jaxdiag_jit(local.get("fun")):
-                    return False
-                source = getattr(local.get("jit_info"), "fun_sourceinfo", None)
-                if isinstance(source, str):
-                    _COUNT.jaxdiag_sources.add(source)
-                return True
-            if transformed is None:
-                transformed = local
-        elif code.co_name == "compile" and frame.f_globals.get("__name__") == "jax._src.stages":
-            return False  # ahead of time: the user's own request, recorded only under watch
-        frame = frame.f_back
-    if transformed is None:
-        return False
-    info = getattr(getattr(transformed.get("jaxpr"), "jaxpr", None), "debug_info", None)
-    return getattr(info, "func_src_info", None) in _COUNT.jaxdiag_sources
-
-
-def _compile_raised() -> bool:
-    """Whether the backend compile being reported failed: JAX times it in a ``with`` whose exit sees the error."""
-    frame: types.FrameType | None = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name == "__exit__" and frame.f_globals.get("__name__") == "jax._src.dispatch":
-            return frame.f_locals.get("exc_type") is not None
-        frame = frame.f_back
-    return False
-
-
-def _on_duration(event: str, duration: float, **kwargs: object) -> None:
-    if event != COMPILE_EVENT or not _COUNT.active:
-        return
-    if not _compile_raised() and (_recording_everything() or _jaxdiag_function_compiling()):
-        with _COUNT.lock:
-            _COUNT.compiles.append(str(kwargs.get("fun_name")))
-
-
-class _CountingRecords(list):
-    """A collector's record list that counts the records made of compiles being recorded."""
-
-    def append(self, record: object) -> None:
-        super().append(record)
-        if _COUNT.active and (getattr(record, "origin", None) == "jit" or _recording_everything()):
-            with _COUNT.lock:
-                _COUNT.records.append(str(getattr(record, "function", "?")))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -284,29 +186,21 @@ def every_compile_is_a_record(request: pytest.FixtureRequest):
     from jaxdiag.recording import compile_log
 
     if not _listening:
-        monitoring.register_event_duration_secs_listener(_on_duration)
+        monitoring.register_event_duration_secs_listener(compile_count.on_duration)
         _listening = True
     collector = compile_log.Collector()
-    collector.records = _CountingRecords()
+    collector.records = compile_count.CountingRecords()
     compile_log.LOG.add_collector(collector)
-    with _COUNT.lock:
-        _COUNT.active, _COUNT.compiles, _COUNT.records = True, [], []
+    count = compile_count.COUNT
+    with count.lock:
+        count.active, count.compiles, count.records = True, [], []
     try:
         yield
     finally:
         compile_log.LOG.remove_collector(collector)
-        with _COUNT.lock:
-            _COUNT.active = False
-            compiles, records = _COUNT.compiles, _COUNT.records
-    if request.node.get_closest_marker("compile_count_unchecked") is None:
-        missing = collections.Counter(_bare(name) for name in compiles) - collections.Counter(records)
-        extra = collections.Counter(records) - collections.Counter(_bare(name) for name in compiles)
-        assert len(records) == len(compiles), (
-            f"jaxdiag recorded {len(records)} compiles where JAX reported {len(compiles)} backend compiles "
-            f"({COMPILE_EVENT}); compiled without a record: {dict(missing) or 'none by name'}; "
-            f"records without a compile: {dict(extra) or 'none by name'}"
-        )
-
-
-def _bare(fun_name: str) -> str:
-    return fun_name[4:-1] if fun_name.startswith("jit(") and fun_name.endswith(")") else fun_name
+        with count.lock:
+            count.active = False
+            compiles, records = count.compiles, count.records
+    problem = compile_count.mismatch(compiles, records)
+    if problem is not None and request.node.get_closest_marker("compile_count_unchecked") is None:
+        pytest.fail(problem, pytrace=False)
