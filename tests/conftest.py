@@ -1,6 +1,8 @@
 """Session fixtures shared by every test folder.
 
-``XLA_FLAGS`` is set before anything imports jax so that tests see 8 CPU devices.
+``XLA_FLAGS`` is set before anything imports jax so that tests see 8 CPU devices, and
+``every_compile_is_a_record`` checks in every test that jaxdiag makes one record of each
+compile it is recording (``compile_count`` says which).
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import dataclasses  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+from tests import compile_count  # noqa: E402
 
 #: The real H100 traces (``README.md`` says which tests need them): ``$JAXDIAG_FIXTURES``,
 #: else ``shared/fixtures`` beside the checkout.
@@ -157,3 +162,45 @@ def matmul_capture(tmp_path_factory: pytest.TempPathFactory) -> MatmulCapture:
         "generated_code_bytes": stats.generated_code_size_in_bytes,
     }
     return MatmulCapture(logdir, Path(capture.run_dir), steps, float(compiled.cost_analysis()["flops"]), memory)
+
+
+_listening = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "compile_count_unchecked: the test breaks recording on purpose; its records need not match JAX's compile count",
+    )
+
+
+@pytest.fixture(autouse=True)
+def every_compile_is_a_record(request: pytest.FixtureRequest):
+    """Fail a test in which jaxdiag recorded a number of compiles other than JAX's backend compiles."""
+    global _listening
+    if "jax" not in sys.modules:
+        yield
+        return
+    from jax import monitoring
+
+    from jaxdiag.recording import compile_log
+
+    if not _listening:
+        monitoring.register_event_duration_secs_listener(compile_count.on_duration)
+        _listening = True
+    collector = compile_log.Collector()
+    collector.records = compile_count.CountingRecords()
+    compile_log.LOG.add_collector(collector)
+    count = compile_count.COUNT
+    with count.lock:
+        count.active, count.compiles, count.records = True, [], []
+    try:
+        yield
+    finally:
+        compile_log.LOG.remove_collector(collector)
+        with count.lock:
+            count.active = False
+            compiles, records = count.compiles, count.records
+    problem = compile_count.mismatch(compiles, records)
+    if problem is not None and request.node.get_closest_marker("compile_count_unchecked") is None:
+        pytest.fail(problem, pytrace=False)

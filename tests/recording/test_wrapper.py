@@ -278,6 +278,7 @@ def test_persistent_cache_hit_is_recorded(tmp_path):
     assert second.traced and second.backend_compile_s is not None
 
 
+@pytest.mark.compile_count_unchecked  # a planted failure stops the record
 def test_listener_failure_warns_once_and_the_call_proceeds(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("planted failure")
@@ -349,6 +350,7 @@ def test_missing_internals_warn_once_and_recording_goes_on():
     assert proc.stdout.split() == ["1", "JaxdiagWarning", "names", "3"], proc.stderr
 
 
+@pytest.mark.compile_count_unchecked  # a planted failure stops the record
 def test_internal_failure_never_fails_the_call_even_under_warnings_as_errors(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("planted failure")
