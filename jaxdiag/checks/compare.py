@@ -391,7 +391,7 @@ def _notes(obs: Baseline, base: Baseline | None, th: CheckThresholds) -> list[st
                     "on a quieter machine, or allow more"
                 )
     if base is not None:
-        a, b = list(base.source.get("devices") or []), list(obs.source.get("devices") or [])
+        a, b = _device_names(base.source), _device_names(obs.source)
         if a and b and a != b:
             notes.append(
                 f"the baseline ran on {', '.join(a)} and this capture on {', '.join(b)}; timings may not compare"
@@ -405,3 +405,9 @@ def _notes(obs: Baseline, base: Baseline | None, th: CheckThresholds) -> list[st
             + "; ".join(r.describe() for r in obs.internal_recompiles[:3])
         )
     return notes
+
+
+def _device_names(source: Any) -> list[str]:
+    """The device names a baseline or report says it ran on (none when a hand-edited file holds no list)."""
+    devices = source.get("devices") if isinstance(source, dict) else None
+    return [str(d) for d in devices] if isinstance(devices, list) else []

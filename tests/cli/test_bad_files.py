@@ -64,3 +64,17 @@ def test_a_saved_report_with_a_section_of_the_wrong_kind_is_named(tmp_path: Path
     assert capsys.readouterr().err == (
         f"jaxdiag: error: {path}: not a jaxdiag report: throughput.per_step[0].step: a string, not a whole number\n"
     )
+
+
+def test_a_baseline_whose_devices_are_not_a_list_still_compares(tmp_path: Path, capsys) -> None:
+    good = tmp_path / "good.json"
+    make_report(
+        steps=[{"step": i, "wall_ms": 10.0, "tokens": 10.0} for i in range(4)], recompiles=[], findings=()
+    ).save(good)
+    base = tmp_path / "base.json"
+    assert main(["baseline", str(good), "-o", str(base)]) == 0
+    data = json.loads(base.read_text())
+    data["source"]["devices"] = True  # hand-edited: found by fuzzing, once a TypeError
+    base.write_text(json.dumps(data))
+    assert main(["check", str(good), "--baseline", str(base)]) in (0, 1, 2)
+    assert "Traceback" not in capsys.readouterr().err
