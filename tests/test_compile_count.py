@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import pytest
 
 import jaxdiag
+from jaxdiag import errors
 from jaxdiag.errors import JaxdiagWarning
-from jaxdiag.recording import listener, signature
+from jaxdiag.recording import signature
 from tests import compile_count
 
 
@@ -63,7 +64,7 @@ def test_a_compile_without_its_record_is_a_mismatch_naming_the_function(monkeypa
         raise RuntimeError("planted failure")
 
     monkeypatch.setattr(signature, "call_site_and_function", broken)
-    monkeypatch.setattr(listener, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
 
     @jaxdiag.jit
     def step(x):

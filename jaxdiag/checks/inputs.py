@@ -132,10 +132,10 @@ def read_report(path: str | Path) -> "Report":
         another schema, a section of the wrong kind).
     """
     from jaxdiag.files import read_json
-    from jaxdiag.reporting.model import SCHEMA_VERSION, Report, ReportFormatError
+    from jaxdiag.reporting.model import SAVED_REPORT, SCHEMA_VERSION, Report, ReportFormatError
 
     p = Path(path)
-    data = read_json(p, "a saved jaxdiag report (JSON)", ReportFormatError)
+    data = read_json(p, SAVED_REPORT, ReportFormatError)
     major = SCHEMA_VERSION.split(".")[0]
     if isinstance(data, dict) and str(data.get("schema_version", "")).split(".")[0] == major:
         problem = malformed_part(data)

@@ -249,7 +249,10 @@ def _padding(qualname: str, recs: list[CompileRecord], max_buckets: int, changed
         involved = sum(counts.values())
         due = due_by_leaf[(path, axis)]
         label = next((a.label for r in recs for a in r.args if a.path == path and a.label), path)
-        also = [f"{p} axis {a}" for p, a in where[1:]]
+        also = [
+            f"{next((x.label for r in recs for x in r.args if x.path == p and x.label), p)} axis {a}"
+            for p, a in where[1:]
+        ]
         message = (
             f"{name}: {label} axis {axis} took {len(counts)} sizes "
             f"({_listing(sorted(counts))}); {due} recompile(s) came from a size change of this axis"

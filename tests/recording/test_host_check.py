@@ -8,7 +8,6 @@ from multihost import run_processes
 
 GUARDED = textwrap.dedent(
     """
-    import os
     import numpy as np
     from jax.experimental import multihost_utils
     import jaxdiag
@@ -30,7 +29,7 @@ GUARDED = textwrap.dedent(
         print("DIVERGED", exc, flush=True)
         from jax._src import distributed
         distributed.global_state.client.wait_at_barrier("diverged", 120_000)  # every peer has read every entry
-        os._exit(0)  # no shutdown: the program stopped before its collectives
+    # Every process stops here, so the coordinator (process 0) is not gone while a peer still polls it.
     jax.distributed.shutdown()
     """
 )

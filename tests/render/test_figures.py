@@ -137,9 +137,11 @@ def test_timeline_merges_events_to_the_limit_and_says_so(cpu_report, cpu_trace_d
     step = cpu_trace_dir.recompile_step + 1  # tiny_soup's ops make this step a few hundred events
     full = figures.step_timeline(cpu_report, step)
     n_full = sum(len(t.x) for t in full.data)
-    fig = figures.step_timeline(cpu_report, step, max_rects=40)
+    limit = n_full // 2  # how many events the step has varies with the machine's timing
+    assert limit >= 4
+    fig = figures.step_timeline(cpu_report, step, max_rects=limit)
     n = sum(len(t.x) for t in fig.data)
-    assert n_full > 40 >= n
+    assert n_full > limit >= n
     assert any(f"{n_full:,} events drawn as {n:,} rectangles" in t for t in annotations(fig))
 
 
