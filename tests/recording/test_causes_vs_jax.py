@@ -21,7 +21,6 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding
@@ -508,14 +507,15 @@ def side_by_side_table():
 
 def test_two_eager_ops_on_one_line_are_compared_each_with_its_own() -> None:
     def load(rows: int):
-        x, y = np.ones((rows, 5), np.float32), np.arange(rows)
-        return jnp.asarray(x), jnp.asarray(y)  # two conversions on one line
+        x, y = jnp.ones((rows, 5)), jnp.ones(rows, jnp.int32)
+        return x * 2, y * 2  # two eager multiplies on one line
 
     with jaxdiag.watch() as watched:
         for rows in (17, 17, 19):  # sizes no other test uses
             load(rows)
-    again = [r for r in watched.records if r.explanation is not None and r.explanation.changes]
-    assert len({r.call_site for r in again}) == 2
-    for r in again:  # each compared with the earlier call of the same conversion: rows 17 -> 19
+    muls = [r for r in watched.records if r.function == "multiply" and r.call_function == "load"]
+    again = [r for r in muls if r.explanation is not None and r.explanation.changes]
+    assert len({r.call_site for r in muls}) == 2 and len(again) == 2
+    for r in again:  # each compared with the earlier call of the same multiply: rows 17 -> 19
         (change,) = r.explanation.changes
         assert (change.what, change.old, change.new) == ("shape", "17", "19"), r.explanation.summary
