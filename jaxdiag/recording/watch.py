@@ -204,6 +204,7 @@ class _Recorder:
         pending.context = (args, tree, signature.site_from(pending.frame, column=internal))
         if (
             pending.transform is None
+            and not internal  # JAX's cache holds an eager op's calls from every line: not comparable
             and call.fun is p_fun(pending)
             and compile_log.LOG.peek(target.history_key(pending))[0] == 1
         ):

@@ -153,6 +153,9 @@ def test_max_compiles_raise_on_a_sharding_only_recompile():
         f(jax.device_put(jnp.ones(8), NamedSharding(mesh, P())))  # would lower again, no trace
 
 
+# The warning, raised as an error, stops a compile JAX had begun (on JAX 0.8 before its backend
+# compile): the record of that compile stays, with no backend compile to match it.
+@pytest.mark.compile_count_unchecked
 def test_max_compiles_warning_is_an_error_under_warnings_as_errors():
     f = jaxdiag.jit(lambda x: x + 1, max_compiles=1)
     f(jnp.ones(1))
