@@ -278,9 +278,13 @@ def _device_peak(row: Mapping[str, Any], dtype: str | None) -> tuple[float | Non
     return None, f"unknown: no peak FLOP/s for {platform or 'this'} devices"
 
 
-def _positive(value: Any) -> float | None:
+def positive(value: Any) -> float | None:
+    """``value`` as a finite positive float (a trace or XProf figure), else ``None``."""
     try:
         v = float(value)
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) and v > 0 else None
+
+
+_positive = positive

@@ -32,6 +32,7 @@ import numpy as np
 from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.analyses.mfu import positive as _positive
 from jaxdiag.trace import frames as F
 
 #: Rows kept in the section.
@@ -276,14 +277,6 @@ def peaks_by_dtype(frames: Any, host: str | None = None) -> dict[str, float]:
         if peak is not None:
             out[dtype] = peak
     return out
-
-
-def _positive(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and v > 0 else None
 
 
 def _function_sources(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:

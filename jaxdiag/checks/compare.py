@@ -17,7 +17,7 @@ from the scatter of the steps.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from jaxdiag.checks import stats
 from jaxdiag.checks.baseline import Baseline, Spread, baseline_from_report
@@ -132,26 +132,42 @@ def compare(
 
 
 def _recompiles(obs: Baseline, base: Baseline | None, limit: int) -> CheckOutcome:
-    n = len(obs.steady_recompiles)
-    expected = None if base is None else float(len(base.steady_recompiles))
-    if n == 0:
-        message = "no recompiles after warm-up"
-    else:
-        listed = "; ".join(r.describe() for r in obs.steady_recompiles[:5])
-        more = f"; and {n - 5} more" if n > 5 else ""
-        message = f"{n} recompile(s) after warm-up, {limit} allowed: {listed}{more}"
-    return CheckOutcome("steady_recompiles", n <= limit, float(n), float(limit), expected, message, unit="count")
+    return _compile_count(
+        "steady_recompiles",
+        obs.steady_recompiles,
+        None if base is None else base.steady_recompiles,
+        limit,
+        "recompile(s)",
+        "no recompiles after warm-up",
+        more=True,
+    )
 
 
 def _internal(obs: Baseline, base: Baseline | None, limit: int) -> CheckOutcome:
-    n = len(obs.internal_recompiles)
-    expected = None if base is None else float(len(base.internal_recompiles))
+    return _compile_count(
+        "internal_recompiles",
+        obs.internal_recompiles,
+        None if base is None else base.internal_recompiles,
+        limit,
+        "compile(s) of JAX's own helpers",
+        "no compiles of JAX's own helpers after warm-up",
+        more=False,
+    )
+
+
+def _compile_count(
+    name: str, found: Sequence[Any], before: Sequence[Any] | None, limit: int, what: str, none: str, *, more: bool
+) -> CheckOutcome:
+    """A count of compiles after warm-up against its limit, the first five named."""
+    n = len(found)
+    expected = None if before is None else float(len(before))
     if n == 0:
-        message = "no compiles of JAX's own helpers after warm-up"
+        message = none
     else:
-        listed = "; ".join(r.describe() for r in obs.internal_recompiles[:5])
-        message = f"{n} compile(s) of JAX's own helpers after warm-up, {limit} allowed: {listed}"
-    return CheckOutcome("internal_recompiles", n <= limit, float(n), float(limit), expected, message, unit="count")
+        listed = "; ".join(r.describe() for r in found[:5])
+        rest = f"; and {n - 5} more" if more and n > 5 else ""
+        message = f"{n} {what} after warm-up, {limit} allowed: {listed}{rest}"
+    return CheckOutcome(name, n <= limit, float(n), float(limit), expected, message, unit="count")
 
 
 def _step_time(obs: Baseline, base: Baseline, th: CheckThresholds) -> CheckOutcome:

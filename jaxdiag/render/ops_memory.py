@@ -6,8 +6,9 @@ and ``throughput.mfu_basis`` sections and the findings' ``evidence["where"]``.
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING, Any
+
+from jaxdiag.render.html import _e  # the HTML report's one escape
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -348,10 +349,6 @@ def _table(header: Any, rows: Any, row_ids: list[str] | None = None) -> str:
         rid = f" id='{_e(row_ids[i])}'" if row_ids else ""
         body.append(f"<tr{rid}>" + "".join(f"<td>{_e(c if c is not None else '—')}</td>" for c in row) + "</tr>")
     return f"<table class='jd'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
 
 
 def _num(value: Any) -> str:
