@@ -147,25 +147,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         steps=[(0, 0, 300), (1, 300, 600)],
         host_annotations=[("load_batch", 10, 90)],
     )
-    trace = gzip.compress(
-        json.dumps(
-            {
-                "traceEvents": [
-                    {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
-                    {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 10, "name": "train", "args": {"step_num": "0"}},
-                    {
-                        "ph": "X",
-                        "pid": 1,
-                        "tid": 2,
-                        "ts": 1,
-                        "dur": 1,
-                        "name": "copy",
-                        "args": {"hlo_op": "copy", "hlo_module": "m"},
-                    },
-                ]
-            }
-        ).encode()
-    )
+    from tests.trace.test_load_fuzz import JSON as trace  # the JSON trace the reader's own fuzz starts from
+
     sidecar = {
         "schema": "jaxdiag.sidecar/1",
         "host": "h",

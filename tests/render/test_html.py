@@ -15,17 +15,7 @@ from jaxdiag.cli.app import main
 from jaxdiag.render import html
 from report_builders import make_report
 
-FIGURES = (
-    "step_breakdown",
-    "step_timeline",
-    "recompile_timeline",
-    "host_wait_waterfall",
-    "throughput",
-    "small_op_histogram",
-    "collective_overlap",
-    "sharding_collectives",
-    "roofline",
-)
+from tests.render import FIGURES
 
 
 class Tags(HTMLParser):

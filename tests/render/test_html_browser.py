@@ -18,17 +18,8 @@ import pytest
 import jaxdiag
 from jaxdiag.render import html
 
-FIGURES = (
-    "step_breakdown",
-    "step_timeline",
-    "recompile_timeline",
-    "host_wait_waterfall",
-    "throughput",
-    "small_op_histogram",
-    "collective_overlap",
-    "sharding_collectives",
-    "roofline",
-)
+from tests.render import FIGURES
+
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _FLAGS = (
     "--headless",
