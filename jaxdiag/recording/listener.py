@@ -107,6 +107,9 @@ class Pending:
     config: dict[str, str] | None = None
     #: ``(args, in_tree)`` signatures of calls JAX traced before recording started (late watch).
     earlier: list[tuple[Any, str]] | None = None
+    #: Whether ``args`` are the user's arguments; not for a transformed program's flat inputs
+    #: (grad's backward: residuals and cotangents), which the parameters' names would misname.
+    user_args: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
     args: tuple[Any, ...] = tuple(flat)
     kwargs: dict[str, Any] = {}
     static: tuple[tuple[int, ...], tuple[str, ...]] = ((), ())
+    user_args = False  # the flat inputs, until they fill the user's call
     if outer is not None:
         remember_source(info, fun)
         tree = _with_leaves(
@@ -65,6 +66,7 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
         if tree is not None:
             args, kwargs = tree
             static = jax_internals.jit_static(info)
+            user_args = True
     p = listener.Pending(
         hooks,
         args,
@@ -77,6 +79,7 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
         transform=transform,
         user_frame=outer,
         jit_info=info,
+        user_args=user_args,
     )
     listener._add_context(p)
     if transform == "vmap":

@@ -200,7 +200,8 @@ class _Recorder:
             static_leaves=call.static_leaves,
             batch_axes=pending.batch_axes,
         )
-        args = signature.with_labels(args, call.fun)
+        if pending.user_args:
+            args = signature.with_labels(args, call.fun)
         pending.context = (args, tree, signature.site_from(pending.frame, column=internal))
         if (
             pending.transform is None

@@ -178,7 +178,8 @@ class _Target:
             args, tree = signature.signature_of(
                 pending.args, pending.kwargs, *pending.static, max_static_repr=max_repr, batch_axes=pending.batch_axes
             )
-        args = signature.with_labels(args, self._fun())
+        if pending.user_args:
+            args = signature.with_labels(args, self._fun())
         pending.context = (args, tree, signature.call_site_and_function())
         if self.max_compiles is not None and self.on_exceed == "raise":
             index, history = compile_log.LOG.peek(self.history_key(pending))

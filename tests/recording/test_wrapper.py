@@ -406,3 +406,18 @@ def test_a_changed_static_field_of_a_module_is_named_as_under_watch():
     ]
     assert second.explanation.summary.startswith("apply: static cfg.activation changed 'tanh' -> 'relu'")
     assert first.in_tree == second.in_tree
+
+
+def test_grad_backward_inputs_are_not_named_after_the_functions_parameters():
+    # The backward pass receives residuals and cotangents, not (w, xs): naming them after the
+    # parameters would say w changed shape when only xs did.
+    @jaxdiag.jit
+    def step(w, xs):
+        return jax.lax.scan(lambda c, x: (c + jnp.tanh(x @ w).sum(), None), 0.0, xs)[0]
+
+    for n in (4, 6):
+        jax.grad(step)(jnp.ones((3, 3)), jnp.ones((n, 2, 3)))
+    backward = [r for r in records() if r.transform == "grad-backward"]
+    assert len(backward) == 2 and backward[1].explanation.changes
+    assert all(a.label is None for r in backward for a in r.args)
+    assert "w shape" not in backward[1].explanation.summary
