@@ -20,9 +20,12 @@ here touch nothing of an event but its name until they know it is kept.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from jaxdiag.trace.columns import HostColumns
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.trace.host_bytes import PreparedSpace, RuntimeEvents
 
 HOST_PLANE = "/host:CPU"
 _POOL_THREAD = re.compile(r"^(tf_|pjrt|py_xla|Host Threads|XLA|xla)|/-?\d+$")
@@ -75,24 +78,59 @@ def stats_of(event: Any) -> dict[str, Any]:
     return {k: v for k, v in event.stats if k is not None}
 
 
-def read_host_plane(cols: HostColumns, plane: Any, *, cpu_only: bool, include_python: bool) -> None:
-    """Append the events of every thread of ``plane`` (``cpu_only``: a host without accelerators)."""
+def read_host_plane(
+    cols: HostColumns, plane: Any, *, cpu_only: bool, include_python: bool, prepared: "PreparedSpace | None" = None
+) -> None:
+    """Append the events of every thread of ``plane`` (``cpu_only``: a host without accelerators).
+
+    ``prepared``: what ``host_bytes.prepare`` already read of the plane's threads, by line index.
+    """
     no_hlo: set[str] = set()  # names seen without hlo stats: not XLA:CPU ops, skip their stats
-    for label, line in line_names(plane.lines):
-        read_host_line(cols, line, label, cpu_only=cpu_only, include_python=include_python, no_hlo=no_hlo)
+    for index, (label, line) in enumerate(line_names(plane.lines)):
+        read_host_line(
+            cols,
+            line,
+            label,
+            cpu_only=cpu_only,
+            include_python=include_python,
+            no_hlo=no_hlo,
+            dropped=prepared.dropped.get(index, 0) if prepared else 0,
+            runtime=prepared.runtime.get(index) if prepared else None,
+        )
+
+
+def is_runtime_thread(name: str) -> bool:
+    """Whether a host thread is one of the runtime's pools (``tf_*``, ``pjrt*``, ``name/<id>``), not a Python thread."""
+    return _POOL_THREAD.search(name) is not None and not _MAIN_THREAD.match(name)
 
 
 def read_host_line(
-    cols: HostColumns, line: Any, label: str, *, cpu_only: bool, include_python: bool, no_hlo: set[str]
+    cols: HostColumns,
+    line: Any,
+    label: str,
+    *,
+    cpu_only: bool,
+    include_python: bool,
+    no_hlo: set[str],
+    dropped: int = 0,
+    runtime: "RuntimeEvents | None" = None,
 ) -> None:
     """Append the events of one thread, as line ``label`` (its name, unique in the plane).
 
     ``no_hlo`` holds names already seen without XLA:CPU op stats; a plane's threads share it.
+    ``dropped`` and ``runtime``: what ``host_bytes.prepare`` read of the thread (its Python
+    frames cut out of the bytes; a runtime thread's events, cut out too).
     """
     first = len(cols.name)
-    pool = _POOL_THREAD.search(line.name) is not None and not _MAIN_THREAD.match(line.name)
+    cols.python_frames += dropped
+    pool = is_runtime_thread(line.name)
     if pool and not cpu_only and not include_python:
-        _read_runtime_line(cols, line, label, first)
+        if runtime is None:
+            _read_runtime_line(cols, line, label, first)
+            return
+        cols.python_frames += runtime.frames
+        cols.add_host_events(runtime.names, runtime.starts, runtime.durs, "runtime")
+        cols.close_segment(HOST_PLANE, label, "host", first)
         return
     kept: list[tuple[str, Any]] = []
     keep = kept.append
@@ -114,6 +152,7 @@ def read_host_line(
                 keep((name, e))
     frames = seen + 1 - len(kept)
     cols.python_frames += frames
+    frames += dropped
     if pool:
         ops = _read_pool_events(cols, kept, cpu_only, no_hlo)
         kind = "xla_cpu" if ops else "host"

@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import wire
 from jaxdiag.trace.discover import host_name
+from jaxdiag.trace.host_bytes import PreparedSpace, prepare_lines
 from jaxdiag.trace.host_plane import HOST_PLANE, unique_labels
 from jaxdiag.trace.xspace import HostColumns, has_devices, is_device_plane, join_host, read_planes, read_xspace
 
@@ -214,6 +215,8 @@ class Reading:
         if not (self._tasks and workers >= 1 and (force or total >= _MIN_WORK_NS)):
             self._tasks = []  # everything is read here, file by file, as without workers
             return
+        import numpy  # noqa: F401 - every process needs it (``host_bytes``, the frames): imported once, before the fork
+
         try:
             # Forked (the parent runs one thread, checked above) before the pool's own thread starts.
             self._pool = concurrent.futures.ProcessPoolExecutor(
@@ -364,14 +367,28 @@ def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) 
             labels = unique_labels(lines.names)
             expected.append((record.name, [(lines.names[i], labels[i]) for i in mine]))
     names = [p.name for p in f.planes]
+    accelerated = has_devices(names)
+    by_line = [(record, lines, mine) for record, lines, mine in parts if lines is not None and mine is not None]
+    prepared = None
+    if by_line:  # a host plane's threads: prepared here, where the plane's layout is known (``host_bytes``)
+        record, lines, mine = by_line[0]
+        got = prepare_lines(f.data, record, lines, mine, accelerated=accelerated)
+        at = {line: i for i, line in enumerate(mine)}  # a line's index in the cut-out plane
+        prepared = (
+            got.cut,
+            {at[line]: n for line, n in got.dropped.items()},
+            {at[line]: events for line, events in got.runtime.items()},
+        )
     try:
+        data = wire.sub_space(f.data, parts, replace=prepared[0] if prepared else None)
         pieces = read_planes(
-            wire.sub_space(f.data, parts),
+            data,
             host_name(f.path),
             expected,
             source=str(f.path),
-            accelerated=has_devices(names),
+            accelerated=accelerated,
             keep=keep,
+            prepared=PreparedSpace(data, prepared[1], prepared[2]) if prepared else None,
         )
     except TraceFormatError:
         return None

@@ -12,13 +12,15 @@ the C++ parser sees them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from jaxdiag.errors import TraceFormatError
 
 _PLANES, _PLANE_NAME, _PLANE_LINES = 1, 2, 3  # XSpace.planes, XPlane.name, XPlane.lines
 _LINE_NAME, _LINE_EVENTS = 2, 4  # XLine.name, XLine.events
 _LENGTH_DELIMITED = 2
+#: What the walks read: a file's bytes, mapped or not, or a view of them.
+Data = bytes | memoryview
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ class PlaneLines:
     chunks: tuple[tuple[int, int, int], ...]
 
 
-def check_wire(data: bytes, source: str) -> None:
+def check_wire(data: Data, source: str) -> None:
     """Walk the top-level fields of a serialized XSpace without parsing the planes.
 
     Raises:
@@ -60,7 +62,7 @@ def check_wire(data: bytes, source: str) -> None:
         pass
 
 
-def plane_records(data: bytes, source: str) -> list[PlaneRecord] | None:
+def plane_records(data: Data, source: str) -> list[PlaneRecord] | None:
     """The planes of ``data`` in file order, or ``None`` where a plane's name cannot be read here.
 
     A plane the walk cannot name is left to the C++ parser (``None``), which reads
@@ -81,7 +83,7 @@ def plane_records(data: bytes, source: str) -> list[PlaneRecord] | None:
     return planes
 
 
-def plane_lines(data: bytes, plane: PlaneRecord) -> PlaneLines | None:
+def plane_lines(data: Data, plane: PlaneRecord) -> PlaneLines | None:
     """The lines of ``plane``, to cut some out; ``None`` where a line's name is not written before its events."""
     names: list[str] = []
     chunks: list[tuple[int, int, int]] = []
@@ -102,22 +104,30 @@ def plane_lines(data: bytes, plane: PlaneRecord) -> PlaneLines | None:
     return PlaneLines(tuple(names), tuple(chunks))
 
 
-def sub_space(data: bytes, planes: list[tuple[PlaneRecord, PlaneLines | None, list[int] | None]]) -> bytes:
-    """A serialized XSpace of some planes of ``data``: whole, or (``lines`` given) with only those lines."""
+def sub_space(
+    data: bytes | memoryview,
+    planes: list[tuple[PlaneRecord, PlaneLines | None, list[int] | None]],
+    replace: Mapping[int, bytes] | None = None,
+) -> bytes:
+    """A serialized XSpace of some planes of ``data``: whole, or (``lines`` given) with only those lines.
+
+    ``replace``: new records for some of those lines, by index (one plane's lines: the host plane's).
+    """
     view = memoryview(data)  # slices of a view are not copies: the bytes are copied once, into the result
+    replace = replace or {}
     out: list[bytes | memoryview] = []
     for plane, layout, lines in planes:
         if lines is None or layout is None:
             out.append(view[plane.start : plane.end])
             continue
         keep = set(lines)
-        body = [view[a:b] for a, b, line in layout.chunks if line < 0 or line in keep]
+        body = [replace.get(line, view[a:b]) for a, b, line in layout.chunks if line < 0 or line in keep]
         out.append(bytes([_PLANES << 3 | _LENGTH_DELIMITED]) + _encode_varint(sum(map(len, body))))
         out += body
     return b"".join(out)
 
 
-def _top_records(data: bytes, source: str) -> Iterator[tuple[int, int, int, int]]:
+def _top_records(data: Data, source: str) -> Iterator[tuple[int, int, int, int]]:
     """``(field, record start, payload start, payload end)`` of each top-level record."""
     pos, size = 0, len(data)
     while pos < size:
@@ -136,7 +146,7 @@ def _top_records(data: bytes, source: str) -> Iterator[tuple[int, int, int, int]
         pos += length
 
 
-def _fields(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+def _fields(data: Data, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """``(field, record start, payload start, record end)`` of each field of a message payload."""
     while pos < end:
         header = pos
@@ -159,11 +169,11 @@ def _fields(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, in
         pos += length
 
 
-def _line_name(data: bytes, pos: int, end: int) -> str | None:
+def _line_name(data: Data, pos: int, end: int) -> str | None:
     """An XLine's name, if written before its first event (writers put it second, after the id)."""
     for field, _, start, stop in _fields(data, pos, end):
         if field == _LINE_NAME:
-            return data[start:stop].decode("utf-8")
+            return bytes(data[start:stop]).decode("utf-8")
         if field == _LINE_EVENTS:
             return None
     return ""
@@ -178,7 +188,7 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _plane_name(data: bytes, pos: int, end: int) -> str | None:
+def _plane_name(data: Data, pos: int, end: int) -> str | None:
     """The ``name`` field of the XPlane payload ``data[pos:end]``; ``""`` when absent, ``None`` if unreadable.
 
     Writers put the name second, after the id, so the walk stops there; it walks
@@ -187,13 +197,13 @@ def _plane_name(data: bytes, pos: int, end: int) -> str | None:
     try:
         for field, _, start, stop in _fields(data, pos, end):
             if field == _PLANE_NAME:
-                return data[start:stop].decode("utf-8")
+                return bytes(data[start:stop]).decode("utf-8")
     except (TraceFormatError, UnicodeDecodeError):
         return None
     return ""
 
 
-def _varint(data: bytes, pos: int, source: str) -> tuple[int, int]:
+def _varint(data: Data, pos: int, source: str) -> tuple[int, int]:
     value = shift = 0
     for i in range(pos, min(pos + 10, len(data))):
         byte = data[i]

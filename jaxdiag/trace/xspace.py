@@ -26,6 +26,8 @@ from jaxdiag.trace.host_plane import (
     read_host_plane,
     stats_of,
 )
+from jaxdiag.trace.host_bytes import PreparedSpace, prepare
+from jaxdiag.trace import wire
 from jaxdiag.trace.wire import check_wire
 
 __all__ = ["HOST_PLANE", "HostColumns", "check_wire", "collect_host", "join_host", "read_planes", "read_xspace"]
@@ -90,11 +92,12 @@ def read_xspace(data: bytes, host: str, *, source: str, include_python: bool = F
       TraceFormatError: empty, truncated or not an XSpace.
     """
     check_wire(data, source)
-    planes = _parse(data, source)
+    space = _prepare(data, source, None, include_python)
+    planes = _parse(space.data, source)
     if not planes:
         raise TraceFormatError(f"{source}: no profile planes; not a jax.profiler capture")
     try:
-        return collect_host(planes, host, include_python=include_python)
+        return collect_host(planes, host, include_python=include_python, prepared=space)
     except _EVENT_ERRORS as exc:
         raise _unreadable(source, exc) from None
 
@@ -108,6 +111,7 @@ def read_planes(
     accelerated: bool,
     include_python: bool = False,
     keep: list[Any] | None = None,
+    prepared: PreparedSpace | None = None,
 ) -> list[HostColumns]:
     """Parse some planes of one host's XSpace (see ``wire.sub_space``) into pieces for ``join_host``.
 
@@ -124,12 +128,15 @@ def read_planes(
       keep: where to leave the parsed planes instead of freeing them, for a
         process about to exit (freeing a million events takes a few hundredths
         of a second).
+      prepared: what ``host_bytes.prepare_lines`` already read of ``data``'s host
+        plane (default: prepared here).
 
     Raises:
       TraceFormatError: the parser rejects the bytes, they hold other planes or
         lines than ``planes`` says, or the events cannot be read.
     """
-    parsed = _parse(data, source)
+    space = prepared if prepared is not None else _prepare(data, source, accelerated, include_python)
+    parsed = _parse(space.data, source)
     if keep is not None:
         keep.append(parsed)
     if [p.name for p in parsed] != [name for name, _ in planes]:
@@ -139,15 +146,24 @@ def read_planes(
         for plane, (_, lines) in zip(parsed, planes):
             if lines is None:
                 piece = HostColumns(host)
-                _read_plane(piece, plane, accelerated, include_python)
+                _read_plane(piece, plane, accelerated, include_python, space)
                 pieces.append(piece)
                 continue
             parsed_lines = list(plane.lines)
             if not accelerated or plane.name != HOST_PLANE or [x.name for x in parsed_lines] != [n for n, _ in lines]:
                 raise TraceFormatError(f"{source}: the lines cut out of {plane.name} read differently")
-            for line, (_, label) in zip(parsed_lines, lines):
+            for index, (line, (_, label)) in enumerate(zip(parsed_lines, lines)):
                 piece = HostColumns(host)
-                read_host_line(piece, line, label, cpu_only=False, include_python=include_python, no_hlo=set())
+                read_host_line(
+                    piece,
+                    line,
+                    label,
+                    cpu_only=False,
+                    include_python=include_python,
+                    no_hlo=set(),
+                    dropped=space.dropped.get(index, 0),
+                    runtime=space.runtime.get(index),
+                )
                 pieces.append(piece)
     except _EVENT_ERRORS as exc:
         raise _unreadable(source, exc) from None
@@ -176,6 +192,16 @@ def join_host(host: str, pieces: Iterable[HostColumns], plane_names: Iterable[st
 _EVENT_ERRORS = (UnicodeDecodeError, ValueError, OverflowError, TypeError)
 
 
+def _prepare(data: bytes, source: str, accelerated: bool | None, include_python: bool) -> PreparedSpace:
+    """The host plane's long threads read from the bytes (``host_bytes``), unless Python frames are kept."""
+    if include_python:
+        return PreparedSpace(data)
+    if accelerated is None:
+        planes = wire.plane_records(data, source)
+        accelerated = planes is not None and has_devices(p.name for p in planes)
+    return prepare(data, source, accelerated=accelerated)
+
+
 def _parse(data: bytes, source: str) -> list[Any]:
     # Imported here: a report forks its worker before this import, and each process pays half.
     from jaxdiag.jax_internals import parse_xspace
@@ -187,14 +213,19 @@ def _unreadable(source: str, exc: Exception) -> TraceFormatError:
     return TraceFormatError(f"{source}: unreadable event data ({type(exc).__name__}: {exc})")
 
 
-def collect_host(planes: Iterable[Any], host: str, *, include_python: bool = False) -> HostColumns:
-    """Turn the planes of one host into ``HostColumns`` (see the module docstring for the rules)."""
+def collect_host(
+    planes: Iterable[Any], host: str, *, include_python: bool = False, prepared: PreparedSpace | None = None
+) -> HostColumns:
+    """Turn the planes of one host into ``HostColumns`` (see the module docstring for the rules).
+
+    ``prepared``: what ``host_bytes.prepare`` read of the host plane's threads before parsing.
+    """
     planes = list(planes)
     names = [p.name for p in planes]
     accelerated = has_devices(names)
     cols = HostColumns(host)
     for plane in planes:
-        _read_plane(cols, plane, accelerated, include_python)
+        _read_plane(cols, plane, accelerated, include_python, prepared)
     return join_host(host, [cols], names, accelerated)
 
 
@@ -221,14 +252,16 @@ def _known_plane(plane_name: str) -> bool:
     )
 
 
-def _read_plane(cols: HostColumns, plane: Any, accelerated: bool, include_python: bool) -> None:
+def _read_plane(
+    cols: HostColumns, plane: Any, accelerated: bool, include_python: bool, prepared: PreparedSpace | None = None
+) -> None:
     match = _DEVICE_PLANE.match(plane.name)
     if match:
         _read_device_plane(cols, plane, match[1].lower(), int(match[2]))
     elif sparse := _SPARSECORE_PLANE.match(plane.name):
         _read_device_plane(cols, plane, "tpu", int(sparse[1]), sparsecore=True)
     elif plane.name == HOST_PLANE:
-        read_host_plane(cols, plane, cpu_only=not accelerated, include_python=include_python)
+        read_host_plane(cols, plane, cpu_only=not accelerated, include_python=include_python, prepared=prepared)
     elif plane.name in META_PLANES:
         cols.meta.update(_scalar_stats(plane.stats))
 
