@@ -196,23 +196,32 @@ def _locate(view: memoryview, padded: Any, base: int, a: int, b: int) -> _Events
     first = _first_event(view, start, b)
     if count == 0 or first is None:
         return None
-    sizes = np.fromiter(map(len, events), dtype=np.int64, count=count)
+    if len(padded) >= 1 << 31:  # positions below are int32
+        return None
+    sizes = np.fromiter(map(len, events), dtype=np.int32, count=count)
     if sizes.max() >= 1 << 21:
         return None
-    size_bytes = 1 + (sizes >= 1 << 7) + (sizes >= 1 << 14)
-    records = sizes + size_bytes + 1
-    ends = np.cumsum(records)
+    long = sizes >= 1 << 7
+    size_bytes = (sizes >= 1 << 14).view(np.int8) + long.view(np.int8) + np.int8(1)
+    records = sizes + size_bytes
+    records += 1
+    ends = np.cumsum(records, dtype=np.int64)
     ends += first - base
     end = int(ends[-1]) + base
-    starts = ends - records
     if end > b or not _no_events_after(view, end, b):
         return None
+    starts = (ends - records).astype(np.int32)
     if not (padded[starts] == _EVENTS << 3 | _LENGTH_DELIMITED).all():
         return None
     # Each record's length starts where it should (a length written in more bytes than needed shifts the rest).
-    if not (padded[starts + 1] == np.where(sizes < 1 << 7, sizes, (sizes & 0x7F) | 0x80)).all():
+    length_byte = sizes.astype(np.uint8)  # the low 8 bits: the first byte is the low 7, with 0x80 when more follow
+    length_byte[long] |= 0x80
+    starts += 1
+    if not (padded[starts] == length_byte).all():
         return None
-    return _Events(base, start, first, end, b, line.timestamp_ns, starts, starts + 1 + size_bytes, sizes)
+    content = starts + size_bytes
+    starts -= 1
+    return _Events(base, start, first, end, b, line.timestamp_ns, starts, content, sizes)
 
 
 def _strip_frames(view: memoryview, padded: Any, events: _Events, frames: Any) -> tuple[bytes, int] | None:
@@ -230,9 +239,9 @@ def _strip_frames(view: memoryview, padded: Any, events: _Events, frames: Any) -
         return None
     # Copy the kept events in runs: consecutive kept records are one slice.
     edges = np.flatnonzero(np.diff(np.concatenate([[False], ~frame, [False]]).view(np.int8)))
-    bounds = (np.append(events.starts, events.end - events.base) + events.base).tolist()
+    bounds = (np.append(events.starts, events.end - events.base)[edges] + events.base).tolist()
     pieces = [view[events.payload : events.first]]
-    pieces += [view[bounds[lo] : bounds[hi]] for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist())]
+    pieces += [view[lo:hi] for lo, hi in zip(bounds[::2], bounds[1::2])]
     pieces.append(view[events.end : events.record_end])
     body = b"".join(pieces)
     return _header(_LINES, len(body)) + body, dropped
@@ -378,11 +387,15 @@ def _varints(padded: Any, at: Any) -> tuple[Any, Any]:
     """
     import numpy as np
 
-    low = padded[at].astype(np.int64)
-    high = padded[at + 1].astype(np.int64)
-    value = np.where(low < 0x80, low, (low & 0x7F) | ((high & 0x7F) << 7))
-    width = np.where(low < 0x80, 1, np.where(high < 0x80, 2, 0))
-    going = np.flatnonzero(width == 0)
+    low = padded[at]
+    value = (low & 0x7F).astype(np.int64)
+    two = np.flatnonzero(low >= 0x80)  # at least two bytes
+    width = np.ones(len(at), dtype=np.int64)
+    high = padded[at[two] + 1]
+    value[two] |= (high & 0x7F).astype(np.int64) << 7
+    width[two] = 2
+    going = two[high >= 0x80]
+    width[going] = 0
     for k in range(2, 10):
         if not len(going):
             break
