@@ -225,17 +225,18 @@ class Reading:
                 mp_context=multiprocessing.get_context("fork"),
                 initializer=_start_worker,
             )
-            for task in self._tasks:
+            futures: dict[int, concurrent.futures.Future[Any]] = {}
+            for number in _submission_order(len(self._tasks), self.workers):
+                task = self._tasks[number]
                 f = self._files[task.file]
-                self._futures.append(
-                    self._pool.submit(
-                        _read_task,
-                        str(f.path),
-                        f.planes,
-                        {p: f.lines[p] for p, _ in task.units if p in f.lines},
-                        task.units,
-                    )
+                futures[number] = self._pool.submit(
+                    _read_task,
+                    str(f.path),
+                    f.planes,
+                    {p: f.lines[p] for p, _ in task.units if p in f.lines},
+                    task.units,
                 )
+            self._futures = [futures[number] for number in range(len(self._tasks))]
         except (OSError, RuntimeError):  # no process to be had: read here
             self._stop()
             self._tasks = []
@@ -243,13 +244,14 @@ class Reading:
     def _take(self, numbers: list[int]) -> list[tuple[int, Any]]:
         """The pieces of these tasks (pickled when a worker read them; ``None`` when it failed).
 
-        This process reads the ones no worker has started yet, smallest first
-        (cancelling them in the pool), so that it works too once its imports are
-        done and every process ends together; file by file, so that it holds one
+        This process reads the ones no worker has started yet, largest first
+        (cancelling them in the pool; the workers take the smallest first, see
+        ``_submission_order``), so that it works too once its imports are done
+        and every process ends together; file by file, so that it holds one
         file's pieces at a time.
         """
         got: dict[int, Any] = {}
-        for number in reversed(numbers):
+        for number in numbers:
             if number < len(self._futures) and self._futures[number].cancel():
                 task = self._tasks[number]
                 got[number] = _read_units(self._files[task.file], task.units)
@@ -314,6 +316,17 @@ class _DaskReading:
         finally:
             if self._own:
                 self._client.close()
+
+
+def _submission_order(tasks: int, workers: int) -> list[int]:
+    """The order tasks (numbered largest first) go to the pool: one largest per worker, then the rest smallest first.
+
+    A pool hands its workers one more task than it has workers at once, and a task
+    handed out can no longer be cancelled: so the tasks it holds while this
+    process still imports are small ones, and this process, once free, takes the
+    largest left (``Reading._take``).
+    """
+    return [*range(min(workers, tasks)), *reversed(range(min(workers, tasks), tasks))]
 
 
 def _read_remote(path: str, kind: str, include_python: bool) -> Outcome:
