@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jaxdiag.trace.columns import HostColumns
 
 if TYPE_CHECKING:  # pragma: no cover
-    from jaxdiag.trace.host_bytes import PreparedSpace, RuntimeEvents
+    from jaxdiag.trace.prepared import PreparedSpace, RuntimeEvents
 
 HOST_PLANE = "/host:CPU"
 _POOL_THREAD = re.compile(r"^(tf_|pjrt|py_xla|Host Threads|XLA|xla)|/-?\d+$")
@@ -83,7 +83,7 @@ def read_host_plane(
 ) -> None:
     """Append the events of every thread of ``plane`` (``cpu_only``: a host without accelerators).
 
-    ``prepared``: what ``host_bytes.prepare`` already read of the plane's threads, by line index.
+    ``prepared``: what ``prepared.prepare`` already read of the plane's threads, by line index.
     """
     no_hlo: set[str] = set()  # names seen without hlo stats: not XLA:CPU ops, skip their stats
     for index, (label, line) in enumerate(line_names(plane.lines)):
@@ -118,7 +118,7 @@ def read_host_line(
     """Append the events of one thread, as line ``label`` (its name, unique in the plane).
 
     ``no_hlo`` holds names already seen without XLA:CPU op stats; a plane's threads share it.
-    ``dropped`` and ``runtime``: what ``host_bytes.prepare`` read of the thread (its Python
+    ``dropped`` and ``runtime``: what ``prepared.prepare`` read of the thread (its Python
     frames cut out of the bytes; a runtime thread's events, cut out too).
     """
     first = len(cols.name)

@@ -37,7 +37,8 @@ from typing import Any, Iterator, Sequence
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import wire
 from jaxdiag.trace.discover import host_name
-from jaxdiag.trace.host_bytes import PreparedSpace, prepare_lines
+from jaxdiag.trace.host_bytes import prepare_lines
+from jaxdiag.trace.prepared import PreparedSpace
 from jaxdiag.trace.host_plane import HOST_PLANE, unique_labels
 from jaxdiag.trace.xspace import HostColumns, has_devices, is_device_plane, join_host, read_planes, read_xspace
 
@@ -386,7 +387,7 @@ def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) 
     prepared = None
     if by_line:  # a host plane's threads: prepared here, where the plane's layout is known (``host_bytes``)
         record, lines, mine = by_line[0]
-        got = prepare_lines(f.data, record, lines, mine, accelerated=accelerated)
+        got = prepare_lines(f.data, lines, mine, accelerated=accelerated)
         at = {line: i for i, line in enumerate(mine)}  # a line's index in the cut-out plane
         prepared = (
             got.cut,

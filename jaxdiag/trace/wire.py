@@ -122,9 +122,14 @@ def sub_space(
             continue
         keep = set(lines)
         body = [replace.get(line, view[a:b]) for a, b, line in layout.chunks if line < 0 or line in keep]
-        out.append(bytes([_PLANES << 3 | _LENGTH_DELIMITED]) + _encode_varint(sum(map(len, body))))
+        out.append(plane_header(sum(map(len, body))))
         out += body
     return b"".join(out)
+
+
+def plane_header(length: int) -> bytes:
+    """The tag and length of an XSpace's plane record of ``length`` bytes."""
+    return bytes([_PLANES << 3 | _LENGTH_DELIMITED]) + _encode_varint(length)
 
 
 def _top_records(data: Data, source: str) -> Iterator[tuple[int, int, int, int]]:

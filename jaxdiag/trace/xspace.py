@@ -26,7 +26,7 @@ from jaxdiag.trace.host_plane import (
     read_host_plane,
     stats_of,
 )
-from jaxdiag.trace.host_bytes import PreparedSpace, prepare
+from jaxdiag.trace.prepared import DeviceEvents, PreparedSpace, prepare
 from jaxdiag.trace import wire
 from jaxdiag.trace.wire import check_wire
 
@@ -143,10 +143,10 @@ def read_planes(
         raise TraceFormatError(f"{source}: the planes cut out of the file read differently")
     pieces = []
     try:
-        for plane, (_, lines) in zip(parsed, planes):
+        for index, (plane, (_, lines)) in enumerate(zip(parsed, planes)):
             if lines is None:
                 piece = HostColumns(host)
-                _read_plane(piece, plane, accelerated, include_python, space)
+                _read_plane(piece, plane, accelerated, include_python, space, index)
                 pieces.append(piece)
                 continue
             parsed_lines = list(plane.lines)
@@ -193,7 +193,7 @@ _EVENT_ERRORS = (UnicodeDecodeError, ValueError, OverflowError, TypeError)
 
 
 def _prepare(data: bytes, source: str, accelerated: bool | None, include_python: bool) -> PreparedSpace:
-    """The host plane's long threads read from the bytes (``host_bytes``), unless Python frames are kept."""
+    """What can be read in bulk read from the bytes (``prepared``), unless Python frames are kept."""
     if include_python:
         return PreparedSpace(data)
     if accelerated is None:
@@ -218,14 +218,14 @@ def collect_host(
 ) -> HostColumns:
     """Turn the planes of one host into ``HostColumns`` (see the module docstring for the rules).
 
-    ``prepared``: what ``host_bytes.prepare`` read of the host plane's threads before parsing.
+    ``prepared``: what ``prepared.prepare`` read in bulk before parsing.
     """
     planes = list(planes)
     names = [p.name for p in planes]
     accelerated = has_devices(names)
     cols = HostColumns(host)
-    for plane in planes:
-        _read_plane(cols, plane, accelerated, include_python, prepared)
+    for index, plane in enumerate(planes):
+        _read_plane(cols, plane, accelerated, include_python, prepared, index)
     return join_host(host, [cols], names, accelerated)
 
 
@@ -237,6 +237,11 @@ def has_devices(plane_names: Iterable[str]) -> bool:
 def is_device_plane(name: str) -> bool:
     """Whether a plane is an accelerator's (``/device:GPU:0``, ``/device:TPU:3``)."""
     return _DEVICE_PLANE.match(name) is not None
+
+
+def reads_as_device(name: str) -> bool:
+    """Whether ``_read_device_plane`` reads a plane of this name (an accelerator's or a TPU SparseCore's)."""
+    return bool(_DEVICE_PLANE.match(name) or _SPARSECORE_PLANE.match(name))
 
 
 def is_profiler_plane(plane_name: str) -> bool:
@@ -253,13 +258,20 @@ def _known_plane(plane_name: str) -> bool:
 
 
 def _read_plane(
-    cols: HostColumns, plane: Any, accelerated: bool, include_python: bool, prepared: PreparedSpace | None = None
+    cols: HostColumns,
+    plane: Any,
+    accelerated: bool,
+    include_python: bool,
+    prepared: PreparedSpace | None = None,
+    index: int = -1,
 ) -> None:
+    """Append one plane (``index``: its place in the parsed XSpace, which ``prepared`` keys its planes by)."""
+    read = prepared.device.get(index) if prepared is not None else None
     match = _DEVICE_PLANE.match(plane.name)
     if match:
-        _read_device_plane(cols, plane, match[1].lower(), int(match[2]))
+        _read_device_plane(cols, plane, match[1].lower(), int(match[2]), read=read)
     elif sparse := _SPARSECORE_PLANE.match(plane.name):
-        _read_device_plane(cols, plane, "tpu", int(sparse[1]), sparsecore=True)
+        _read_device_plane(cols, plane, "tpu", int(sparse[1]), sparsecore=True, read=read)
     elif plane.name == HOST_PLANE:
         read_host_plane(cols, plane, cpu_only=not accelerated, include_python=include_python, prepared=prepared)
     elif plane.name in META_PLANES:
@@ -306,20 +318,35 @@ def is_collective(name: str, hlo_op: str) -> bool:
     return name[:4].lower() in ("nccl", "rccl") or bool(_COLLECTIVE_OPS.match(hlo_op))
 
 
-def _read_device_plane(cols: HostColumns, plane: Any, platform: str, ordinal: int, sparsecore: bool = False) -> None:
-    """Append a device plane's events; a SparseCore plane's go to its TPU core's ordinal, with no device row."""
+def _read_device_plane(
+    cols: HostColumns,
+    plane: Any,
+    platform: str,
+    ordinal: int,
+    sparsecore: bool = False,
+    read: dict[int, DeviceEvents] | None = None,
+) -> None:
+    """Append a device plane's events; a SparseCore plane's go to its TPU core's ordinal, with no device row.
+
+    ``read``: lines whose events ``device_bytes`` read from the bytes (by line index; the stats
+    read below are ``device_bytes.DEVICE_STATS``); the others come from the reader.
+    """
     if not sparsecore:
         cols.devices.append(_device_row(cols.host, plane.name, platform, ordinal, _scalar_stats(plane.stats)))
     modules: list[tuple[float, float, str, int]] = []
     op_ranges: list[tuple[int, int]] = []
-    for line_name, line in line_names(plane.lines):
+    for index, (line_name, line) in enumerate(line_names(plane.lines)):
         kind = tpu_line_kind(line.name) if platform == "tpu" else gpu_line_kind(line.name)
         first = segment = len(cols.name)
         offload = False  # whether the open segment holds host offload copies (a "memcpy" run of an ops line)
         kernels = collectives = 0
-        for e in line.events:
-            name, stats = e.name, stats_of(e)
-            start, dur = e.start_ns, e.duration_ns
+        bulk = read.get(index) if read else None
+        events: Iterable[tuple[str, float, float, dict[str, Any]]] = (
+            zip(bulk.names, bulk.starts, bulk.durs, bulk.stats)
+            if bulk is not None
+            else ((e.name, e.start_ns, e.duration_ns, stats_of(e)) for e in line.events)
+        )
+        for name, start, dur, stats in events:
             if kind == "steps":
                 if not sparsecore:
                     # XProf keys device steps by group_id; the name is the step number on the captures seen.

@@ -1,9 +1,9 @@
-"""``host_bytes``: the host plane's threads read from the bytes give what the XSpace reader gives.
+"""``prepared``: events read from the bytes (``host_bytes``, ``device_bytes``) give what the XSpace reader gives.
 
 Each case reads a real capture twice, once with ``prepare`` and once with it
 turned off (every event through the reader), and asserts the frames are equal,
 row for row; and that ``prepare`` did its work (frames cut out, runtime threads
-decoded), so that a path quietly falling back to the reader cannot pass.
+and device lines decoded), so that a path quietly falling back to the reader cannot pass.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jaxdiag.trace import host_bytes, wire, xspace
-from jaxdiag.trace.host_bytes import PreparedSpace, prepare, prepare_lines
+from jaxdiag.trace import host_bytes, line_bytes, wire, xspace
+from jaxdiag.trace.host_bytes import prepare_lines
+from jaxdiag.trace.prepared import PreparedSpace, prepare
 from jaxdiag.trace.host_plane import HOST_PLANE, is_runtime_thread
 from jaxdiag.trace.load import load
 from tests.trace.test_corpus import CORPUS
 
-pytestmark = pytest.mark.skipif(host_bytes._messages() is None, reason="protobuf without upb: nothing is prepared")
+pytestmark = pytest.mark.skipif(not line_bytes.available(), reason="protobuf without upb: nothing is prepared")
 
 
 def _reader_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,6 +53,7 @@ def test_h100_captures_read_as_the_reader_reads_them(
     space = prepare(data, accelerated=True)
     assert sum(space.dropped.values()) > 100_000  # the Python tracer's frames were cut out of the bytes
     assert sum(len(r.names) for r in space.runtime.values()) > 10_000  # the compile threads were decoded
+    assert sum(len(d.names) for lines in space.device.values() for d in lines.values()) > 5_000  # the GPU's kernels
     assert len(space.data) < len(data) / 2
     _same_as_reader(path, monkeypatch, parallel)
 
@@ -69,7 +71,8 @@ def test_h100_captures_read_as_the_reader_reads_them(
 def test_captures_by_others_read_as_the_reader_reads_them(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert CORPUS is not None
     path = CORPUS / name
-    assert prepare(path.read_bytes(), accelerated=True).runtime  # TPU and ROCm runtime threads are decoded too
+    space = prepare(path.read_bytes(), accelerated=True)
+    assert space.runtime and space.device  # TPU and ROCm runtime threads and device lines are decoded too
     _same_as_reader(path, monkeypatch, parallel=False)
     _same_as_reader(path, monkeypatch, parallel=True)
 
@@ -83,32 +86,32 @@ def test_cpu_capture_frames_are_cut_out(cpu_trace_dir, monkeypatch: pytest.Monke
     _same_as_reader(cpu_trace_dir.run_dir, monkeypatch, parallel=False)
 
 
-def _host_layout(data: bytes) -> tuple[wire.PlaneRecord, wire.PlaneLines]:
+def _layout(data: bytes, name: str = HOST_PLANE) -> tuple[wire.PlaneRecord, wire.PlaneLines]:
     planes = wire.plane_records(data, "")
     assert planes is not None
-    host = next(p for p in planes if p.name == HOST_PLANE)
-    layout = wire.plane_lines(data, host)
+    plane = next(p for p in planes if p.name == name)
+    layout = wire.plane_lines(data, plane)
     assert layout is not None
-    return host, layout
+    return plane, layout
 
 
-def _with_padded_first_length(data: bytes, line: int) -> bytes:
+def _with_padded_first_length(data: bytes, line: int, plane_name: str = HOST_PLANE) -> bytes:
     """``data`` with the length of ``line``'s first event written in one byte more than needed (valid protobuf)."""
-    host, layout = _host_layout(data)
+    plane, layout = _layout(data, plane_name)
     a, b = next((a, b) for a, b, at in layout.chunks if at == line)
     view = memoryview(data)
     _, start = wire._varint(view, a, "")
     _, start = wire._varint(view, start, "")
-    first = host_bytes._first_event(view, start, b)
+    first = line_bytes._first_event(view, start, b)
     assert first is not None
     size, after = wire._varint(view, first + 1, "")
     assert size < 1 << 7
     padded_size = bytes([size | 0x80, 0])  # the same number in two bytes
     payload = bytes(view[start:first]) + bytes(view[first : first + 1]) + padded_size + bytes(view[after:b])
-    record = host_bytes._header(3, len(payload)) + payload
+    record = line_bytes.header(3, len(payload)) + payload
     planes = wire.plane_records(data, "")
     assert planes is not None
-    parts = [(p, layout, list(range(len(layout.names)))) if p == host else (p, None, None) for p in planes]
+    parts = [(p, layout, list(range(len(layout.names)))) if p == plane else (p, None, None) for p in planes]
     return wire.sub_space(data, parts, replace={line: record})
 
 
@@ -116,17 +119,21 @@ def test_a_line_not_laid_out_as_expected_is_left_to_the_reader(
     shared_fixtures: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = _xplane(shared_fixtures / "h100_mlp").read_bytes()
-    host, layout = _host_layout(data)
+    _, layout = _layout(data)
     runtime_line = next(i for i, name in enumerate(layout.names) if is_runtime_thread(name))
     python_line = max(
         (at for _, _, at in layout.chunks if at >= 0 and not is_runtime_thread(layout.names[at])),
         key=lambda at: sum(b - a for a, b, line in layout.chunks if line == at),
     )
     changed = _with_padded_first_length(_with_padded_first_length(data, runtime_line), python_line)
-    host, layout = _host_layout(changed)
-    got = prepare_lines(changed, host, layout, range(len(layout.names)), accelerated=True)
+    changed = _with_padded_first_length(changed, 0, "/device:GPU:0")
+    _, layout = _layout(changed)
+    got = prepare_lines(changed, layout, range(len(layout.names)), accelerated=True)
     assert runtime_line not in got.cut and python_line not in got.cut  # left as written
     assert got.runtime and not got.dropped  # the other threads are still decoded here
+    device = prepare(changed, accelerated=True).device
+    (lines,) = device.values()
+    assert 0 not in lines and lines  # the GPU's first line is left to the reader, the others read here
     path = tmp_path / "plugins" / "profile" / "run" / "host.xplane.pb"
     path.parent.mkdir(parents=True)
     path.write_bytes(changed)
@@ -136,9 +143,9 @@ def test_a_line_not_laid_out_as_expected_is_left_to_the_reader(
 
 def test_without_upb_nothing_is_prepared(shared_fixtures: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = _xplane(shared_fixtures / "h100_mlp").read_bytes()
-    monkeypatch.setattr(host_bytes, "_messages", lambda: None)
+    monkeypatch.setattr(line_bytes, "_messages", lambda: None)
     space = prepare(data, accelerated=True)
-    assert space.data is data and not space.dropped and not space.runtime
+    assert space.data is data and not space.dropped and not space.runtime and not space.device
 
 
 def test_varints_match_protobuf_encoding() -> None:
@@ -148,7 +155,7 @@ def test_varints_match_protobuf_encoding() -> None:
     encoded = [wire._encode_varint(n & (2**64 - 1)) for n in numbers]
     at = np.cumsum([0] + [len(e) for e in encoded[:-1]])
     padded = np.frombuffer(b"".join(encoded) + bytes(16), dtype=np.uint8)
-    values, widths = host_bytes._varints(padded, at)
+    values, widths = line_bytes.varints(padded, at)
     assert values.tolist() == numbers
     assert widths.tolist() == [len(e) for e in encoded]
 
@@ -156,5 +163,5 @@ def test_varints_match_protobuf_encoding() -> None:
 def test_divide_by_1000_truncates_toward_zero_as_cpp_does() -> None:
     import numpy as np
 
-    got = host_bytes._divide_by_1000(np.array([1999, -1999, 0, 1000, -1000, 999], dtype=np.int64))
+    got = line_bytes.divide_by_1000(np.array([1999, -1999, 0, 1000, -1000, 999], dtype=np.int64))
     assert got.tolist() == [1, -1, 0, 1, -1, 0]

@@ -1,0 +1,159 @@
+"""A device plane's events, read from the bytes before the XSpace reader sees them.
+
+A GPU kernel carries ten stats or so (correlation id, kernel details, occupancy,
+...) and the reader turns every one into a Python tuple; the device plane reads
+only ``DEVICE_STATS`` of them. Here every event of every line is located and
+walked at once (``line_bytes``), then its stats, and only the stats read are
+turned into Python values, as jaxlib's ``ProfileEvent.stats`` gives them: a
+uint64 as an unsigned int, a reference as the referenced metadata's name (empty
+when missing), a stat whose metadata is missing or that holds no value left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Any
+
+from jaxdiag.trace import line_bytes, wire
+from jaxdiag.trace.host_bytes import event_fields
+from jaxdiag.trace.line_bytes import FIXED64, LENGTH_DELIMITED, METADATA_ID, VARINT, LineEvents, Unexpected
+
+#: The stats ``xspace._read_device_plane`` reads of a device event.
+DEVICE_STATS = frozenset(
+    {"step_num", "group_id", "hlo_module", "hlo_op", "program_id", "display_name", "name", "tf_op"}
+)
+#: XStat value fields: double, uint64, int64, str, bytes, reference to a stat metadata's name; with their wire types.
+_DOUBLE, _UINT64, _INT64, _STR, _BYTES, _REF = 2, 3, 4, 5, 6, 7
+_VALUE_WIRE = {
+    _DOUBLE: FIXED64,
+    _UINT64: VARINT,
+    _INT64: VARINT,
+    _STR: LENGTH_DELIMITED,
+    _BYTES: LENGTH_DELIMITED,
+    _REF: VARINT,
+}
+_UINT64_MASK = (1 << 64) - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeviceEvents:
+    """A device line's events as the reader gives them; ``stats`` holds only ``DEVICE_STATS``."""
+
+    names: list[str]
+    starts: list[float]
+    durs: list[float]
+    stats: list[dict[str, Any]]
+
+
+def prepare_device_plane(
+    data: bytes | memoryview, layout: wire.PlaneLines
+) -> tuple[dict[int, bytes], dict[int, DeviceEvents]]:
+    """The lines of a device plane read here: each one's record without its events, and its events; by line index.
+
+    A line this cannot read is in neither: the reader reads it.
+    """
+    if not line_bytes.available():
+        return {}, {}
+    view = memoryview(data)
+    try:
+        names, stat_names = line_bytes.plane_metadata(b"".join(view[a:b] for a, b, line in layout.chunks if line < 0))
+    except Unexpected:
+        return {}, {}
+    todo = [(a, b, line) for a, b, line in layout.chunks if line >= 0]
+    if not todo:
+        return {}, {}
+    padded, bases = line_bytes.copy_lines(view, [(a, b) for a, b, _ in todo])
+    located: dict[int, LineEvents] = {}
+    for (a, b, line), base in zip(todo, bases):
+        try:
+            located[line] = line_bytes.locate(view, padded, base, a, b)
+        except Unexpected:
+            pass
+    events = _read_lines(padded, located, names, stat_names)
+    return {line: located[line].without_events(view) for line in events}, events
+
+
+def _read_lines(
+    padded: Any, lines: dict[int, LineEvents], names: dict[int, str], stat_names: dict[int, str]
+) -> dict[int, DeviceEvents]:
+    """Lines' events, all lines decoded at once; a line left out is left to the reader."""
+    import numpy as np
+
+    if not lines:
+        return {}
+    content = np.concatenate([e.content for e in lines.values()])
+    sizes = np.concatenate([e.sizes for e in lines.values()])
+    try:
+        rounds: list[Any] = []
+        ids, offsets, durations = event_fields(padded, content, sizes, stats=rounds)
+        stats = _stats(padded, rounds, len(sizes), stat_names)
+    except (Unexpected, UnicodeDecodeError):  # one line the walk cannot read: each line on its own, to find it
+        if len(lines) == 1:
+            return {}
+        out: dict[int, DeviceEvents] = {}
+        for line, located in lines.items():
+            out.update(_read_lines(padded, {line: located}, names, stat_names))
+        return out
+    counts = [len(e.sizes) for e in lines.values()]
+    stamps = np.repeat(np.array([e.timestamp_ns for e in lines.values()], dtype=np.int64), counts)
+    unique, inverse = np.unique(ids, return_inverse=True)
+    event_names = np.array([names.get(i, "") for i in unique.tolist()], dtype=object)[inverse].tolist()
+    starts = (line_bytes.divide_by_1000(offsets) + stamps).astype(np.float64).tolist()
+    durs = line_bytes.divide_by_1000(durations).astype(np.float64).tolist()
+    bounds = np.cumsum([0, *counts]).tolist()
+    return {
+        line: DeviceEvents(event_names[lo:hi], starts[lo:hi], durs[lo:hi], stats[lo:hi])
+        for line, lo, hi in zip(lines, bounds, bounds[1:])
+    }
+
+
+def _stats(padded: Any, rounds: list[Any], events: int, stat_names: dict[int, str]) -> list[dict[str, Any]]:
+    """Each event's ``DEVICE_STATS``, from the stat records ``event_fields`` found, in the order written."""
+    import numpy as np
+
+    out: list[dict[str, Any]] = [{} for _ in range(events)]
+    wanted = np.array(sorted(k for k, name in stat_names.items() if name in DEVICE_STATS), dtype=np.int64)
+    if not rounds or not len(wanted):
+        return out
+    owners = np.concatenate([r[0] for r in rounds])
+    order = np.argsort(owners, kind="stable")  # an event's stats in the order written (rounds follow it)
+    owners, starts, sizes = (
+        owners[order],
+        np.concatenate([r[1] for r in rounds])[order],
+        np.concatenate([r[2] for r in rounds])[order],
+    )
+    count = len(owners)
+    metadata = np.zeros(count, dtype=np.int64)
+    kind = np.zeros(count, dtype=np.int64)  # the value field set last (a oneof keeps the last one)
+    value = np.zeros(count, dtype=np.int64)
+    at = np.zeros(count, dtype=np.int64)
+    for got in line_bytes.walk(padded, starts, sizes):
+        mine = (got.field == METADATA_ID) & (got.wire_type == VARINT)
+        metadata[got.owners[mine]] = got.value[mine]
+        for field, wire_type in _VALUE_WIRE.items():
+            mine = (got.field == field) & (got.wire_type == wire_type)
+            rows = got.owners[mine]
+            kind[rows], value[rows], at[rows] = field, got.value[mine], got.start[mine]
+    rows = np.flatnonzero(np.isin(metadata, wanted) & (kind > 0))
+    for row, owner, stat, field, number, start in zip(
+        rows.tolist(),
+        owners[rows].tolist(),
+        metadata[rows].tolist(),
+        kind[rows].tolist(),
+        value[rows].tolist(),
+        at[rows].tolist(),
+    ):
+        if field == _INT64:
+            got_value: Any = number
+        elif field == _UINT64:
+            got_value = number & _UINT64_MASK
+        elif field == _REF:
+            got_value = stat_names.get(number, "")
+        elif field == _DOUBLE:
+            got_value = struct.unpack("<d", padded[start : start + 8].tobytes())[0]
+        else:
+            raw = padded[start : start + number].tobytes()
+            got_value = raw.decode("utf-8") if field == _STR else raw
+        out[owner][stat_names[stat]] = got_value
+    return out

@@ -1,0 +1,313 @@
+"""The events of a serialized ``XLine``, located and decoded all at once (upb and numpy).
+
+The XSpace reader makes a Python object per event, and a per-event loop over
+those objects is most of the time a report takes on a large capture. Here,
+protobuf's C parser (upb) splits a line's ``events`` into byte strings, which
+gives each event's length and so where every event record lies; numpy then
+walks the fields of all events (or of all their stats) together, one field of
+each per round (``walk``). ``host_bytes`` and ``device_bytes`` build on it.
+
+Values are decoded as jaxlib's ``ProfileEvent`` gives them: names from the
+plane's metadata ``name``; start ``offset_ps / 1000 + line.timestamp_ns`` and
+duration ``duration_ps / 1000`` in integer arithmetic. Anything not laid out as
+expected raises ``Unexpected``: the caller then leaves that line to the reader.
+Without upb (an old protobuf, or its pure-Python implementation) ``available``
+is false and nothing here is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Iterator, Sequence
+
+from jaxdiag.errors import TraceFormatError
+from jaxdiag.trace import wire
+
+LINES, EVENT_METADATA, STAT_METADATA = 3, 4, 5  # XPlane fields (the metadata are maps: key 1, value 2)
+EVENTS = 4  # XLine.events
+METADATA_ID, OFFSET_PS, DURATION_PS, STATS = 1, 2, 3, 4  # XEvent fields
+VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
+PAD = 16  # zero bytes after each line's copy in ``padded`` arrays: reads past a line's end see zeros
+
+
+class Unexpected(Exception):
+    """Bytes not laid out as this module expects: the line is left to the reader."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LineEvents:
+    """Where a line's event records lie: offsets in the file's bytes; numpy arrays (one entry per event)
+    of offsets in ``padded``, the array the line was copied into (see ``copy_lines``)."""
+
+    base: int  # where ``padded``'s first byte would be in the file (offsets below + base: in the file)
+    payload: int  # where the line's fields start
+    first: int  # where its first event record starts
+    end: int  # where its last one ends
+    record_end: int  # where the line ends
+    timestamp_ns: int
+    starts: Any  # each record's start (its tag), in ``padded``
+    content: Any  # each event's first byte, in ``padded``
+    sizes: Any  # each event's length
+
+    def without_events(self, view: memoryview) -> bytes:
+        """The line's record with no events (its name, id and timestamp stay, for the reader)."""
+        body = bytes(view[self.payload : self.first]) + bytes(view[self.end : self.record_end])
+        return header(LINES, len(body)) + body
+
+
+def available() -> bool:
+    """Whether upb is here (else the reader reads every event)."""
+    return _messages() is not None
+
+
+def copy_lines(view: memoryview, lines: Sequence[tuple[int, int]]) -> tuple[Any, list[int]]:
+    """The records ``view[a:b]`` copied into one uint8 array, each followed by ``PAD`` zeros, and each one's base."""
+    import numpy as np
+
+    zeros = np.zeros(PAD, np.uint8)
+    padded = np.concatenate([part for a, b in lines for part in (np.frombuffer(view[a:b], np.uint8), zeros)])
+    bases, offset = [], 0
+    for a, b in lines:
+        bases.append(a - offset)
+        offset += b - a + PAD
+    return padded, bases
+
+
+def locate(view: memoryview, padded: Any, base: int, a: int, b: int) -> LineEvents:
+    """The events of the line record ``view[a:b]``, which ``padded`` holds from ``a - base``.
+
+    Raises:
+      Unexpected: a line with no events, or not laid out as one run of event records.
+    """
+    import numpy as np
+
+    try:
+        _, start = wire._varint(view, a, "")
+        length, start = wire._varint(view, start, "")
+    except TraceFormatError:
+        raise Unexpected from None
+    if start + length != b:
+        raise Unexpected
+    try:
+        line = _views()[0].FromString(view[start:b])
+    except Exception:  # noqa: BLE001 - upb's DecodeError; the reader then judges the bytes itself
+        raise Unexpected from None
+    events = line.events
+    count = len(events)
+    first = _first_event(view, start, b)
+    if count == 0 or first is None or len(padded) >= 1 << 31:  # positions below are int32
+        raise Unexpected
+    sizes = np.fromiter(map(len, events), dtype=np.int32, count=count)
+    if sizes.max() >= 1 << 21:
+        raise Unexpected
+    long = sizes >= 1 << 7
+    size_bytes = (sizes >= 1 << 14).view(np.int8) + long.view(np.int8) + np.int8(1)
+    records = sizes + size_bytes
+    records += 1
+    ends = np.cumsum(records, dtype=np.int64)
+    ends += first - base
+    end = int(ends[-1]) + base
+    if end > b or not _no_events_after(view, end, b):
+        raise Unexpected
+    starts = (ends - records).astype(np.int32)
+    if not (padded[starts] == EVENTS << 3 | LENGTH_DELIMITED).all():
+        raise Unexpected
+    # Each record's length starts where it should (a length written in more bytes than needed shifts the rest).
+    length_byte = sizes.astype(np.uint8)  # the low 8 bits: the first byte is the low 7, with 0x80 when more follow
+    length_byte[long] |= 0x80
+    starts += 1
+    if not (padded[starts] == length_byte).all():
+        raise Unexpected
+    content = starts + size_bytes
+    starts -= 1
+    return LineEvents(base, start, first, end, b, line.timestamp_ns, starts, content, sizes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Round:
+    """One field of each message still going (arrays, one entry per such message)."""
+
+    owners: Any  # the message's index
+    field: Any
+    wire_type: Any
+    value: Any  # a varint's value; a length-delimited field's length
+    start: Any  # where the field's value (or its data) starts, in ``padded``
+
+
+def walk(padded: Any, content: Any, sizes: Any) -> Iterator[Round]:
+    """The fields of every message ``padded[content:content + sizes]``, one field of each per round.
+
+    A message's fields come in its order, round by round: a field written twice
+    is met twice, the later one in a later round (protobuf keeps the later one).
+
+    Raises:
+      Unexpected: a group, or a field running past its message.
+    """
+    import numpy as np
+
+    pos = content.astype(np.int64)
+    end = pos + sizes
+    going = np.flatnonzero(pos < end)
+    while len(going):
+        at = pos[going]
+        tag, width = varints(padded, at)
+        if not width.all():
+            raise Unexpected
+        at = at + width
+        wire_type, field = tag & 7, tag >> 3
+        value = np.zeros(len(going), dtype=np.int64)
+        step = np.full(len(going), -1, dtype=np.int64)
+        for kind in (VARINT, LENGTH_DELIMITED):
+            mine = np.flatnonzero(wire_type == kind)
+            if len(mine):
+                got, got_width = varints(padded, at[mine])
+                if not got_width.all():
+                    raise Unexpected
+                value[mine] = got
+                at[mine] += got_width
+                step[mine] = 0 if kind == VARINT else got
+        step[wire_type == FIXED64] = 8
+        step[wire_type == FIXED32] = 4
+        if (step < 0).any():
+            raise Unexpected
+        yield Round(going, field, wire_type, value, at)
+        pos[going] = at + step
+        if (pos[going] > end[going]).any():
+            raise Unexpected
+        going = going[pos[going] < end[going]]
+
+
+def varints(padded: Any, at: Any) -> tuple[Any, Any]:
+    """The varints starting at each of ``at`` (as int64, two's complement), and their widths (0: malformed).
+
+    One or two bytes are decoded for all at once; the rare longer ones byte by
+    byte, over those still going.
+    """
+    import numpy as np
+
+    low = padded[at]
+    value = (low & 0x7F).astype(np.int64)
+    two = np.flatnonzero(low >= 0x80)  # at least two bytes
+    width = np.ones(len(at), dtype=np.int64)
+    high = padded[at[two] + 1]
+    value[two] |= (high & 0x7F).astype(np.int64) << 7
+    width[two] = 2
+    going = two[high >= 0x80]
+    width[going] = 0
+    for k in range(2, 10):
+        if not len(going):
+            break
+        byte = padded[at[going] + k].astype(np.int64)
+        part = byte & 0x7F if k < 9 else byte & 1  # the tenth byte holds the 64th bit
+        value[going] |= part << (7 * k)  # wraps into the sign bit as int64 does
+        ended = byte < 0x80
+        width[going[ended]] = k + 1
+        going = going[~ended]
+    return value, width
+
+
+def divide_by_1000(values: Any) -> Any:
+    """``values / 1000`` truncated toward zero, as C++ divides integers."""
+    import numpy as np
+
+    return np.where(values >= 0, values // 1000, -(-values // 1000))
+
+
+@functools.lru_cache(maxsize=8)  # the tasks of one file share its planes' metadata
+def plane_metadata(plane_fields: bytes) -> tuple[dict[int, str], dict[int, str]]:
+    """Event and stat names by metadata id, from a plane's fields other than its lines.
+
+    Raises:
+      Unexpected: unparsable, or a name that is not UTF-8 (the reader judges those).
+    """
+    try:
+        plane = _views()[1].FromString(plane_fields)
+        events = {entry.key: entry.value.name.decode("utf-8") for entry in plane.event_metadata}
+        stats = {entry.key: entry.value.name.decode("utf-8") for entry in plane.stat_metadata}
+    except Exception:  # noqa: BLE001 - upb's DecodeError, a UnicodeDecodeError
+        raise Unexpected from None
+    return events, stats
+
+
+def header(field: int, length: int) -> bytes:
+    """A length-delimited field's tag and length."""
+    return bytes([field << 3 | LENGTH_DELIMITED]) + wire._encode_varint(length)
+
+
+def _first_event(view: memoryview, start: int, end: int) -> int | None:
+    """Where a line's first event record starts (the fields before it are few: id, name, timestamp)."""
+    try:
+        for field, head, _, _ in wire._fields(view, start, end):
+            if field == EVENTS:
+                return head
+    except TraceFormatError:
+        return None
+    return None
+
+
+def _no_events_after(view: memoryview, start: int, end: int) -> bool:
+    """Whether the fields after a line's run of events (duration, display name) hold no other event."""
+    try:
+        return all(field != EVENTS for field, _, _, _ in wire._fields(view, start, end))
+    except TraceFormatError:
+        return False
+
+
+def _views() -> tuple[Any, Any]:
+    views = _messages()
+    if views is None:
+        raise Unexpected
+    return views
+
+
+@functools.cache
+def _messages() -> tuple[Any, Any] | None:
+    """Message classes for the two views of XPlane fields read here; ``None`` without upb.
+
+    ``Line`` sees an XLine's timestamp and its events as byte strings; ``Plane``
+    sees an XPlane's event and stat metadata (id and name). Every other field is left unparsed.
+    """
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+        from google.protobuf.internal import api_implementation
+
+        if api_implementation.Type() != "upb":
+            return None
+        get_class = message_factory.GetMessageClass
+    except (ImportError, AttributeError):
+        return None
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(name="jaxdiag_xplane_views.proto", package="jaxdiag_views")
+
+    def message(name: str, fields: Sequence[tuple[str, int, int, int, str]]) -> None:
+        added = proto.message_type.add(name=name)
+        for field_name, number, kind, label, type_name in fields:
+            added.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:
+                added.field[-1].type_name = type_name
+
+    one, many = field.LABEL_OPTIONAL, field.LABEL_REPEATED
+    message("Line", [("timestamp_ns", 3, field.TYPE_INT64, one, ""), ("events", EVENTS, field.TYPE_BYTES, many, "")])
+    message("Metadata", [("name", 2, field.TYPE_BYTES, one, "")])  # XEventMetadata and XStatMetadata alike
+    message(
+        "MetadataEntry",
+        [("key", 1, field.TYPE_INT64, one, ""), ("value", 2, field.TYPE_MESSAGE, one, ".jaxdiag_views.Metadata")],
+    )
+    entry = ".jaxdiag_views.MetadataEntry"
+    message(
+        "Plane",
+        [
+            ("event_metadata", EVENT_METADATA, field.TYPE_MESSAGE, many, entry),
+            ("stat_metadata", STAT_METADATA, field.TYPE_MESSAGE, many, entry),
+        ],
+    )
+    try:
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(proto)
+        return (
+            get_class(pool.FindMessageTypeByName("jaxdiag_views.Line")),
+            get_class(pool.FindMessageTypeByName("jaxdiag_views.Plane")),
+        )
+    except Exception:  # noqa: BLE001 - a protobuf that builds no classes this way: read as written
+        return None
