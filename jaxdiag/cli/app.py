@@ -70,24 +70,21 @@ def _register() -> None:
 
 
 def _run_plain(args: list[str], program: bool) -> int | None:
-    """Run ``report`` without typer's parameter handling when its arguments allow; else ``None``.
+    """Run ``report`` without typer when its arguments allow (``report_run.run_plain``); else ``None``.
 
-    ``jaxdiag report`` is the command scripts time: this saves typer's per-option
-    pydantic set-up, a fifth of a small trace's report time. As the program itself
-    (``program``), it also runs without the cyclic garbage collector and ends
-    without tearing the interpreter down (see ``_end_program``).
+    ``jaxdiag report`` is the command scripts time: this spares importing typer,
+    click and the other commands, and typer's per-option pydantic set-up, which
+    together cost more than reading a small trace. As the program itself
+    (``program``), it runs without the cyclic garbage collector (``main`` turned it
+    off) and ends without tearing the interpreter down (see ``_end_program``).
     """
     if args[:1] != ["report"]:
         return None
-    from jaxdiag.cli.report_cmd import run_plain
+    from jaxdiag.cli.report_run import run_plain
 
-    if not program:
-        return run_plain(args[1:])
-    gc.disable()  # the report pauses it anyway; this also spares the collection after it
     status = run_plain(args[1:])
-    if status is None:  # typer takes over
-        gc.enable()
-        return None
+    if status is None or not program:  # typer takes over, or a caller in this process goes on
+        return status
     _end_program(status)
 
 
@@ -119,23 +116,43 @@ def fail(message: str) -> "typer.Exit":
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if argv is None:
+    program = argv is None and args[:1] == ["report"]
+    if program:
+        # The report pauses the collector anyway; off from here, it also spares the
+        # collections during the imports, the one after the report, and the worker's.
+        gc.disable()
         _prefetch(args)
-    _register()
     try:
-        status = _run_plain(args, program=argv is None)
+        status = _run_plain(args, program=program)
         if status is not None:
             return status
+        if program:
+            gc.enable()
+        _register()
         _app()(args=argv, prog_name="jaxdiag", standalone_mode=True)
     except SystemExit as exc:  # typer/click exit with the command's status
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except JaxdiagError as exc:
-        import typer
-
-        typer.echo(f"jaxdiag: error: {exc}", err=True)
+        _error(str(exc))
         return EXIT_BAD_INPUT
     return 0
+
+
+def _error(message: str) -> None:
+    """Print ``jaxdiag: error: message`` on stderr as ``typer.echo`` does; typer is imported only for a line it might change.
+
+    A line of plain ASCII is written as is; typer re-encodes others for a misconfigured
+    stream, and strips escape sequences where stderr is no terminal.
+    """
+    line = f"jaxdiag: error: {message}\n"
+    if line.isascii() and "\x1b" not in line and sys.stderr is not None:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        return
+    import typer
+
+    typer.echo(line, nl=False, err=True)
 
 
 def _prefetch(args: list[str]) -> None:

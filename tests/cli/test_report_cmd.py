@@ -10,7 +10,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from jaxdiag.cli.app import app, main
-from jaxdiag.cli.report_cmd import _plain_values
+from jaxdiag.cli.report_run import plain_values as _plain_values
 
 PLAIN = [
     ["trace"],
