@@ -69,21 +69,26 @@ def _register() -> None:
     from jaxdiag.cli import commands  # noqa: F401
 
 
-def _run_plain(args: list[str], program: bool) -> int | None:
-    """Run ``report`` without typer when its arguments allow (``report_run.run_plain``); else ``None``.
+def _plain_report(args: list[str]) -> dict[str, Any] | None:
+    """``report_run.run``'s keyword arguments when ``args`` are ``report`` with plain arguments; else ``None``.
 
-    ``jaxdiag report`` is the command scripts time: this spares importing typer,
-    click and the other commands, and typer's per-option pydantic set-up, which
-    together cost more than reading a small trace. As the program itself
-    (``program``), it runs without the cyclic garbage collector (``main`` turned it
-    off) and ends without tearing the interpreter down (see ``_end_program``).
+    ``jaxdiag report`` is the command scripts time: run plainly (``report_run``), it
+    spares importing typer, click and the other commands, and typer's per-option
+    pydantic set-up, which together cost more than reading a small trace.
     """
     if args[:1] != ["report"]:
         return None
-    from jaxdiag.cli.report_run import run_plain
+    from jaxdiag.cli.report_run import plain_values
 
-    status = run_plain(args[1:])
-    if status is None or not program:  # typer takes over, or a caller in this process goes on
+    return plain_values(args[1:])
+
+
+def _run_plain(values: dict[str, Any], program: bool) -> int:
+    """Run ``report`` on plain arguments; as the program itself, end it (see ``_end_program``)."""
+    from jaxdiag.cli.report_run import run_values
+
+    status = run_values(values)
+    if not program:  # a caller in this process goes on
         return status
     _end_program(status)
 
@@ -116,18 +121,16 @@ def fail(message: str) -> "typer.Exit":
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
-    program = argv is None and args[:1] == ["report"]
+    plain = _plain_report(args)
+    program = argv is None and plain is not None
     if program:
-        # The report pauses the collector anyway; off from here, it also spares the
-        # collections during the imports, the one after the report, and the worker's.
+        # Off for the whole program: the report pauses the collector anyway, and this also
+        # spares the collections during the imports, the one after the report, and the worker's.
         gc.disable()
-        _prefetch(args)
+        _prefetch(plain)
     try:
-        status = _run_plain(args, program=program)
-        if status is not None:
-            return status
-        if program:
-            gc.enable()
+        if plain is not None:
+            return _run_plain(plain, program=program)
         _register()
         _app()(args=argv, prog_name="jaxdiag", standalone_mode=True)
     except SystemExit as exc:  # typer/click exit with the command's status
@@ -155,32 +158,23 @@ def _error(message: str) -> None:
     typer.echo(line, nl=False, err=True)
 
 
-def _prefetch(args: list[str]) -> None:
-    """For ``jaxdiag report TRACE ...``, start reading TRACE before typer and the command load.
+def _prefetch(values: dict[str, Any]) -> None:
+    """Start reading the trace of a plain ``jaxdiag report`` before the report's imports.
 
-    Only the common form is recognised (the trace right after the command; ``--run``
-    and ``--host`` given at most once): the command itself reads its arguments as
-    always, and a read started for other arguments is simply not taken over.
+    The workers fork from a process that has imported little, and read while it
+    imports pandas and the analyses; the command takes the read over (``trace.load``).
+    Not for a read on a cluster, nor for a saved report; a problem with the trace
+    is left for the command to raise.
     """
-    if args[:1] != ["report"] or len(args) < 2 or args[1].startswith("-"):
+    if values["scheduler"] is not None:
         return
-    if any(a == "--scheduler" or a.startswith("--scheduler=") for a in args):  # read on the cluster
+    from jaxdiag.checks.inputs import is_report_file
+
+    if is_report_file(values["trace_dir"]):
         return
-    chosen: dict[str, str] = {}
-    for i, token in enumerate(args[2:], start=2):
-        for option in ("--run", "--host"):
-            if token == option and i + 1 < len(args):
-                value = args[i + 1]
-            elif token.startswith(option + "="):
-                value = token[len(option) + 1 :]
-            else:
-                continue
-            if option in chosen:
-                return
-            chosen[option] = value
     from jaxdiag.trace.load import prefetch
 
-    prefetch(args[1], run=chosen.get("--run"), host=chosen.get("--host"))
+    prefetch(values["trace_dir"], run=values["run"], host=values["host"])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -247,12 +247,16 @@ def run_plain(args: Sequence[str]) -> int | None:
 
     Anything but plain use (help, an unknown, repeated or malformed option, a value
     typer might read differently) is left to typer, which prints its usual messages.
-    The exit status is the one typer would give; a ``JaxdiagError`` is raised, as
-    from the typer command.
     """
     values = plain_values(list(args))
-    if values is None:
-        return None
+    return None if values is None else run_values(values)
+
+
+def run_values(values: dict[str, Any]) -> int:
+    """Run ``report`` on ``plain_values``'s keyword arguments; the exit status typer would give.
+
+    A ``JaxdiagError`` is raised, as from the typer command.
+    """
     try:
         echo(run(**values))
     except KeyboardInterrupt:

@@ -183,7 +183,9 @@ def test_the_program_starts_reading_the_trace_before_typer_loads(cpu_trace_dir, 
     )
     out = tmp_path / "report.json"
     for args, forks in (
-        ([str(cpu_trace_dir.logdir), "--json", "-o", str(out)], [False]),
+        (["--json", str(cpu_trace_dir.logdir), "-o", str(out)], [False]),
+        ([str(cpu_trace_dir.logdir), "--help"], []),  # typer answers: nothing is read
+        ([str(cpu_trace_dir.logdir), "--width", "wide"], []),
         ([str(cpu_trace_dir.logdir), "--run", "no-such-run", "--json"], []),
     ):
         done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
