@@ -3,7 +3,7 @@
 Each run is a fresh ``python -m jaxdiag report TRACE --json -o /dev/null`` whose
 stages are timed from inside (``time.process_time``, which counts from the start
 of the process and only this process: the reading worker's time is its own). The
-stages: ``main`` (the command starts), ``fork`` (the first worker forks),
+stages: ``main`` (the command starts), ``fork`` (the reading pool's worker forks),
 ``imports`` (``reporting.build._import_analyses`` begins and ends: pandas and
 every analysis), ``read`` (the loaded trace is handed to the analyses),
 ``analyses`` (the report is built) and ``exit``. Wall times from ``main`` are
@@ -61,7 +61,13 @@ TIMED = textwrap.dedent(
 
     mark("main")
     fork = os.fork
-    os.fork = lambda: (mark("fork"), fork())[1]
+
+    def forked():  # the reading pool's worker (multiprocessing forks it); not a child the reader probes with
+        if sys._getframe(1).f_globals.get("__name__") == "multiprocessing.popen_fork":
+            mark("fork")
+        return fork()
+
+    os.fork = forked
 
     def timed(module, name, before, after):
         inner = getattr(module, name)
