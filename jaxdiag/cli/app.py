@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         # Off for the whole program: the report pauses the collector anyway, and this also
         # spares the collections during the imports, the one after the report, and the worker's.
         gc.disable()
+        _one_blas_thread()
         _prefetch(plain)
     try:
         if plain is not None:
@@ -140,6 +141,18 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(exc))
         return EXIT_BAD_INPUT
     return 0
+
+
+def _one_blas_thread() -> None:
+    """Have numpy's OpenBLAS start no threads in the report program, unless the environment says how many.
+
+    OpenBLAS starts a thread per core but one when numpy loads, and each spins for
+    a while after it starts (and after every call): about 0.1 s of CPU during the
+    report's imports, taken from the worker reading the trace beside them on two
+    cores. The report does no linear algebra; its parallel work is the reading
+    workers. OpenBLAS reads the variable when numpy loads, after this.
+    """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _error(message: str) -> None:

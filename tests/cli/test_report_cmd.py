@@ -107,6 +107,28 @@ def test_the_program_reports_without_typer_or_the_other_commands(cpu_trace_dir, 
     assert "'typer'" in done.stderr and "'jaxdiag.cli.compiles_cmd'" not in done.stderr
 
 
+def test_the_program_loads_numpy_with_one_blas_thread_unless_told(cpu_trace_dir, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: print('blas:', os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules))\n"
+        "sys.argv = ['jaxdiag', 'report', *sys.argv[1:]]\n"
+        "from jaxdiag.cli.app import main\n"
+        "sys.exit(main())\n"
+    )
+    args = [sys.executable, "-c", script, str(cpu_trace_dir.logdir), "--json", "-o", str(tmp_path / "r.json")]
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for given, expected in ((None, "1"), ("2", "2")):
+        done = subprocess.run(
+            args, capture_output=True, text=True, env=env if given is None else {**env, "OPENBLAS_NUM_THREADS": given}
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"blas: {expected} True"
+
+
 def test_an_error_naming_a_path_beyond_ascii_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nowhère"
     assert main(["report", str(missing), "--json"]) == 2
