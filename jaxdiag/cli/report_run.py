@@ -2,9 +2,9 @@
 
 ``report_cmd`` declares the typer command from ``PARAMETERS`` and calls ``run``.
 ``run_plain`` reads plain arguments with the same table and calls ``run`` itself,
-which is how scripts and CI call the command: typer and click take longer to
-import, and typer converts every value through a pydantic adapter, than a small
-trace takes to read. Nothing here imports typer unless it prints to a terminal.
+which is how scripts and CI call the command: importing typer and click, and
+typer's pydantic conversion of every value, take longer than reading a small
+trace. Nothing here imports typer, unless it prints the tables.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ PARAMETERS: tuple[Parameter, ...] = (
 
 
 class Output(NamedTuple):
-    """What ``run`` leaves to print on stdout (``text`` ``None``: it wrote a file), and whether in color."""
+    """What ``run`` leaves to print on stdout (``text`` ``None``: it wrote a file), whether in color, and whether JSON."""
 
     text: str | None
     color: bool
