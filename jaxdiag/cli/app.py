@@ -69,25 +69,27 @@ def _register() -> None:
     from jaxdiag.cli import commands  # noqa: F401
 
 
-def _run_plain(args: list[str], program: bool) -> int | None:
-    """Run ``report`` without typer's parameter handling when its arguments allow; else ``None``.
+def _plain_report(args: list[str]) -> dict[str, Any] | None:
+    """``report_run.run``'s keyword arguments when ``args`` are ``report`` with plain arguments; else ``None``.
 
-    ``jaxdiag report`` is the command scripts time: this saves typer's per-option
-    pydantic set-up, a fifth of a small trace's report time. As the program itself
-    (``program``), it also runs without the cyclic garbage collector and ends
-    without tearing the interpreter down (see ``_end_program``).
+    ``jaxdiag report`` is the command scripts time: run plainly (``report_run``), it
+    spares importing typer, click and the other commands, and typer's per-option
+    pydantic set-up, which together cost more than reading a small trace.
     """
     if args[:1] != ["report"]:
         return None
-    from jaxdiag.cli.report_cmd import run_plain
+    from jaxdiag.cli.report_run import plain_values
 
-    if not program:
-        return run_plain(args[1:])
-    gc.disable()  # the report pauses it anyway; this also spares the collection after it
-    status = run_plain(args[1:])
-    if status is None:  # typer takes over
-        gc.enable()
-        return None
+    return plain_values(args[1:])
+
+
+def _run_plain(values: dict[str, Any], program: bool) -> int:
+    """Run ``report`` on plain arguments; as the program itself, end it (see ``_end_program``)."""
+    from jaxdiag.cli.report_run import run_values
+
+    status = run_values(values)
+    if not program:  # a caller in this process goes on
+        return status
     _end_program(status)
 
 
@@ -119,51 +121,76 @@ def fail(message: str) -> "typer.Exit":
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if argv is None:
-        _prefetch(args)
-    _register()
+    plain = _plain_report(args)
+    program = argv is None and plain is not None
+    if program:
+        # Off for the whole program: the report pauses the collector anyway, and this also
+        # spares the collections during the imports, the one after the report, and the worker's.
+        gc.disable()
+        _one_blas_thread()
+        _prefetch(plain)
     try:
-        status = _run_plain(args, program=argv is None)
-        if status is not None:
-            return status
+        if plain is not None:
+            return _run_plain(plain, program=program)
+        _register()
         _app()(args=argv, prog_name="jaxdiag", standalone_mode=True)
     except SystemExit as exc:  # typer/click exit with the command's status
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except JaxdiagError as exc:
-        import typer
-
-        typer.echo(f"jaxdiag: error: {exc}", err=True)
+        _error(str(exc))
         return EXIT_BAD_INPUT
     return 0
 
 
-def _prefetch(args: list[str]) -> None:
-    """For ``jaxdiag report TRACE ...``, start reading TRACE before typer and the command load.
+def _one_blas_thread() -> None:
+    """Have numpy's OpenBLAS start no threads in the report program, unless the environment says how many.
 
-    Only the common form is recognised (the trace right after the command; ``--run``
-    and ``--host`` given at most once): the command itself reads its arguments as
-    always, and a read started for other arguments is simply not taken over.
+    OpenBLAS starts a thread per core but one when numpy loads, and each spins for
+    a while after it starts (and after every call): 40 to 60 ms of CPU during the
+    report's imports, taken from the worker reading the trace beside them on two
+    cores. The report does no linear algebra; its parallel work is the reading
+    workers. OpenBLAS reads the variable when numpy loads, after this.
     """
-    if args[:1] != ["report"] or len(args) < 2 or args[1].startswith("-"):
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def _error(message: str) -> None:
+    """Print ``jaxdiag: error: message`` on stderr as ``typer.echo`` does; typer is imported only for a line it might change.
+
+    A line of plain ASCII is written as is; typer re-encodes others for a misconfigured
+    stream, and strips escape sequences where stderr is no terminal.
+    """
+    line = f"jaxdiag: error: {message}\n"
+    if line.isascii() and "\x1b" not in line and sys.stderr is not None:
+        sys.stderr.write(line)
+        sys.stderr.flush()
         return
-    if any(a == "--scheduler" or a.startswith("--scheduler=") for a in args):  # read on the cluster
+    import typer
+
+    typer.echo(line, nl=False, err=True)
+
+
+def _prefetch(values: dict[str, Any]) -> None:
+    """Start reading the trace of a plain ``jaxdiag report`` before the report's imports.
+
+    The workers fork from a process that has imported little, and read while it
+    imports pandas and the analyses; the command takes the read over (``trace.load``).
+    Not for a read on a cluster, nor for a saved report; a problem with the trace
+    is left for the command to raise.
+    """
+    if values["scheduler"] is not None:
         return
-    chosen: dict[str, str] = {}
-    for i, token in enumerate(args[2:], start=2):
-        for option in ("--run", "--host"):
-            if token == option and i + 1 < len(args):
-                value = args[i + 1]
-            elif token.startswith(option + "="):
-                value = token[len(option) + 1 :]
-            else:
-                continue
-            if option in chosen:
-                return
-            chosen[option] = value
+    from jaxdiag.checks.inputs import is_report_file
+
+    try:
+        if is_report_file(values["trace_dir"]):
+            return
+    except (OSError, ValueError):  # an unreadable path: the command says what is wrong with it
+        return
     from jaxdiag.trace.load import prefetch
 
-    prefetch(args[1], run=chosen.get("--run"), host=chosen.get("--host"))
+    prefetch(values["trace_dir"], run=values["run"], host=values["host"])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -100,6 +100,8 @@ def start_load(
         if pending is not None:
             return pending
     found = discover(path, run=run, host=host)
+    if found.kind == "xplane" and scheduler is None:
+        _ready_xspace_reader()
     reading = start_reading(found.files, found.kind, include_python, parallel, workers=workers, scheduler=scheduler)
     return PendingLoad(found, include_python, reading)
 
@@ -117,6 +119,18 @@ def prefetch(path: str | Path, *, run: str | None = None, host: str | None = Non
         _PREFETCHED[(str(Path(path)), run, host)] = start_load(path, run=run, host=host)
     except TraceFormatError:
         pass
+
+
+def _ready_xspace_reader() -> None:
+    """Load the XSpace reader and ask once whether it survives corrupt data, before any worker forks.
+
+    Forked workers inherit both; each would otherwise load the reader again and fork
+    a child of its own to ask, and this process would fork its child later, from the
+    size pandas and the analyses have grown it to.
+    """
+    from jaxdiag.jax_internals import xspace_reader_raises
+
+    xspace_reader_raises()
 
 
 #: Prefetched reads by ``(path, run, host)``.

@@ -10,7 +10,8 @@ import typer.main
 from typer.testing import CliRunner
 
 from jaxdiag.cli.app import app, main
-from jaxdiag.cli.report_cmd import _plain_values
+from jaxdiag.cli.report_run import PARAMETERS
+from jaxdiag.cli.report_run import plain_values as _plain_values
 
 PLAIN = [
     ["trace"],
@@ -53,6 +54,86 @@ def test_plain_arguments_read_as_typer_reads_them(args: list[str]) -> None:
 @pytest.mark.parametrize("args", NOT_PLAIN)
 def test_other_arguments_are_left_to_typer(args: list[str]) -> None:
     assert _plain_values(args) is None
+
+
+def test_the_typer_command_takes_the_plain_table_s_parameters() -> None:
+    import inspect
+    from typing import Optional, Union, get_args, get_origin
+
+    from jaxdiag.cli.report_cmd import report_command
+
+    def kind(annotation: object) -> object:
+        if get_origin(annotation) is Union:
+            (annotation,) = [a for a in get_args(annotation) if a is not type(None)]
+        return list if get_origin(annotation) is list else annotation
+
+    declared = inspect.signature(report_command, eval_str=True).parameters.values()
+    assert [p.name for p in declared] == [p.name for p in PARAMETERS]
+    for param, plain in zip(declared, PARAMETERS):
+        info = param.default
+        assert kind(param.annotation) is plain.kind, param.name
+        assert (param.annotation is Optional[list[str]]) == (plain.kind is list), param.name
+        assert isinstance(info, typer.models.ArgumentInfo) == (plain.flags is None), param.name
+        assert (info.default, info.param_decls or ()) == (plain.default, plain.flags or ()), param.name
+        custom = [getattr(info, a, None) for a in ("callback", "envvar", "parser", "click_type", "is_eager")]
+        assert all(c in (None, False) for c in custom), param.name  # what the plain path cannot do
+
+
+def test_the_program_reports_without_typer_or_the_other_commands(cpu_trace_dir, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import atexit, sys
+        loaded = lambda: sorted(m for m in sys.modules if m.split(".")[0] in ("typer", "click", "rich", "plotly")
+                                or m.startswith(("jaxdiag.cli.", "jaxdiag.render.")))
+        atexit.register(lambda: print("loaded:", loaded(), file=sys.stderr))
+        sys.argv = ["jaxdiag", "report", *sys.argv[1:]]
+        from jaxdiag.cli.app import main
+        sys.exit(main())
+        """
+    )
+    out = tmp_path / "report.json"
+    plain = ["jaxdiag.cli.app", "jaxdiag.cli.options", "jaxdiag.cli.report_run", "jaxdiag.render.json_out"]
+    for args in ([str(cpu_trace_dir.logdir), "--json", "-o", str(out)], [str(cpu_trace_dir.logdir), "--json"]):
+        done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == f"loaded: {plain}"
+    assert json.loads(done.stdout) == json.loads(out.read_text())
+    done = subprocess.run([sys.executable, "-c", script, str(cpu_trace_dir.logdir)], capture_output=True, text=True)
+    assert done.returncode == 0 and "Findings (by time lost)" in done.stdout  # the tables still print, through typer
+    assert "'typer'" in done.stderr and "'jaxdiag.cli.compiles_cmd'" not in done.stderr
+
+
+def test_the_program_loads_numpy_with_one_blas_thread_unless_told(cpu_trace_dir, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: print('blas:', os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules))\n"
+        "sys.argv = ['jaxdiag', 'report', *sys.argv[1:]]\n"
+        "from jaxdiag.cli.app import main\n"
+        "sys.exit(main())\n"
+    )
+    args = [sys.executable, "-c", script, str(cpu_trace_dir.logdir), "--json", "-o", str(tmp_path / "r.json")]
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for given, expected in ((None, "1"), ("2", "2")):
+        done = subprocess.run(
+            args, capture_output=True, text=True, env=env if given is None else {**env, "OPENBLAS_NUM_THREADS": given}
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"blas: {expected} True"
+
+
+def test_an_error_naming_a_path_beyond_ascii_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhère"
+    assert main(["report", str(missing), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("jaxdiag: error: ") and str(missing) in err
 
 
 def test_typer_still_answers_what_the_plain_path_leaves(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,7 +205,9 @@ def test_the_program_starts_reading_the_trace_before_typer_loads(cpu_trace_dir, 
     )
     out = tmp_path / "report.json"
     for args, forks in (
-        ([str(cpu_trace_dir.logdir), "--json", "-o", str(out)], [False]),
+        (["--json", str(cpu_trace_dir.logdir), "-o", str(out)], [False]),
+        ([str(cpu_trace_dir.logdir), "--help"], []),  # typer answers: nothing is read
+        ([str(cpu_trace_dir.logdir), "--width", "wide"], []),
         ([str(cpu_trace_dir.logdir), "--run", "no-such-run", "--json"], []),
     ):
         done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)

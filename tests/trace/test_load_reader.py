@@ -1,0 +1,50 @@
+"""``start_load`` readies the XSpace reader before workers fork: they inherit it, nobody asks twice.
+
+Workers are forked only from a single-threaded process, and the test process runs
+jax's threads, so the case runs in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from jaxdiag import jax_internals
+    from jaxdiag.trace import load, reading
+
+    log = sys.argv[2]
+    asked = jax_internals._parses_in_child
+
+    def logged(*args, **kwargs):  # forked workers inherit this, so their questions are logged too
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        return asked(*args, **kwargs)
+
+    jax_internals._parses_in_child = logged
+    pending = load.start_load(sys.argv[1], parallel=True, workers=2)
+    workers = pending._reading.workers
+    frames = pending.result()
+    print(workers, len(frames.events), os.getpid(), open(log).read().split())
+    """
+)
+
+
+def test_the_reader_is_asked_once_before_the_workers_fork(cpu_trace_dir, tmp_path: Path) -> None:
+    log = tmp_path / "asked.txt"
+    log.touch()
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(cpu_trace_dir.logdir), str(log)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    workers, events, pid, asked = done.stdout.split(maxsplit=3)
+    assert int(workers) >= 1 and int(events) > 0
+    from jaxdiag import jax_internals
+
+    # One question, from this process, before any worker read: each used to load the reader and ask again.
+    expected = [pid] if jax_internals.xspace_reader() is not None else []
+    assert asked.strip() == repr(expected)
