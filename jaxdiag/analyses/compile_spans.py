@@ -31,6 +31,7 @@ from jaxdiag.analyses.device_work import (
     classify_names,
     host_events,
     hosts_of,
+    name_matches,
     step_of,
     step_windows,
     strings_at,
@@ -118,8 +119,8 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
         return ()
     names = ev[F.NAME]
     starts, ends = ev[F.START_NS].to_numpy(np.int64), ev[END_NS].to_numpy(np.int64)
-    anchor = classify_names(names, lambda n: bool(_ANCHOR.search(n))).astype(bool)
-    thread = classify_names(ev[F.LINE], lambda n: bool(_COMPILE_THREAD.search(n))).astype(bool)
+    anchor = name_matches(names, _ANCHOR)
+    thread = name_matches(ev[F.LINE], _COMPILE_THREAD)
     found: list[tuple[str, int, int]] = []  # (line, start, end)
     anchors = np.flatnonzero(anchor & ~thread)
     anchor_lines = strings_at(ev[F.LINE], anchors)
@@ -138,7 +139,7 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
     if not found:
         return ()
     named = _module_mentions(ev)
-    pjit = _columns(ev, classify_names(names, lambda n: bool(_PJIT.match(n))).astype(bool))
+    pjit = _columns(ev, name_matches(names, _PJIT, at_start=True))
     windows = step_windows(frames, host)
     spans = []
     for line, s, e in found:
@@ -182,17 +183,18 @@ def _columns(ev: "pd.DataFrame", keep: np.ndarray) -> _Rows:
 
 def _module_mentions(ev: "pd.DataFrame") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(start_ns, end_ns, module)`` of the rows that name a module being compiled."""
-
-    def module_of(name: str) -> str:
-        for pattern in _NAMED_MODULE:
-            m = pattern.search(name)
-            if m:
-                return m.group(1)
-        return ""
-
-    mod = classify_names(ev[F.NAME], module_of)
+    mod = classify_names(ev[F.NAME], _module_named, key=_module_named)
     keep = mod != ""
     return ev[F.START_NS].to_numpy(np.int64)[keep], ev[END_NS].to_numpy(np.int64)[keep], mod[keep]
+
+
+def _module_named(name: str) -> str:
+    """The module a compile event's name mentions, else ``""``."""
+    for pattern in _NAMED_MODULE:
+        m = pattern.search(name)
+        if m:
+            return m.group(1)
+    return ""
 
 
 def _best_module(named: tuple[np.ndarray, np.ndarray, np.ndarray], s: int, e: int) -> str:

@@ -22,11 +22,11 @@ What counts as device work, from the real H100 and CPU captures:
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
-from jaxdiag.analyses.shared import once
+from jaxdiag.analyses.shared import in_scope, once
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,13 +82,57 @@ def collective_kind(name: str) -> str:
     return "send-recv" if _HLO_SEND_RECV.match(name) else ""
 
 
-def classify_names(names: "pd.Series", fn: Callable[[str], Any]) -> np.ndarray:
-    """Apply ``fn`` to each distinct name once; traces repeat a few thousand names a million times."""
+def classify_names(
+    names: "pd.Series", fn: Callable[[str], Any], key: Hashable = None, dtype: Any = object
+) -> np.ndarray:
+    """Apply ``fn`` to each distinct name once; traces repeat a few thousand names a million times.
+
+    A categorical column is classified through its categories, only those its rows
+    use. With a ``key`` naming ``fn`` (a pure function), a report's analyses share
+    the answers (see ``analyses.shared``): every selection of the events table
+    keeps its categories, so each name is classified once per report. The answers
+    come as an array of ``dtype`` (``bool`` for a test).
+    """
     import pandas as pd
 
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        categories = names.dtype.categories
+        table = _CategoryTable(categories, fn)
+        if key is not None:
+            table = in_scope(("classified", key, id(categories)), lambda: table)
+            if table.categories is not categories:  # another table now has that id
+                table = _CategoryTable(categories, fn)
+        return table.at(names.cat.codes.to_numpy(), dtype)
     codes, uniques = pd.factorize(names, sort=False)
-    table = np.array([fn(str(u)) for u in uniques.tolist()] + [fn("")], dtype=object)
-    return table[codes]  # code -1 (missing) maps to the trailing fn("")
+    values = np.array([fn(str(u)) for u in uniques.tolist()] + [fn("")], dtype=object)
+    return values.astype(dtype)[codes]  # code -1 (missing) maps to the trailing fn("")
+
+
+class _CategoryTable:
+    """``fn`` of a categorical column's categories, computed for each category when first needed."""
+
+    def __init__(self, categories: "pd.Index", fn: Callable[[str], Any]) -> None:
+        self.categories, self._fn = categories, fn
+        self._names: list[Any] | None = None
+        n = len(categories)
+        self._values = np.empty(n + 1, dtype=object)
+        self._values[n] = fn("")  # code -1 (missing)
+        self._done = np.zeros(n + 1, dtype=bool)
+        self._done[n] = True
+
+    def at(self, codes: np.ndarray, dtype: Any = object) -> np.ndarray:
+        """The values of rows with these codes, as an array of ``dtype``."""
+        used = np.zeros(len(self._done), dtype=bool)
+        used[codes] = True
+        todo = np.flatnonzero(used & ~self._done)
+        if len(todo):
+            if self._names is None:
+                self._names = self.categories.tolist()
+            names, fn, values = self._names, self._fn, self._values
+            for i in todo.tolist():
+                values[i] = fn(str(names[i]))
+            self._done[todo] = True
+        return self._values.astype(dtype)[codes]
 
 
 def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:
@@ -106,8 +150,10 @@ def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:
     return column.to_numpy(object)[rows]
 
 
-def _mask(names: "pd.Series", pattern: re.Pattern[str]) -> np.ndarray:
-    return classify_names(names, lambda n: bool(pattern.search(n))).astype(bool)
+def name_matches(names: "pd.Series", pattern: re.Pattern[str], *, at_start: bool = False) -> np.ndarray:
+    """Which names ``pattern`` finds (``search``; ``match`` with ``at_start``), as a bool array."""
+    test = pattern.match if at_start else pattern.search
+    return classify_names(names, lambda n: test(n) is not None, key=(name_matches, pattern, at_start), dtype=bool)
 
 
 def host_events(frames: "TraceFrames", host: str | None = None) -> "pd.DataFrame":
@@ -164,15 +210,21 @@ def _windows_key(windows: dict[str, np.ndarray] | None) -> tuple[tuple[str, byte
 def _device_ops(
     frames: "TraceFrames", host: str | None, compile_windows: dict[str, np.ndarray] | None
 ) -> "pd.DataFrame":
+    if not compile_windows:
+        return _classified_ops(frames, host)
+    ops = device_ops(frames, host)  # classified once, whichever windows drop rows from it
+    return ops.loc[~_autotune_in_compile(ops, compile_windows)]
+
+
+def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
+    """Device op rows of ``host`` without autotuning kernels, with ``end_ns``, ``op_kind`` and ``collective``."""
     ev = frames.events
     ops = ev.loc[device_rows(frames, host)]
-    ops = ops.loc[~_mask(ops[F.NAME], AUTOTUNE_KERNEL)]
+    ops = ops.loc[~name_matches(ops[F.NAME], AUTOTUNE_KERNEL)]
     ops = ops.assign(**{END_NS: ops[F.START_NS] + ops[F.DUR_NS]})
-    if compile_windows:
-        ops = ops.loc[~_autotune_in_compile(ops, compile_windows)]
-    memcpy = _mask(ops[F.NAME], _MEMCPY) | (ops[F.LINE_KIND] == "memcpy").to_numpy()
-    coll = classify_names(ops[F.NAME], collective_kind)
-    by_op = classify_names(ops[F.HLO_OP], collective_kind)
+    memcpy = name_matches(ops[F.NAME], _MEMCPY) | (ops[F.LINE_KIND] == "memcpy").to_numpy()
+    coll = classify_names(ops[F.NAME], collective_kind, key=collective_kind)
+    by_op = classify_names(ops[F.HLO_OP], collective_kind, key=collective_kind)
     coll = np.where(coll == "", by_op, coll)
     # A collective line with an unrecognised kernel name is still communication.
     on_coll_line = (ops[F.LINE_KIND] == "collective").to_numpy() & (coll == "") & ~memcpy
@@ -196,8 +248,8 @@ def device_rows(frames: "TraceFrames", host: str | None = None) -> np.ndarray:
 def _autotune_in_compile(ops: "pd.DataFrame", windows: dict[str, np.ndarray]) -> np.ndarray:
     """Rows inside a compile window that no JAX program launched."""
     module = ops[F.HLO_MODULE]
-    program = classify_names(module, lambda m: bool(PROGRAM_MODULE.match(m))).astype(bool)
-    named = classify_names(module, bool).astype(bool)
+    program = name_matches(module, PROGRAM_MODULE, at_start=True)
+    named = classify_names(module, bool, key=bool, dtype=bool)
     has_pid = (ops[F.PROGRAM_ID].fillna(-1).to_numpy() >= 0) & named
     candidate = ~program & ~has_pid
     inside = np.zeros(len(ops), dtype=bool)

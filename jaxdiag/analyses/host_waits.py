@@ -37,6 +37,7 @@ from jaxdiag.analyses.device_work import (
     host_events,
     hosts_of,
     intervals_of,
+    name_matches,
     step_of,
     step_windows,
     strings_at,
@@ -53,8 +54,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COMPILE, SYNC, DISPATCH, UNATTRIBUTED = "compile", "device_to_host_sync", "dispatch", "unattributed"
 _SYNC = READ_BACK  # the same reads that end a step (``trace.steps``)
+_D2H_COPY = re.compile("MemcpyD2H")
 _DISPATCH = re.compile(r"^PjitFunction\(|Execute\b|^ExecuteReplicated|^DevicePut$|BufferFromHostBuffer")
 _PJIT_CALL = re.compile(r"^PjitFunction\((.+)\)$")
+
+
+def _launched_function(name: str) -> str:
+    """The function a ``PjitFunction(f)`` event launched, else ``""``."""
+    m = _PJIT_CALL.match(name)
+    return m[1] if m else ""
+
 
 _SUGGESTIONS = {
     "annotation": (
@@ -191,7 +200,7 @@ def _sync_steps(frames: "TraceFrames", host: str, win: "pd.DataFrame") -> set[in
     ev = host_events(frames, host)
     starts = [ev[F.START_NS].to_numpy(np.int64)[_reads_back(frames, host)]]
     ops = np.flatnonzero(device_rows(frames, host))
-    copies = ops[[n.startswith("MemcpyD2H") for n in strings_at(frames.events[F.NAME], ops).tolist()]]
+    copies = ops[name_matches(frames.events[F.NAME], _D2H_COPY, at_start=True)[ops]]
     starts.append(frames.events[F.START_NS].to_numpy(np.int64)[copies])
     steps = step_of(np.concatenate(starts), win)
     return {int(s) for s in steps if s >= 0}
@@ -200,9 +209,7 @@ def _sync_steps(frames: "TraceFrames", host: str, win: "pd.DataFrame") -> set[in
 def _reads_back(frames: "TraceFrames", host: str) -> np.ndarray:
     """Which of ``host_events(frames, host)`` read results back from the device (``_SYNC``)."""
     names = host_events(frames, host)[F.NAME]
-    return once(
-        frames, ("reads_back", host), lambda: classify_names(names, lambda n: bool(_SYNC.search(n))).astype(bool)
-    )
+    return once(frames, ("reads_back", host), lambda: name_matches(names, _SYNC))
 
 
 def _host_waits(
@@ -221,7 +228,7 @@ def _host_waits(
     near = (starts < int(idle[-1, 1])) & (ends > int(idle[0, 0]))
     names = ev[F.NAME]
     sync = near & _reads_back(frames, host)
-    dispatch = near & classify_names(names, lambda n: bool(_DISPATCH.search(n))).astype(bool) & ~sync
+    dispatch = near & name_matches(names, _DISPATCH) & ~sync
     is_ann = near & (ev[F.CATEGORY] == "annotation").to_numpy() & ~sync & ~dispatch & ~names.isin(step_names).to_numpy()
     durs = ev[F.DUR_NS].to_numpy(np.int64)
 
@@ -237,7 +244,7 @@ def _host_waits(
     # Dispatch, by the function launched: innermost PjitFunction(f) first, then
     # launches outside any (Execute, DevicePut).
     disp = np.flatnonzero(dispatch)
-    launched = classify_names(names, lambda n: m[1] if (m := _PJIT_CALL.match(n)) else "")[disp]
+    launched = classify_names(names, _launched_function, key=_launched_function)[disp]
     for name, rows in _shortest_first(launched, durs[disp]):
         if name:
             layers.append((DISPATCH, DISPATCH, name, cover(disp[rows])))

@@ -316,7 +316,7 @@ def select(frames: Any, host: str, lo: int, hi: int, devices: Sequence[str] | No
     row = np.fromiter((row_of[k] for k in keys), dtype=np.int64, count=len(keys))
     kind = np.full(len(sel), "annotation", dtype=object)
     if is_dev.any():
-        coll = classify_names(sel[F.NAME], collective_kind) != ""
+        coll = classify_names(sel[F.NAME], collective_kind, key=collective_kind) != ""
         memcpy = (sel[F.LINE_KIND] == "memcpy").to_numpy() | np.char.startswith(names.astype(str), "Mem")
         kind = np.where(is_dev, np.where(coll, "collective", np.where(memcpy, "memcpy", "compute")), kind)
     group = np.where(is_dev, np.array([plane_label(p) for p in planes], dtype=object), HOST_GROUP)
