@@ -49,6 +49,13 @@ _ANCHOR = re.compile(
     r"^backend_compile(?:_and_load)?$|CompileAndLoad\(|^PJRT_Client_Compile$|"
     r"^PjRt\w*Client::Compile|CompileInternal$|^CpuCompiler::RunBackend$|^XlaCompile$"
 )
+_ANCHOR_WORD = "ompile"  # in every branch of ``_ANCHOR``: names without it are not searched
+
+
+def _is_anchor(name: str) -> bool:
+    return _ANCHOR_WORD in name and _ANCHOR.search(name) is not None
+
+
 _COMPILE_THREAD = re.compile(r"compile_thread_pool|CompilerThreadPool|xla-cpu-codegen|XlaCompile", re.I)
 _NAMED_MODULE = (
     re.compile(r"CompileAndLoad\((.+)\)$"),
@@ -119,7 +126,7 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
         return ()
     names = ev[F.NAME]
     starts, ends = ev[F.START_NS].to_numpy(np.int64), ev[END_NS].to_numpy(np.int64)
-    anchor = name_matches(names, _ANCHOR)
+    anchor = classify_names(names, _is_anchor, key=_is_anchor, dtype=bool)
     thread = name_matches(ev[F.LINE], _COMPILE_THREAD)
     found: list[tuple[str, int, int]] = []  # (line, start, end)
     anchors = np.flatnonzero(anchor & ~thread)
@@ -190,6 +197,8 @@ def _module_mentions(ev: "pd.DataFrame") -> tuple[np.ndarray, np.ndarray, np.nda
 
 def _module_named(name: str) -> str:
     """The module a compile event's name mentions, else ``""``."""
+    if ")" not in name and not name.startswith("HLO Transforms:"):  # what every pattern needs
+        return ""
     for pattern in _NAMED_MODULE:
         m = pattern.search(name)
         if m:

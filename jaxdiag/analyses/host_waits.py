@@ -45,7 +45,7 @@ from jaxdiag.analyses.device_work import (
 from jaxdiag.analyses.shared import once
 from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps
 from jaxdiag.trace import frames as F
-from jaxdiag.trace.steps import READ_BACK
+from jaxdiag.trace.steps import reads_back
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -53,9 +53,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 COMPILE, SYNC, DISPATCH, UNATTRIBUTED = "compile", "device_to_host_sync", "dispatch", "unattributed"
-_SYNC = READ_BACK  # the same reads that end a step (``trace.steps``)
 _D2H_COPY = re.compile("MemcpyD2H")
-_DISPATCH = re.compile(r"^PjitFunction\(|Execute\b|^ExecuteReplicated|^DevicePut$|BufferFromHostBuffer")
+#: Dispatch events: a name starting ``PjitFunction(``, ``ExecuteReplicated`` or ``DevicePut`` (all
+#: of it), or holding ``Execute`` (a word's end) or ``BufferFromHostBuffer``; two patterns, since an
+#: anchored branch stops ``re`` from skipping ahead to the branches' first letters.
+_DISPATCH_AT_START = re.compile(r"PjitFunction\(|ExecuteReplicated|DevicePut$")
+_DISPATCH_ANYWHERE = re.compile(r"Execute\b|BufferFromHostBuffer")
+
+
+def _dispatches(name: str) -> bool:
+    return _DISPATCH_AT_START.match(name) is not None or _DISPATCH_ANYWHERE.search(name) is not None
+
+
 _PJIT_CALL = re.compile(r"^PjitFunction\((.+)\)$")
 
 
@@ -207,9 +216,9 @@ def _sync_steps(frames: "TraceFrames", host: str, win: "pd.DataFrame") -> set[in
 
 
 def _reads_back(frames: "TraceFrames", host: str) -> np.ndarray:
-    """Which of ``host_events(frames, host)`` read results back from the device (``_SYNC``)."""
+    """Which of ``host_events(frames, host)`` read results back from the device (``trace.steps.reads_back``)."""
     names = host_events(frames, host)[F.NAME]
-    return once(frames, ("reads_back", host), lambda: name_matches(names, _SYNC))
+    return once(frames, ("reads_back", host), lambda: classify_names(names, reads_back, key=reads_back, dtype=bool))
 
 
 def _host_waits(
@@ -228,7 +237,7 @@ def _host_waits(
     near = (starts < int(idle[-1, 1])) & (ends > int(idle[0, 0]))
     names = ev[F.NAME]
     sync = near & _reads_back(frames, host)
-    dispatch = near & name_matches(names, _DISPATCH) & ~sync
+    dispatch = near & classify_names(names, _dispatches, key=_dispatches, dtype=bool) & ~sync
     is_ann = near & (ev[F.CATEGORY] == "annotation").to_numpy() & ~sync & ~dispatch & ~names.isin(step_names).to_numpy()
     durs = ev[F.DUR_NS].to_numpy(np.int64)
 

@@ -51,10 +51,20 @@ EXECUTION_GAP_NS = 1_000_000
 
 #: Host events that read device results back (``float(x)``, ``np.asarray``,
 #: ``jax.device_get``, ``block_until_ready``): a wait for the device work before them.
-READ_BACK = re.compile(
+_READ_BACK_ANYWHERE = (
     r"np\.asarray\(|ToLiteral|BlockUntilReady|block_until_ready|TransferLiteralFromDevice|"
-    r"CopyRawDeviceToHost|TransferFromDevice|^D2H|device_get|CommonPjRtBuffer::Await|AwaitBuffersReady"
+    r"CopyRawDeviceToHost|TransferFromDevice|device_get|CommonPjRtBuffer::Await|AwaitBuffersReady"
 )
+READ_BACK = re.compile(_READ_BACK_ANYWHERE + r"|^D2H")
+_READ_BACK_SEARCH = re.compile(_READ_BACK_ANYWHERE)
+
+
+def reads_back(name: str) -> bool:
+    """Whether ``READ_BACK`` finds ``name``: the same test in half the time (an anchored branch stops
+    ``re`` from skipping ahead to the branches' first letters)."""
+    return name.startswith("D2H") or _READ_BACK_SEARCH.search(name) is not None
+
+
 #: Host annotations that launch jitted work rather than mark the user's own code.
 _LAUNCH = re.compile(r"^PjitFunction\(")
 
@@ -146,7 +156,7 @@ def tile(
         launches = np.zeros(0, dtype=np.int64)
         if read_back and len(host_rows):
             names = events[NAME]
-            is_read = _flag(names, host_rows, lambda n: bool(READ_BACK.search(n)))
+            is_read = _flag(names, host_rows, reads_back)
             is_launch = _flag(names, host_rows, lambda n: bool(_LAUNCH.match(n)))
             is_mark = (
                 (events[CATEGORY] == "annotation").to_numpy()[host_rows]
