@@ -362,11 +362,10 @@ def steps_and_device_share(
     """
     windows = step_windows(frames, host, steps)
     step = np.full(len(ops), -1, dtype=np.int64)
-    hosts = ops[F.HOST].to_numpy()
     starts = ops[F.START_NS].to_numpy(dtype=np.int64)
-    for name in np.unique(hosts):
-        rows = hosts == name
+    devices = ops[F.DEVICE].to_numpy()
+    n_devices = np.full(len(ops), np.nan)
+    for name, rows in row_groups(ops[F.HOST]):
         step[rows] = step_of(starts[rows], windows.loc[windows[F.HOST] == name])
-    devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
-    share = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
-    return step, share
+        n_devices[rows] = len(np.unique(devices[rows]))
+    return step, 1.0 / np.maximum(n_devices, 1.0)
