@@ -97,9 +97,10 @@ def classify_names(
 
     if isinstance(names.dtype, pd.CategoricalDtype):
         categories = names.dtype.categories
-        table = _CategoryTable(categories, fn)
-        if key is not None:
-            table = in_scope(("classified", key, id(categories)), lambda: table)
+        if key is None:
+            table = _CategoryTable(categories, fn)
+        else:
+            table = in_scope(("classified", key, id(categories)), lambda: _CategoryTable(categories, fn))
             if table.categories is not categories:  # another table now has that id
                 table = _CategoryTable(categories, fn)
         return table.at(names.cat.codes.to_numpy(), dtype)

@@ -263,6 +263,8 @@ def _host_waits(
     for cause, kind, detail, cover in layers:
         if remaining.size == 0:
             break
+        if not iv.overlaps(remaining, cover):  # most layers: a quick look spares the sweep
+            continue
         part = iv.intersect(remaining, cover)
         if part.size:
             out += _pieces(host, win, part, cause, kind, detail)

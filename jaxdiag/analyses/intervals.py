@@ -80,6 +80,17 @@ def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _sweep(a, b, "and")
 
 
+def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``intersect(a, b)`` is not empty, found by binary search rather than a sweep."""
+    ua, ub = union(a), union(b)
+    if ua.size == 0 or ub.size == 0:
+        return False
+    # For each run of b, the first run of a that ends after it starts: they meet if it starts before b's run ends.
+    i = np.searchsorted(ua[:, 1], ub[:, 0], side="right")
+    inside = i < len(ua)
+    return bool((ua[i[inside], 0] < ub[inside, 1]).any())
+
+
 def intersection_length(a: np.ndarray, b: np.ndarray) -> int:
     """Length of the time covered by both ``a`` and ``b``."""
     x = intersect(a, b)
