@@ -190,9 +190,13 @@ def _columns(ev: "pd.DataFrame", keep: np.ndarray) -> _Rows:
 
 def _module_mentions(ev: "pd.DataFrame") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(start_ns, end_ns, module)`` of the rows that name a module being compiled."""
-    mod = classify_names(ev[F.NAME], _module_named, key=_module_named)
-    keep = mod != ""
-    return ev[F.START_NS].to_numpy(np.int64)[keep], ev[END_NS].to_numpy(np.int64)[keep], mod[keep]
+    rows = np.flatnonzero(classify_names(ev[F.NAME], _names_module, key=_names_module, dtype=bool))
+    mod = classify_names(ev[F.NAME], _module_named, key=_module_named, rows=rows)
+    return ev[F.START_NS].to_numpy(np.int64)[rows], ev[END_NS].to_numpy(np.int64)[rows], mod
+
+
+def _names_module(name: str) -> bool:
+    return _module_named(name) != ""
 
 
 def _module_named(name: str) -> str:

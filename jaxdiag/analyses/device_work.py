@@ -83,7 +83,11 @@ def collective_kind(name: str) -> str:
 
 
 def classify_names(
-    names: "pd.Series", fn: Callable[[str], Any], key: Hashable = None, dtype: Any = object
+    names: "pd.Series",
+    fn: Callable[[str], Any],
+    key: Hashable = None,
+    dtype: Any = object,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """Apply ``fn`` to each distinct name once; traces repeat a few thousand names a million times.
 
@@ -91,7 +95,8 @@ def classify_names(
     use. With a ``key`` naming ``fn`` (a pure function), a report's analyses share
     the answers (see ``analyses.shared``): every selection of the events table
     keeps its categories, so each name is classified once per report. The answers
-    come as an array of ``dtype`` (``bool`` for a test).
+    come as an array of ``dtype`` (``bool`` for a test), for every row or for the
+    positions ``rows``.
     """
     import pandas as pd
 
@@ -103,7 +108,10 @@ def classify_names(
             table = in_scope(("classified", key, id(categories)), lambda: _CategoryTable(categories, fn))
             if table.categories is not categories:  # another table now has that id
                 table = _CategoryTable(categories, fn)
-        return table.at(names.cat.codes.to_numpy(), dtype)
+        codes = names.cat.codes.to_numpy()
+        return table.at(codes if rows is None else codes[rows], dtype)
+    if rows is not None:
+        names = names.iloc[rows]
     codes, uniques = pd.factorize(names, sort=False)
     values = np.array([fn(str(u)) for u in uniques.tolist()] + [fn("")], dtype=object)
     return values.astype(dtype)[codes]  # code -1 (missing) maps to the trailing fn("")

@@ -253,7 +253,7 @@ def _host_waits(
     # Dispatch, by the function launched: innermost PjitFunction(f) first, then
     # launches outside any (Execute, DevicePut).
     disp = np.flatnonzero(dispatch)
-    launched = classify_names(names, _launched_function, key=_launched_function)[disp]
+    launched = classify_names(names, _launched_function, key=_launched_function, rows=disp)
     for name, rows in _shortest_first(launched, durs[disp]):
         if name:
             layers.append((DISPATCH, DISPATCH, name, cover(disp[rows])))

@@ -223,6 +223,8 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
         got = [getattr(p, column) for p in parts]
         if got and all(isinstance(g, _Packed) for g in got):
             return _merged_categorical(got)  # type: ignore[arg-type]
+        if len(got) == 1 and isinstance(got[0], list):  # one host file: its list as it is
+            return _categorical(got[0])
         values: list[str] = []
         for g in got:
             values += list(g.uniques[g.codes]) if isinstance(g, _Packed) else g
@@ -280,16 +282,25 @@ def _merged_categorical(packed: Sequence[_Packed]) -> "pd.Categorical":
 
 def _categorical(values: list[str]) -> "pd.Categorical":
     """``pd.Categorical(values)``, in half the time: factorize, then give the sorted categories."""
-    import numpy as np
     import pandas as pd
 
     try:
-        codes, uniques = pd.factorize(np.asarray(values, dtype=object), sort=True)
+        codes, uniques = pd.factorize(_objects(values), sort=True)
         if len(uniques):
             return pd.Categorical.from_codes(codes, categories=pd.Index(uniques))
     except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
         pass
     return pd.Categorical(values)
+
+
+def _objects(values: list[str]) -> "np.ndarray":
+    """``values`` as an object array (``fromiter`` takes a third less time than ``asarray`` on a long list)."""
+    import numpy as np
+
+    try:
+        return np.fromiter(values, dtype=object, count=len(values))
+    except (TypeError, ValueError):  # a numpy without object fromiter
+        return np.asarray(values, dtype=object)
 
 
 def _meta(parts: Sequence["HostColumns"], include_python: bool) -> dict[str, Any]:
