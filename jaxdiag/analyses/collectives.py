@@ -73,8 +73,22 @@ class DeviceComm:
 
 
 def per_device(ops: "pd.DataFrame") -> tuple[list[DeviceComm], int]:
-    """Collective and exposed intervals per device, and the number of devices with ops."""
+    """Collective and exposed intervals per device, and the number of devices with ops.
+
+    Within a report the answer for one ``device_ops`` frame is shared (see ``analyses.shared``).
+    """
+    from jaxdiag.analyses.shared import in_scope
+
+    held, (comms, n_devices) = in_scope(("per_device", id(ops)), lambda: (ops, _per_device(ops)))
+    if held is not ops:  # another frame now has that id
+        comms, n_devices = _per_device(ops)
+    return list(comms), n_devices
+
+
+def _per_device(ops: "pd.DataFrame") -> tuple[list[DeviceComm], int]:
     out: list[DeviceComm] = []
+    if len(ops) and not (ops[OP_KIND] == "collective").any():  # no communication: only count the devices
+        return out, _device_count(ops)
     groups = ops.groupby([F.HOST, F.PLANE, F.DEVICE], sort=True, observed=True) if len(ops) else []
     n_devices = 0
     for (host, plane, device), rows in groups:
@@ -91,6 +105,18 @@ def per_device(ops: "pd.DataFrame") -> tuple[list[DeviceComm], int]:
         coll = iv.union(intervals_of(coll_rows))
         out.append(DeviceComm(str(host), f"{plane}#{device}", coll, iv.subtract(coll, compute), kinds))
     return out, n_devices
+
+
+def _device_count(ops: "pd.DataFrame") -> int:
+    """How many (host, plane, device) groups ``ops`` has, as ``groupby`` counts them (missing keys left out)."""
+    import pandas as pd
+
+    keys = []
+    for column in (F.HOST, F.PLANE, F.DEVICE):
+        codes, _ = pd.factorize(ops[column], sort=False)
+        keys.append(codes)
+    codes = np.stack(keys, axis=1)
+    return len(np.unique(codes[(codes >= 0).all(axis=1)], axis=0))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
