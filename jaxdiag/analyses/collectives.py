@@ -111,12 +111,13 @@ def _device_count(ops: "pd.DataFrame") -> int:
     """How many (host, plane, device) groups ``ops`` has, as ``groupby`` counts them (missing keys left out)."""
     import pandas as pd
 
-    keys = []
+    key = np.zeros(len(ops), dtype=np.int64)
+    named = np.ones(len(ops), dtype=bool)
     for column in (F.HOST, F.PLANE, F.DEVICE):
-        codes, _ = pd.factorize(ops[column], sort=False)
-        keys.append(codes)
-    codes = np.stack(keys, axis=1)
-    return len(np.unique(codes[(codes >= 0).all(axis=1)], axis=0))
+        codes, uniques = pd.factorize(ops[column], sort=False)
+        key = key * (len(uniques) + 1) + codes
+        named &= codes >= 0
+    return len(np.unique(key[named]))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -136,10 +136,10 @@ class _CategoryTable:
         todo = np.flatnonzero(used & ~self._done)
         if len(todo):
             if self._names is None:
-                self._names = self.categories.tolist()
-            names, fn, values = self._names, self._fn, self._values
-            for i in todo.tolist():
-                values[i] = fn(str(names[i]))
+                self._names = [str(n) for n in self.categories.tolist()]
+            names, fn = self._names, self._fn
+            found = [fn(names[i]) for i in todo.tolist()]
+            self._values[todo] = np.fromiter(found, dtype=object, count=len(found))
             self._done[todo] = True
         return self._values.astype(dtype)[codes]
 
@@ -193,9 +193,9 @@ def host_events(frames: "TraceFrames", host: str | None = None) -> "pd.DataFrame
 
 def _host_events(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     ev = frames.events
-    keep = ~ev[F.CATEGORY].isin(("device", "python"))
+    keep = ~isin(ev[F.CATEGORY], ("device", "python"))
     if host is not None:
-        keep &= ev[F.HOST] == host
+        keep &= (ev[F.HOST] == host).to_numpy()
     out = ev.loc[keep]
     return out.assign(**{END_NS: out[F.START_NS] + out[F.DUR_NS]})
 
@@ -263,12 +263,29 @@ def device_rows(frames: "TraceFrames", host: str | None = None) -> np.ndarray:
     """Which events are device ops of ``host`` (every host when ``None``), before noise is removed.
 
     ``device_ops`` drops autotuning kernels (by name) and candidates run inside compiles from these.
+    Shared within a report, so read-only.
     """
+    return once(frames, ("device_rows", host), lambda: _device_rows(frames, host))
+
+
+def _device_rows(frames: "TraceFrames", host: str | None) -> np.ndarray:
     ev = frames.events
-    keep = (ev[F.CATEGORY] == "device") & ~ev[F.LINE_KIND].isin(_NON_OP_LINES)
+    keep = (ev[F.CATEGORY] == "device").to_numpy() & ~isin(ev[F.LINE_KIND], _NON_OP_LINES)
     if host is not None:
-        keep &= ev[F.HOST] == host
-    return keep.to_numpy()
+        keep &= (ev[F.HOST] == host).to_numpy()
+    return keep
+
+
+def isin(column: "pd.Series", values: Iterable[Any]) -> np.ndarray:
+    """``column.isin(values)`` as a bool array; for a categorical column, tested on its few categories."""
+    import pandas as pd
+
+    values = list(values)
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        hit = np.append(column.cat.categories.isin(values), False)  # code -1 (missing) is in no list of strings
+        if not any(v != v for v in values):  # NaN among the values: leave it to pandas
+            return hit[column.cat.codes.to_numpy()]
+    return column.isin(values).to_numpy()
 
 
 def _autotune_in_compile(ops: "pd.DataFrame", windows: dict[str, np.ndarray]) -> np.ndarray:
