@@ -240,8 +240,16 @@ def _host_waits(
     dispatch = near & classify_names(names, _dispatches, key=_dispatches, dtype=bool) & ~sync
     is_ann = near & (ev[F.CATEGORY] == "annotation").to_numpy() & ~sync & ~dispatch & ~names.isin(step_names).to_numpy()
     durs = ev[F.DUR_NS].to_numpy(np.int64)
+    # Only rows that touch an idle stretch can explain one (the stretches left only shrink):
+    # covering the others would change no layer's share.
+    touches = np.zeros(len(ev), dtype=bool)
+    candidates = np.flatnonzero(sync | dispatch | is_ann)
+    after = np.searchsorted(idle[:, 1], starts[candidates], side="right")
+    inside = after < len(idle)
+    touches[candidates[inside]] = idle[after[inside], 0] < ends[candidates[inside]]
 
-    def cover(rows: np.ndarray) -> np.ndarray:
+    def cover(rows: np.ndarray) -> np.ndarray:  # positions, or a mask over ``ev``
+        rows = np.flatnonzero(rows & touches) if rows.dtype == bool else rows[touches[rows]]
         return iv.union(np.stack([starts[rows], ends[rows]], axis=1))
 
     layers: list[tuple[str, str, str, np.ndarray]] = [(COMPILE, COMPILE, "", compiles), (SYNC, SYNC, "", cover(sync))]
@@ -255,7 +263,7 @@ def _host_waits(
     disp = np.flatnonzero(dispatch)
     launched = classify_names(names, _launched_function, key=_launched_function, rows=disp)
     for name, rows in _shortest_first(launched, durs[disp]):
-        if name:
+        if name and touches[disp[rows]].any():
             layers.append((DISPATCH, DISPATCH, name, cover(disp[rows])))
     layers.append((DISPATCH, DISPATCH, "", cover(disp)))
     out: list[Wait] = []
