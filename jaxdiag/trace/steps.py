@@ -157,11 +157,11 @@ def tile(
         if read_back and len(host_rows):
             names = events[NAME]
             is_read = _flag(names, host_rows, reads_back)
-            is_launch = _flag(names, host_rows, lambda n: bool(_LAUNCH.match(n)))
+            is_launch = _flag(names, host_rows, _LAUNCH.match)
             is_mark = (
                 (events[CATEGORY] == "annotation").to_numpy()[host_rows]
                 & ~is_read
-                & ~(is_launch | _flag(names, host_rows, lambda n: n in step_names))
+                & ~(is_launch | _flag(names, host_rows, frozenset(step_names).__contains__))
             )
             starts = all_starts[host_rows]
             reads = np.stack([starts[is_read], starts[is_read] + all_durs[host_rows][is_read]], axis=1)
@@ -250,14 +250,14 @@ def _busy_runs(starts: "np.ndarray", durs: "np.ndarray") -> "np.ndarray":
     return np.stack([starts[firsts], ends[lasts]], axis=1)
 
 
-def _flag(names: "pd.Series", rows: "np.ndarray", test: "Callable[[str], bool]") -> "np.ndarray":
-    """``test`` of the names at positions ``rows`` as a bool array, testing each distinct name once."""
+def _flag(names: "pd.Series", rows: "np.ndarray", test: "Callable[[str], object]") -> "np.ndarray":
+    """Whether ``test`` is true of the names at positions ``rows``, as a bool array, testing each distinct name once."""
     import numpy as np
     import pandas as pd
 
     if isinstance(names.dtype, pd.CategoricalDtype):
         categories = names.cat.categories.tolist()
-        flags = np.fromiter((test(str(c)) for c in categories), dtype=bool, count=len(categories))
+        flags = np.fromiter(map(test, map(str, categories)), dtype=bool, count=len(categories))
         codes = names.cat.codes.to_numpy()[rows]
         return np.where(codes >= 0, flags[np.maximum(codes, 0)] if len(flags) else False, False)
     return np.fromiter((test(str(n)) for n in names.iloc[rows]), dtype=bool, count=len(rows))
