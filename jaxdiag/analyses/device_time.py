@@ -72,7 +72,7 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
     top = ops.groupby(["_op", "_module"], observed=True, sort=False)["_ms"].agg(["count", "sum"])
     top = top.sort_values("sum", ascending=False).head(inputs.thresholds.top_ops)
     top_ops = tuple(
-        {"name": str(op), "module": str(module), "count": int(row["count"]), "total_ms": round(float(row["sum"]), 4)}
-        for (op, module), row in top.iterrows()
+        {"name": str(op), "module": str(module), "count": int(n), "total_ms": round(float(ms), 4)}
+        for (op, module), n, ms in zip(top.index, top["count"].tolist(), top["sum"].tolist())
     )
     return DeviceTime(tuple(by_module), top_ops)

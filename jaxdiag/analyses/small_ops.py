@@ -187,7 +187,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
             acc[2] += g[i] / 1e6
     import pandas as pd
 
-    small_all = pd.concat(parts) if parts else None
+    small_all = (parts[0] if len(parts) == 1 else pd.concat(parts)) if parts else None
     result = SmallOpsResult(
         threshold_us=th.small_op_us,
         count=0 if small_all is None else len(small_all),
