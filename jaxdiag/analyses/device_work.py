@@ -176,10 +176,13 @@ def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:
     return column.to_numpy(object)[rows]
 
 
-def name_matches(names: "pd.Series", pattern: re.Pattern[str], *, at_start: bool = False) -> np.ndarray:
-    """Which names ``pattern`` finds (``search``; ``match`` with ``at_start``), as a bool array."""
+def name_matches(
+    names: "pd.Series", pattern: re.Pattern[str], *, at_start: bool = False, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Which names ``pattern`` finds (``search``; ``match`` with ``at_start``), as a bool array (at ``rows``)."""
     test = pattern.match if at_start else pattern.search
-    return classify_names(names, lambda n: test(n) is not None, key=(name_matches, pattern, at_start), dtype=bool)
+    key = (name_matches, pattern, at_start)
+    return classify_names(names, lambda n: test(n) is not None, key=key, dtype=bool, rows=rows)
 
 
 def host_events(frames: "TraceFrames", host: str | None = None) -> "pd.DataFrame":
@@ -245,9 +248,8 @@ def _device_ops(
 def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     """Device op rows of ``host`` without autotuning kernels, with ``end_ns``, ``op_kind`` and ``collective``."""
     ev = frames.events
-    ops = ev.loc[device_rows(frames, host)]
-    ops = ops.loc[~name_matches(ops[F.NAME], AUTOTUNE_KERNEL)]
-    ops = ops.assign(**{END_NS: ops[F.START_NS] + ops[F.DUR_NS]})
+    rows = np.flatnonzero(device_rows(frames, host))
+    ops = ev.take(rows[~name_matches(ev[F.NAME], AUTOTUNE_KERNEL, rows=rows)])  # one copy of the rows kept
     memcpy = name_matches(ops[F.NAME], _MEMCPY) | (ops[F.LINE_KIND] == "memcpy").to_numpy()
     coll = classify_names(ops[F.NAME], collective_kind, key=collective_kind)
     by_op = classify_names(ops[F.HLO_OP], collective_kind, key=collective_kind)
@@ -256,7 +258,7 @@ def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     on_coll_line = (ops[F.LINE_KIND] == "collective").to_numpy() & (coll == "") & ~memcpy
     coll = np.where(on_coll_line, "collective", coll)
     kind = np.where(coll != "", "collective", np.where(memcpy, "memcpy", "compute"))
-    return ops.assign(**{OP_KIND: kind, COLLECTIVE: coll})
+    return ops.assign(**{END_NS: ops[F.START_NS] + ops[F.DUR_NS], OP_KIND: kind, COLLECTIVE: coll})
 
 
 def device_rows(frames: "TraceFrames", host: str | None = None) -> np.ndarray:
