@@ -27,10 +27,13 @@ def as_intervals(starts: object, ends: object) -> np.ndarray:
 def union(iv: np.ndarray) -> np.ndarray:
     """Merge overlapping or touching intervals; drop empty ones."""
     iv = np.asarray(iv, dtype=np.int64).reshape(-1, 2)
-    iv = iv[iv[:, 1] > iv[:, 0]]
+    nonempty = iv[:, 1] > iv[:, 0]
+    if not nonempty.all():
+        iv = iv[nonempty]
     if iv.shape[0] <= 1:
         return iv.copy()
-    iv = iv[np.argsort(iv[:, 0], kind="stable")]
+    if not (iv[1:, 0] >= iv[:-1, 0]).all():  # most sets arrive sorted: a stable sort would not move them
+        iv = iv[np.argsort(iv[:, 0], kind="stable")]
     reach = np.maximum.accumulate(iv[:, 1])
     # A new run starts where an interval begins after everything before it ended.
     new_run = np.empty(iv.shape[0], dtype=bool)
