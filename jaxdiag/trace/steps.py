@@ -218,15 +218,16 @@ def assign_steps(events: "pd.DataFrame", steps: "pd.DataFrame") -> "np.ndarray":
         return out
     hosts = events[HOST]
     starts = events[START_NS].to_numpy()
-    for host, group in steps.groupby(HOST, sort=False, observed=True):
-        group = group.sort_values(START_NS)
-        mask = (hosts == host).to_numpy()
-        at = np.searchsorted(group[START_NS].to_numpy(), starts[mask], side="right") - 1
+    step_hosts = steps[HOST].to_numpy()
+    step_starts, step_ends, numbers = (steps[c].to_numpy() for c in (START_NS, "end_ns", STEP))
+    for host in dict.fromkeys(h for h in step_hosts.tolist() if h == h):  # each host's steps, by start
+        mine = np.flatnonzero(step_hosts == host)
+        mine = mine[np.argsort(step_starts[mine], kind="quicksort")]  # as ``sort_values`` orders them
+        rows = np.flatnonzero((hosts == host).to_numpy())
+        at = np.searchsorted(step_starts[mine], starts[rows], side="right") - 1
         inside = at >= 0
-        ends = group["end_ns"].to_numpy()
-        numbers = group[STEP].to_numpy()
-        inside[inside] &= starts[mask][inside] < ends[at[inside]]
-        out[np.flatnonzero(mask)[inside]] = numbers[at[inside]]
+        inside[inside] &= starts[rows][inside] < step_ends[mine][at[inside]]
+        out[rows[inside]] = numbers[mine][at[inside]]
     return out
 
 
