@@ -317,8 +317,10 @@ def _segment_categorical(values: list[str], counts: Sequence[int]) -> "pd.Catego
                     continue
             mixed.append((start, stop))
         start = stop
-    if start != len(values) or 2 * sum(b - a for a, b, _v in constant) < len(values):
-        return _categorical(values)  # mostly mixed (event names): one factorization costs less
+    if start != len(values) or not values:
+        return _categorical(values)
+    if 2 * sum(b - a for a, b, _v in constant) < len(values):
+        return _distinct_categorical(values)  # mostly mixed (event names): one pass over all
     rest: list[str] = []
     for a, b in mixed:
         rest += values[a:b]
@@ -335,6 +337,28 @@ def _segment_categorical(values: list[str], counts: Sequence[int]) -> "pd.Catego
         if rest:
             at = np.concatenate([np.arange(a, b) for a, b in mixed])
             codes[at] = np.asarray([index[u] for u in found], dtype=np.int64)[rest_codes]
+        return pd.Categorical.from_codes(codes, categories=pd.Index(np.asarray(categories, dtype=object)))
+    except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
+        return _categorical(values)
+
+
+def _distinct_categorical(values: list[str]) -> "pd.Categorical":
+    """``_categorical(values)`` for strings that are mostly distinct objects (each event's own name).
+
+    A dict finds the distinct values in less time than ``factorize`` when nearly every
+    row is another object; anything but strings goes the plain way.
+    """
+    import numpy as np
+    import pandas as pd
+
+    index: dict[str, int] = dict.fromkeys(values)  # type: ignore[assignment]
+    if not all(type(v) is str for v in index):
+        return _categorical(values)
+    categories = sorted(index)
+    for i, v in enumerate(categories):
+        index[v] = i
+    try:
+        codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
         return pd.Categorical.from_codes(codes, categories=pd.Index(np.asarray(categories, dtype=object)))
     except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
         return _categorical(values)
