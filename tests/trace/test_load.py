@@ -242,8 +242,8 @@ _segment_values = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(_segment_values)
 def test_segment_categorical_is_the_plain_categorical(segments) -> None:
-    """Coding whole segments of one value at once gives the categorical of the values themselves."""
-    from jaxdiag.trace.load import _categorical, _segment_categorical
+    """Coding whole segments of one value at once, or through a dict, gives the categorical of the values."""
+    from jaxdiag.trace.load import _categorical, _distinct_categorical, _segment_categorical
 
     values: list[str] = []
     counts = []
@@ -251,9 +251,10 @@ def test_segment_categorical_is_the_plain_categorical(segments) -> None:
         seg = [rest[0]] * rest[1] if kind == "same" else list(rest[0])
         values += seg
         counts.append(len(seg))
-    got, want = _segment_categorical(values, counts), _categorical(values)
-    assert list(got.categories) == list(want.categories) and got.categories.dtype == want.categories.dtype
-    assert got.codes.tolist() == want.codes.tolist() and got.codes.dtype == want.codes.dtype
+    want = _categorical(values)
+    for got in (_segment_categorical(values, counts), _distinct_categorical(values)):
+        assert list(got.categories) == list(want.categories) and got.categories.dtype == want.categories.dtype
+        assert got.codes.tolist() == want.codes.tolist() and got.codes.dtype == want.codes.dtype
 
 
 def test_segment_categorical_leaves_counts_that_do_not_fit_to_the_plain_way() -> None:
