@@ -239,7 +239,7 @@ def _windows_key(windows: dict[str, np.ndarray] | None) -> tuple[tuple[str, byte
 def _device_ops(
     frames: "TraceFrames", host: str | None, compile_windows: dict[str, np.ndarray] | None
 ) -> "pd.DataFrame":
-    if not _windows_key(compile_windows):  # no window drops a row
+    if not compile_windows or not _windows_key(compile_windows):  # no window drops a row
         return _classified_ops(frames, host)
     ops = device_ops(frames, host)  # classified once, whichever windows drop rows from it
     return ops.loc[~_autotune_in_compile(ops, compile_windows)]
