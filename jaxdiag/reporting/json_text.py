@@ -6,7 +6,7 @@ timeline's arrays are long, one number a line would make the file unreadable.
 ``json.dumps`` with an indent runs its pure-Python encoder and the arrays are
 joined back by a regular expression afterwards; here scalars and strings go
 through the same C helpers ``json`` uses and number arrays are joined as they
-are met, which takes a third of the time. Anything this writer does not know
+are met, in well under half the time. Anything this writer does not know
 (a key that is not a string, an object for ``default``) raises ``Unsupported``,
 and the caller falls back to ``json.dumps``.
 """
