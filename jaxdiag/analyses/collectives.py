@@ -73,8 +73,22 @@ class DeviceComm:
 
 
 def per_device(ops: "pd.DataFrame") -> tuple[list[DeviceComm], int]:
-    """Collective and exposed intervals per device, and the number of devices with ops."""
+    """Collective and exposed intervals per device, and the number of devices with ops.
+
+    Within a report the answer for one ``device_ops`` frame is shared (see ``analyses.shared``).
+    """
+    from jaxdiag.analyses.shared import in_scope
+
+    held, (comms, n_devices) = in_scope(("per_device", id(ops)), lambda: (ops, _per_device(ops)))
+    if held is not ops:  # another frame now has that id
+        comms, n_devices = _per_device(ops)
+    return list(comms), n_devices
+
+
+def _per_device(ops: "pd.DataFrame") -> tuple[list[DeviceComm], int]:
     out: list[DeviceComm] = []
+    if len(ops) and not (ops[OP_KIND] == "collective").any():  # no communication: only count the devices
+        return out, _device_count(ops)
     groups = ops.groupby([F.HOST, F.PLANE, F.DEVICE], sort=True, observed=True) if len(ops) else []
     n_devices = 0
     for (host, plane, device), rows in groups:
@@ -91,6 +105,19 @@ def per_device(ops: "pd.DataFrame") -> tuple[list[DeviceComm], int]:
         coll = iv.union(intervals_of(coll_rows))
         out.append(DeviceComm(str(host), f"{plane}#{device}", coll, iv.subtract(coll, compute), kinds))
     return out, n_devices
+
+
+def _device_count(ops: "pd.DataFrame") -> int:
+    """How many (host, plane, device) groups ``ops`` has, as ``groupby`` counts them (missing keys left out)."""
+    import pandas as pd
+
+    key = np.zeros(len(ops), dtype=np.int64)
+    named = np.ones(len(ops), dtype=bool)
+    for column in (F.HOST, F.PLANE, F.DEVICE):
+        codes, uniques = pd.factorize(ops[column], sort=False)
+        key = key * (len(uniques) + 1) + codes
+        named &= codes >= 0
+    return len(np.unique(key[named]))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

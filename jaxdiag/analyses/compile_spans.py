@@ -31,6 +31,7 @@ from jaxdiag.analyses.device_work import (
     classify_names,
     host_events,
     hosts_of,
+    name_matches,
     step_of,
     step_windows,
     strings_at,
@@ -48,6 +49,13 @@ _ANCHOR = re.compile(
     r"^backend_compile(?:_and_load)?$|CompileAndLoad\(|^PJRT_Client_Compile$|"
     r"^PjRt\w*Client::Compile|CompileInternal$|^CpuCompiler::RunBackend$|^XlaCompile$"
 )
+_ANCHOR_WORD = "ompile"  # in every branch of ``_ANCHOR``: names without it are not searched
+
+
+def _is_anchor(name: str) -> bool:
+    return _ANCHOR_WORD in name and _ANCHOR.search(name) is not None
+
+
 _COMPILE_THREAD = re.compile(r"compile_thread_pool|CompilerThreadPool|xla-cpu-codegen|XlaCompile", re.I)
 _NAMED_MODULE = (
     re.compile(r"CompileAndLoad\((.+)\)$"),
@@ -118,8 +126,8 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
         return ()
     names = ev[F.NAME]
     starts, ends = ev[F.START_NS].to_numpy(np.int64), ev[END_NS].to_numpy(np.int64)
-    anchor = classify_names(names, lambda n: bool(_ANCHOR.search(n))).astype(bool)
-    thread = classify_names(ev[F.LINE], lambda n: bool(_COMPILE_THREAD.search(n))).astype(bool)
+    anchor = classify_names(names, _is_anchor, key=_is_anchor, dtype=bool)
+    thread = name_matches(ev[F.LINE], _COMPILE_THREAD)
     found: list[tuple[str, int, int]] = []  # (line, start, end)
     anchors = np.flatnonzero(anchor & ~thread)
     anchor_lines = strings_at(ev[F.LINE], anchors)
@@ -138,7 +146,7 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
     if not found:
         return ()
     named = _module_mentions(ev)
-    pjit = _columns(ev, classify_names(names, lambda n: bool(_PJIT.match(n))).astype(bool))
+    pjit = _columns(ev, name_matches(names, _PJIT, at_start=True))
     windows = step_windows(frames, host)
     spans = []
     for line, s, e in found:
@@ -182,17 +190,24 @@ def _columns(ev: "pd.DataFrame", keep: np.ndarray) -> _Rows:
 
 def _module_mentions(ev: "pd.DataFrame") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(start_ns, end_ns, module)`` of the rows that name a module being compiled."""
+    rows = np.flatnonzero(classify_names(ev[F.NAME], _names_module, key=_names_module, dtype=bool))
+    mod = classify_names(ev[F.NAME], _module_named, key=_module_named, rows=rows)
+    return ev[F.START_NS].to_numpy(np.int64)[rows], ev[END_NS].to_numpy(np.int64)[rows], mod
 
-    def module_of(name: str) -> str:
-        for pattern in _NAMED_MODULE:
-            m = pattern.search(name)
-            if m:
-                return m.group(1)
+
+def _names_module(name: str) -> bool:
+    return _module_named(name) != ""
+
+
+def _module_named(name: str) -> str:
+    """The module a compile event's name mentions, else ``""``."""
+    if ")" not in name and not name.startswith("HLO Transforms:"):  # what every pattern needs
         return ""
-
-    mod = classify_names(ev[F.NAME], module_of)
-    keep = mod != ""
-    return ev[F.START_NS].to_numpy(np.int64)[keep], ev[END_NS].to_numpy(np.int64)[keep], mod[keep]
+    for pattern in _NAMED_MODULE:
+        m = pattern.search(name)
+        if m:
+            return m.group(1)
+    return ""
 
 
 def _best_module(named: tuple[np.ndarray, np.ndarray, np.ndarray], s: int, e: int) -> str:

@@ -38,16 +38,22 @@ class DeviceTime:
 
 def analyze(inputs: AnalysisInputs) -> DeviceTime:
     """Sum device op time per module, per step and per op."""
+    import pandas as pd
+
     frames = inputs.frames
     ops = W.device_ops(frames, inputs.host, compile_windows(compile_spans(frames, inputs.host)))
     if ops.empty:
         return DeviceTime((), ())
     step, scale = W.steps_and_device_share(frames, ops, inputs.host, inputs.steps)
-    ops = ops.assign(
-        _step=step,
-        _ms=ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale,
-        _module=ops[F.HLO_MODULE].astype(str).replace("", "(no module)"),
-        _op=np.where(ops[F.HLO_OP].astype(str) != "", ops[F.HLO_OP].astype(str), ops[F.NAME].astype(str)),
+    hlo_op = ops[F.HLO_OP].astype(str)
+    ops = pd.DataFrame(  # only what is summed and grouped: each group is a frame of these four
+        {
+            "_step": step,
+            "_ms": ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale,
+            "_module": ops[F.HLO_MODULE].astype(str).replace("", "(no module)"),
+            "_op": np.where(hlo_op != "", hlo_op, ops[F.NAME].astype(str)),
+        },
+        index=ops.index,
     )
     if inputs.steps is not None:
         ops = ops.loc[ops["_step"] >= 0]
@@ -66,7 +72,7 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
     top = ops.groupby(["_op", "_module"], observed=True, sort=False)["_ms"].agg(["count", "sum"])
     top = top.sort_values("sum", ascending=False).head(inputs.thresholds.top_ops)
     top_ops = tuple(
-        {"name": str(op), "module": str(module), "count": int(row["count"]), "total_ms": round(float(row["sum"]), 4)}
-        for (op, module), row in top.iterrows()
+        {"name": str(op), "module": str(module), "count": int(n), "total_ms": round(float(ms), 4)}
+        for (op, module), n, ms in zip(top.index, top["count"].tolist(), top["sum"].tolist())
     )
     return DeviceTime(tuple(by_module), top_ops)

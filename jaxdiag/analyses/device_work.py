@@ -22,11 +22,11 @@ What counts as device work, from the real H100 and CPU captures:
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
-from jaxdiag.analyses.shared import once
+from jaxdiag.analyses.shared import in_scope, once
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,13 +82,83 @@ def collective_kind(name: str) -> str:
     return "send-recv" if _HLO_SEND_RECV.match(name) else ""
 
 
-def classify_names(names: "pd.Series", fn: Callable[[str], Any]) -> np.ndarray:
-    """Apply ``fn`` to each distinct name once; traces repeat a few thousand names a million times."""
+def classify_names(
+    names: "pd.Series",
+    fn: Callable[[str], Any],
+    key: Hashable = None,
+    dtype: Any = object,
+    rows: np.ndarray | None = None,
+) -> np.ndarray:
+    """Apply ``fn`` to each distinct name once; traces repeat a few thousand names a million times.
+
+    A categorical column is classified through its categories, only those its rows
+    use. With a ``key`` naming ``fn`` (a pure function), a report's analyses share
+    the answers (see ``analyses.shared``): every selection of the events table
+    keeps its categories, so each name is classified once per report. The answers
+    come as an array of ``dtype`` (``bool`` for a test), for every row or for the
+    positions ``rows``.
+    """
     import pandas as pd
 
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        categories = names.dtype.categories
+        if key is None:
+            table = _CategoryTable(categories, fn)
+        else:
+            table = in_scope(("classified", key, id(categories)), lambda: _CategoryTable(categories, fn))
+            if table.categories is not categories:  # another table now has that id
+                table = _CategoryTable(categories, fn)
+        codes = names.cat.codes.to_numpy()
+        return table.at(codes if rows is None else codes[rows], dtype)
+    if rows is not None:
+        names = names.iloc[rows]
     codes, uniques = pd.factorize(names, sort=False)
-    table = np.array([fn(str(u)) for u in uniques.tolist()] + [fn("")], dtype=object)
-    return table[codes]  # code -1 (missing) maps to the trailing fn("")
+    values = np.array([fn(str(u)) for u in uniques.tolist()] + [fn("")], dtype=object)
+    return values.astype(dtype)[codes]  # code -1 (missing) maps to the trailing fn("")
+
+
+class _CategoryTable:
+    """``fn`` of a categorical column's categories, computed for each category when first needed."""
+
+    def __init__(self, categories: "pd.Index", fn: Callable[[str], Any]) -> None:
+        self.categories, self._fn = categories, fn
+        self._names: list[Any] | None = None
+        n = len(categories)
+        self._values = np.empty(n + 1, dtype=object)
+        self._values[n] = fn("")  # code -1 (missing)
+        self._done = np.zeros(n + 1, dtype=bool)
+        self._done[n] = True
+
+    def at(self, codes: np.ndarray, dtype: Any = object) -> np.ndarray:
+        """The values of rows with these codes, as an array of ``dtype``."""
+        used = np.zeros(len(self._done), dtype=bool)
+        used[codes] = True
+        todo = np.flatnonzero(used & ~self._done)
+        if len(todo):
+            if self._names is None:
+                self._names = [str(n) for n in self.categories.tolist()]
+            names, fn = self._names, self._fn
+            found = [fn(names[i]) for i in todo.tolist()]
+            self._values[todo] = np.fromiter(found, dtype=object, count=len(found))
+            self._done[todo] = True
+        return self._values.astype(dtype)[codes]
+
+
+def row_groups(column: "pd.Series") -> list[tuple[Any, np.ndarray]]:
+    """``(value, positions)`` of each value of ``column``, in order of first appearance, missing values left out.
+
+    What ``groupby(column, sort=False, observed=True)`` iterates over, as row
+    positions: selecting a few arrays by them costs less than a sub-frame per group.
+    """
+    import pandas as pd
+
+    codes, uniques = pd.factorize(column, sort=False)
+    order = np.argsort(codes, kind="stable")
+    ends = np.cumsum(np.bincount(codes[codes >= 0], minlength=len(uniques)))
+    first = int((codes < 0).sum())
+    ends += first
+    starts = np.concatenate([[first], ends[:-1]]).astype(np.int64)
+    return [(uniques[i], order[starts[i] : ends[i]]) for i in range(len(uniques))]
 
 
 def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:
@@ -106,8 +176,13 @@ def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:
     return column.to_numpy(object)[rows]
 
 
-def _mask(names: "pd.Series", pattern: re.Pattern[str]) -> np.ndarray:
-    return classify_names(names, lambda n: bool(pattern.search(n))).astype(bool)
+def name_matches(
+    names: "pd.Series", pattern: re.Pattern[str], *, at_start: bool = False, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Which names ``pattern`` finds (``search``; ``match`` with ``at_start``), as a bool array (at ``rows``)."""
+    test = pattern.match if at_start else pattern.search
+    key = (name_matches, pattern, at_start)
+    return classify_names(names, lambda n: test(n) is not None, key=key, dtype=bool, rows=rows)
 
 
 def host_events(frames: "TraceFrames", host: str | None = None) -> "pd.DataFrame":
@@ -121,9 +196,9 @@ def host_events(frames: "TraceFrames", host: str | None = None) -> "pd.DataFrame
 
 def _host_events(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     ev = frames.events
-    keep = ~ev[F.CATEGORY].isin(("device", "python"))
+    keep = ~isin(ev[F.CATEGORY], ("device", "python"))
     if host is not None:
-        keep &= ev[F.HOST] == host
+        keep &= (ev[F.HOST] == host).to_numpy()
     out = ev.loc[keep]
     return out.assign(**{END_NS: out[F.START_NS] + out[F.DUR_NS]})
 
@@ -164,40 +239,62 @@ def _windows_key(windows: dict[str, np.ndarray] | None) -> tuple[tuple[str, byte
 def _device_ops(
     frames: "TraceFrames", host: str | None, compile_windows: dict[str, np.ndarray] | None
 ) -> "pd.DataFrame":
+    if not compile_windows or not _windows_key(compile_windows):  # no window drops a row
+        return _classified_ops(frames, host)
+    ops = device_ops(frames, host)  # classified once, whichever windows drop rows from it
+    return ops.loc[~_autotune_in_compile(ops, compile_windows)]
+
+
+def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
+    """Device op rows of ``host`` without autotuning kernels, with ``end_ns``, ``op_kind`` and ``collective``."""
     ev = frames.events
-    ops = ev.loc[device_rows(frames, host)]
-    ops = ops.loc[~_mask(ops[F.NAME], AUTOTUNE_KERNEL)]
-    ops = ops.assign(**{END_NS: ops[F.START_NS] + ops[F.DUR_NS]})
-    if compile_windows:
-        ops = ops.loc[~_autotune_in_compile(ops, compile_windows)]
-    memcpy = _mask(ops[F.NAME], _MEMCPY) | (ops[F.LINE_KIND] == "memcpy").to_numpy()
-    coll = classify_names(ops[F.NAME], collective_kind)
-    by_op = classify_names(ops[F.HLO_OP], collective_kind)
+    rows = np.flatnonzero(device_rows(frames, host))
+    ops = ev.take(rows[~name_matches(ev[F.NAME], AUTOTUNE_KERNEL, rows=rows)])  # one copy of the rows kept
+    memcpy = name_matches(ops[F.NAME], _MEMCPY) | (ops[F.LINE_KIND] == "memcpy").to_numpy()
+    coll = classify_names(ops[F.NAME], collective_kind, key=collective_kind)
+    by_op = classify_names(ops[F.HLO_OP], collective_kind, key=collective_kind)
     coll = np.where(coll == "", by_op, coll)
     # A collective line with an unrecognised kernel name is still communication.
     on_coll_line = (ops[F.LINE_KIND] == "collective").to_numpy() & (coll == "") & ~memcpy
     coll = np.where(on_coll_line, "collective", coll)
     kind = np.where(coll != "", "collective", np.where(memcpy, "memcpy", "compute"))
-    return ops.assign(**{OP_KIND: kind, COLLECTIVE: coll})
+    return ops.assign(**{END_NS: ops[F.START_NS] + ops[F.DUR_NS], OP_KIND: kind, COLLECTIVE: coll})
 
 
 def device_rows(frames: "TraceFrames", host: str | None = None) -> np.ndarray:
     """Which events are device ops of ``host`` (every host when ``None``), before noise is removed.
 
     ``device_ops`` drops autotuning kernels (by name) and candidates run inside compiles from these.
+    Shared within a report, so read-only.
     """
+    return once(frames, ("device_rows", host), lambda: _device_rows(frames, host))
+
+
+def _device_rows(frames: "TraceFrames", host: str | None) -> np.ndarray:
     ev = frames.events
-    keep = (ev[F.CATEGORY] == "device") & ~ev[F.LINE_KIND].isin(_NON_OP_LINES)
+    keep = (ev[F.CATEGORY] == "device").to_numpy() & ~isin(ev[F.LINE_KIND], _NON_OP_LINES)
     if host is not None:
-        keep &= ev[F.HOST] == host
-    return keep.to_numpy()
+        keep &= (ev[F.HOST] == host).to_numpy()
+    return keep
+
+
+def isin(column: "pd.Series", values: Iterable[Any]) -> np.ndarray:
+    """``column.isin(values)`` as a bool array; for a categorical column, tested on its few categories."""
+    import pandas as pd
+
+    values = list(values)
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        hit = np.append(column.cat.categories.isin(values), False)  # code -1 (missing) is in no list of strings
+        if not any(v != v for v in values):  # NaN among the values: leave it to pandas
+            return hit[column.cat.codes.to_numpy()]
+    return column.isin(values).to_numpy()
 
 
 def _autotune_in_compile(ops: "pd.DataFrame", windows: dict[str, np.ndarray]) -> np.ndarray:
     """Rows inside a compile window that no JAX program launched."""
     module = ops[F.HLO_MODULE]
-    program = classify_names(module, lambda m: bool(PROGRAM_MODULE.match(m))).astype(bool)
-    named = classify_names(module, bool).astype(bool)
+    program = name_matches(module, PROGRAM_MODULE, at_start=True)
+    named = classify_names(module, bool, key=bool, dtype=bool)
     has_pid = (ops[F.PROGRAM_ID].fillna(-1).to_numpy() >= 0) & named
     candidate = ~program & ~has_pid
     inside = np.zeros(len(ops), dtype=bool)
@@ -293,11 +390,10 @@ def steps_and_device_share(
     """
     windows = step_windows(frames, host, steps)
     step = np.full(len(ops), -1, dtype=np.int64)
-    hosts = ops[F.HOST].to_numpy()
     starts = ops[F.START_NS].to_numpy(dtype=np.int64)
-    for name in np.unique(hosts):
-        rows = hosts == name
+    devices = ops[F.DEVICE].to_numpy()
+    n_devices = np.full(len(ops), np.nan)
+    for name, rows in row_groups(ops[F.HOST]):
         step[rows] = step_of(starts[rows], windows.loc[windows[F.HOST] == name])
-    devices = ops.groupby(F.HOST, observed=True)[F.DEVICE].nunique()
-    share = 1.0 / ops[F.HOST].map(devices).astype(float).clip(lower=1.0).to_numpy()
-    return step, share
+        n_devices[rows] = len(np.unique(devices[rows]))
+    return step, 1.0 / np.maximum(n_devices, 1.0)

@@ -15,9 +15,11 @@ findings to the collective rows, a finding about one collective op (evidence
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from jaxdiag.analyses.base import Finding
 from jaxdiag.trace import frames as F
@@ -82,31 +84,44 @@ def _step(evidence: Mapping[str, Any]) -> int | None:
 
 def _first_op_of(frames: Any, module: str, host: str | None, step: int | None) -> tuple[str, int, int | None] | None:
     """Host, device and step of the first device op of ``module`` (in ``step`` when given)."""
+    from jaxdiag.analyses.device_work import strings_at
+
     ev = frames.events
     try:
-        rows = ev.loc[(ev[F.HLO_MODULE] == module) & (ev[F.CATEGORY] == "device")]
+        keep = ((ev[F.HLO_MODULE] == module) & (ev[F.CATEGORY] == "device")).to_numpy()
     except (KeyError, TypeError, ValueError):
         return None
     if host is not None:
-        rows = rows.loc[rows[F.HOST] == host]
-    if rows.empty:
+        keep = keep & (ev[F.HOST] == host).to_numpy()
+    rows = np.flatnonzero(keep)
+    if not len(rows):
         return None
-    starts = rows[F.START_NS].to_numpy()
+    starts = ev[F.START_NS].to_numpy()[rows]
+    hosts, devices = strings_at(ev[F.HOST], rows), ev[F.DEVICE].to_numpy()[rows]
     order = starts.argsort(kind="stable")
-    for i in order:
-        h = str(rows[F.HOST].iloc[i])
-        s = _step_at(frames, h, int(starts[i]))
+    step_at = _step_finder(frames)
+    for i in order.tolist():
+        h = str(hosts[i])
+        s = step_at(h, int(starts[i]))
         if step is None or s == step:
-            return h, int(rows[F.DEVICE].iloc[i]), s
+            return h, int(devices[i]), s
     return None
 
 
-def _step_at(frames: Any, host: str, t_ns: int) -> int | None:
+def _step_finder(frames: Any) -> Callable[[str, int], int | None]:
+    """``step_at(host, t_ns)``: the first step row of ``host`` holding ``t_ns``, else ``None`` (from arrays:
+    a module's first ops may be many before one falls in the step asked for)."""
     st = frames.steps
     if st is None or not len(st):
-        return None
-    mine = st.loc[(st[F.HOST] == host) & (st[F.START_NS] <= t_ns) & (st["end_ns"] > t_ns)]
-    return None if mine.empty else int(mine[F.STEP].iloc[0])
+        return lambda host, t_ns: None
+    hosts, steps = st[F.HOST].to_numpy(), st[F.STEP].to_numpy()
+    starts, ends = st[F.START_NS].to_numpy(), st["end_ns"].to_numpy()
+
+    def step_at(host: str, t_ns: int) -> int | None:
+        mine = np.flatnonzero((hosts == host) & (starts <= t_ns) & (ends > t_ns))
+        return int(steps[mine[0]]) if len(mine) else None
+
+    return step_at
 
 
 def _step_window(frames: Any, host: str, step: int) -> tuple[int, int] | None:

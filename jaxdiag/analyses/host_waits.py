@@ -37,6 +37,7 @@ from jaxdiag.analyses.device_work import (
     host_events,
     hosts_of,
     intervals_of,
+    name_matches,
     step_of,
     step_windows,
     strings_at,
@@ -44,7 +45,7 @@ from jaxdiag.analyses.device_work import (
 from jaxdiag.analyses.shared import once
 from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps
 from jaxdiag.trace import frames as F
-from jaxdiag.trace.steps import READ_BACK
+from jaxdiag.trace.steps import reads_back
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -52,9 +53,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 COMPILE, SYNC, DISPATCH, UNATTRIBUTED = "compile", "device_to_host_sync", "dispatch", "unattributed"
-_SYNC = READ_BACK  # the same reads that end a step (``trace.steps``)
-_DISPATCH = re.compile(r"^PjitFunction\(|Execute\b|^ExecuteReplicated|^DevicePut$|BufferFromHostBuffer")
+_D2H_COPY = re.compile("MemcpyD2H")
+#: Dispatch events: a name starting ``PjitFunction(``, ``ExecuteReplicated`` or ``DevicePut`` (all
+#: of it), or holding ``Execute`` (a word's end) or ``BufferFromHostBuffer``; two patterns, since an
+#: anchored branch stops ``re`` from skipping ahead to the branches' first letters.
+_DISPATCH_AT_START = re.compile(r"PjitFunction\(|ExecuteReplicated|DevicePut$")
+_DISPATCH_ANYWHERE = re.compile(r"Execute\b|BufferFromHostBuffer")
+
+
+def _dispatches(name: str) -> bool:
+    return _DISPATCH_AT_START.match(name) is not None or _DISPATCH_ANYWHERE.search(name) is not None
+
+
 _PJIT_CALL = re.compile(r"^PjitFunction\((.+)\)$")
+
+
+def _launched_function(name: str) -> str:
+    """The function a ``PjitFunction(f)`` event launched, else ``""``."""
+    m = _PJIT_CALL.match(name)
+    return m[1] if m else ""
+
 
 _SUGGESTIONS = {
     "annotation": (
@@ -191,18 +209,16 @@ def _sync_steps(frames: "TraceFrames", host: str, win: "pd.DataFrame") -> set[in
     ev = host_events(frames, host)
     starts = [ev[F.START_NS].to_numpy(np.int64)[_reads_back(frames, host)]]
     ops = np.flatnonzero(device_rows(frames, host))
-    copies = ops[[n.startswith("MemcpyD2H") for n in strings_at(frames.events[F.NAME], ops).tolist()]]
+    copies = ops[name_matches(frames.events[F.NAME], _D2H_COPY, at_start=True)[ops]]
     starts.append(frames.events[F.START_NS].to_numpy(np.int64)[copies])
     steps = step_of(np.concatenate(starts), win)
     return {int(s) for s in steps if s >= 0}
 
 
 def _reads_back(frames: "TraceFrames", host: str) -> np.ndarray:
-    """Which of ``host_events(frames, host)`` read results back from the device (``_SYNC``)."""
+    """Which of ``host_events(frames, host)`` read results back from the device (``trace.steps.reads_back``)."""
     names = host_events(frames, host)[F.NAME]
-    return once(
-        frames, ("reads_back", host), lambda: classify_names(names, lambda n: bool(_SYNC.search(n))).astype(bool)
-    )
+    return once(frames, ("reads_back", host), lambda: classify_names(names, reads_back, key=reads_back, dtype=bool))
 
 
 def _host_waits(
@@ -221,11 +237,19 @@ def _host_waits(
     near = (starts < int(idle[-1, 1])) & (ends > int(idle[0, 0]))
     names = ev[F.NAME]
     sync = near & _reads_back(frames, host)
-    dispatch = near & classify_names(names, lambda n: bool(_DISPATCH.search(n))).astype(bool) & ~sync
+    dispatch = near & classify_names(names, _dispatches, key=_dispatches, dtype=bool) & ~sync
     is_ann = near & (ev[F.CATEGORY] == "annotation").to_numpy() & ~sync & ~dispatch & ~names.isin(step_names).to_numpy()
     durs = ev[F.DUR_NS].to_numpy(np.int64)
+    # Only rows that touch an idle stretch can explain one (the stretches left only shrink):
+    # covering the others would change no layer's share.
+    touches = np.zeros(len(ev), dtype=bool)
+    candidates = np.flatnonzero(sync | dispatch | is_ann)
+    after = np.searchsorted(idle[:, 1], starts[candidates], side="right")
+    inside = after < len(idle)
+    touches[candidates[inside]] = idle[after[inside], 0] < ends[candidates[inside]]
 
-    def cover(rows: np.ndarray) -> np.ndarray:
+    def cover(rows: np.ndarray) -> np.ndarray:  # positions, or a mask over ``ev``
+        rows = np.flatnonzero(rows & touches) if rows.dtype == bool else rows[touches[rows]]
         return iv.union(np.stack([starts[rows], ends[rows]], axis=1))
 
     layers: list[tuple[str, str, str, np.ndarray]] = [(COMPILE, COMPILE, "", compiles), (SYNC, SYNC, "", cover(sync))]
@@ -237,9 +261,9 @@ def _host_waits(
     # Dispatch, by the function launched: innermost PjitFunction(f) first, then
     # launches outside any (Execute, DevicePut).
     disp = np.flatnonzero(dispatch)
-    launched = classify_names(names, lambda n: m[1] if (m := _PJIT_CALL.match(n)) else "")[disp]
+    launched = classify_names(names, _launched_function, key=_launched_function, rows=disp)
     for name, rows in _shortest_first(launched, durs[disp]):
-        if name:
+        if name and touches[disp[rows]].any():
             layers.append((DISPATCH, DISPATCH, name, cover(disp[rows])))
     layers.append((DISPATCH, DISPATCH, "", cover(disp)))
     out: list[Wait] = []
@@ -247,6 +271,8 @@ def _host_waits(
     for cause, kind, detail, cover in layers:
         if remaining.size == 0:
             break
+        if not iv.overlaps(remaining, cover):  # most layers: a quick look spares the sweep
+            continue
         part = iv.intersect(remaining, cover)
         if part.size:
             out += _pieces(host, win, part, cause, kind, detail)

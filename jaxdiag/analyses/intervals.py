@@ -27,10 +27,13 @@ def as_intervals(starts: object, ends: object) -> np.ndarray:
 def union(iv: np.ndarray) -> np.ndarray:
     """Merge overlapping or touching intervals; drop empty ones."""
     iv = np.asarray(iv, dtype=np.int64).reshape(-1, 2)
-    iv = iv[iv[:, 1] > iv[:, 0]]
+    nonempty = iv[:, 1] > iv[:, 0]
+    if not nonempty.all():
+        iv = iv[nonempty]
     if iv.shape[0] <= 1:
         return iv.copy()
-    iv = iv[np.argsort(iv[:, 0], kind="stable")]
+    if not (iv[1:, 0] >= iv[:-1, 0]).all():  # most sets arrive sorted: a stable sort would not move them
+        iv = iv[np.argsort(iv[:, 0], kind="stable")]
     reach = np.maximum.accumulate(iv[:, 1])
     # A new run starts where an interval begins after everything before it ended.
     new_run = np.empty(iv.shape[0], dtype=bool)
@@ -78,6 +81,17 @@ def _sweep(a: np.ndarray, b: np.ndarray, keep: str) -> np.ndarray:
 def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The union of times covered by both ``a`` and ``b``."""
     return _sweep(a, b, "and")
+
+
+def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``intersect(a, b)`` is not empty, found by binary search rather than a sweep."""
+    ua, ub = union(a), union(b)
+    if ua.size == 0 or ub.size == 0:
+        return False
+    # For each run of b, the first run of a that ends after it starts: they meet if it starts before b's run ends.
+    i = np.searchsorted(ua[:, 1], ub[:, 0], side="right")
+    inside = i < len(ua)
+    return bool((ua[i[inside], 0] < ub[inside, 1]).any())
 
 
 def intersection_length(a: np.ndarray, b: np.ndarray) -> int:

@@ -174,7 +174,7 @@ def _counted_flops(inputs: AnalysisInputs, flops: Mapping[str, float]) -> tuple[
     if ops.empty:
         return {}, set()
     module = ops[F.HLO_MODULE].astype(str)
-    function = W.classify_names(module, function_of)
+    function = W.classify_names(module, function_of, key=function_of)
     keep = np.isin(function, list(flops))
     ops = ops.loc[keep]
     function = function[keep]

@@ -182,12 +182,19 @@ def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], r
 
 def _first_run(frames: Any, host: str) -> dict[str, int]:
     """Module -> start of its first device op on ``host``."""
+    import pandas as pd
+
     ev = frames.events
-    dev = ev.loc[(ev[F.CATEGORY] == "device") & (ev[F.HOST] == host) & (ev[F.HLO_MODULE] != "")]
-    if dev.empty:
+    keep = ((ev[F.CATEGORY] == "device") & (ev[F.HOST] == host) & (ev[F.HLO_MODULE] != "")).to_numpy()
+    rows = np.flatnonzero(keep)
+    if not len(rows):
         return {}
-    first = dev.groupby(F.HLO_MODULE, sort=False, observed=True)[F.START_NS].min()
-    return {str(k): int(v) for k, v in first.items()}
+    module, modules = pd.factorize(ev[F.HLO_MODULE].take(rows), sort=False)  # in order of first appearance
+    starts = ev[F.START_NS].to_numpy(np.int64)[rows]
+    first = np.full(len(modules), np.iinfo(np.int64).max, dtype=np.int64)
+    named = module >= 0
+    np.minimum.at(first, module[named], starts[named])
+    return {str(m): int(t) for m, t in zip(modules.tolist(), first.tolist())}
 
 
 def _profile_start_ns(meta: Mapping[str, Any]) -> int | None:

@@ -15,6 +15,7 @@ from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import (
     COLLECTIVE,
     OP_KIND,
+    classify_names,
     collective_kind,
     device_ops,
     hosts_of,
@@ -65,8 +66,10 @@ def timeline_collectives(
 def _has_collectives(frames: "TraceFrames") -> bool:
     """Whether any device row could be a collective: a quick look at distinct names before the full pass."""
     ev = frames.events
-    device = ev.loc[ev[F.CATEGORY] == "device", [F.NAME, F.HLO_OP, F.LINE_KIND]]
-    if (device[F.LINE_KIND] == "collective").any():
+    device = np.flatnonzero((ev[F.CATEGORY] == "device").to_numpy())
+    if (ev[F.LINE_KIND] == "collective").to_numpy()[device].any():
         return True
-    names = set(device[F.NAME].unique()) | set(device[F.HLO_OP].unique())
-    return any(collective_kind(str(n)) for n in names)
+    return any(  # each distinct name once per report (see ``classify_names``)
+        classify_names(ev[column], collective_kind, key=collective_kind, dtype=bool, rows=device).any()
+        for column in (F.NAME, F.HLO_OP)
+    )

@@ -44,3 +44,18 @@ def once(frames: Any, key: Hashable, compute: Callable[[], T]) -> T:
     if key not in answers:
         answers[key] = compute()
     return answers[key]
+
+
+def in_scope(key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()``, or its earlier answer for ``key`` inside any scope.
+
+    For answers that depend on nothing but ``key`` (what a pure function says of a
+    string table the key holds), which any capture's analyses may share.
+    """
+    active = _SCOPE.get()
+    if active is None:
+        return compute()
+    answers = active[1]
+    if key not in answers:
+        answers[key] = compute()
+    return answers[key]

@@ -23,7 +23,16 @@ import numpy as np
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
-from jaxdiag.analyses.device_work import END_NS, OP_KIND, device_ops, hosts_of, intervals_of, step_of, step_windows
+from jaxdiag.analyses.device_work import (
+    END_NS,
+    OP_KIND,
+    device_ops,
+    hosts_of,
+    intervals_of,
+    row_groups,
+    step_of,
+    step_windows,
+)
 from jaxdiag.analyses.step_pattern import describe_steps
 from jaxdiag.config import current
 from jaxdiag.trace import frames as F
@@ -178,7 +187,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
             acc[2] += g[i] / 1e6
     import pandas as pd
 
-    small_all = pd.concat(parts) if parts else None
+    small_all = (parts[0] if len(parts) == 1 else pd.concat(parts)) if parts else None
     result = SmallOpsResult(
         threshold_us=th.small_op_us,
         count=0 if small_all is None else len(small_all),
@@ -225,14 +234,16 @@ def _add_modules(
     acc: dict[str, list], ops: "pd.DataFrame", small: "pd.DataFrame", gaps: np.ndarray, gap_module: np.ndarray
 ) -> None:
     """Accumulate per module: [count, small ns, gap ns, compute ns, steps]."""
-    for module, rows in ops.groupby(F.HLO_MODULE, sort=False, observed=True):
+    spans = intervals_of(ops)
+    for module, rows in row_groups(ops[F.HLO_MODULE]):
         a = acc.setdefault(str(module), [0, 0, 0, 0, {}])
-        a[3] += iv.total(intervals_of(rows))
-    for module, rows in small.groupby(F.HLO_MODULE, sort=False, observed=True):
+        a[3] += iv.total(spans[rows])
+    spans, steps = intervals_of(small), small[F.STEP].to_numpy(np.int64)
+    for module, rows in row_groups(small[F.HLO_MODULE]):
         a = acc[str(module)]
         a[0] += len(rows)
-        a[1] += iv.total(intervals_of(rows))
-        for step, n in rows[F.STEP].value_counts().items():
+        a[1] += iv.total(spans[rows])
+        for step, n in zip(*np.unique(steps[rows], return_counts=True)):
             a[4][int(step)] = a[4].get(int(step), 0) + int(n)
     for module in np.unique(gap_module):
         sel = gaps[gap_module == module]
@@ -271,25 +282,44 @@ def _op_label(row_name: str, hlo_op: str, framework_op: str) -> str:
     return _NUMBERED.sub("", hlo_op)
 
 
+def _labels(small: "pd.DataFrame") -> np.ndarray:
+    """``_op_label`` of each row, computed once per distinct (name, HLO op, framework op): ops repeat every step."""
+    import pandas as pd
+
+    codes, tables = [], []
+    for column, missing in ((F.NAME, "nan"), (F.HLO_OP, ""), (F.FRAMEWORK_OP, "")):
+        c, uniques = pd.factorize(small[column], sort=False)
+        tables.append([str(u) for u in uniques.tolist()] + [missing])
+        codes.append(np.where(c < 0, len(uniques), c).astype(np.int64))
+    names, hlo_ops, framework_ops = tables
+    key = (codes[0] * len(hlo_ops) + codes[1]) * len(framework_ops) + codes[2]
+    keys, inverse = np.unique(key, return_inverse=True)
+    rest, f = np.divmod(keys, len(framework_ops))
+    n, h = np.divmod(rest, len(hlo_ops))
+    labels = [_op_label(names[i], hlo_ops[j], framework_ops[k]) for i, j, k in zip(n.tolist(), h.tolist(), f.tolist())]
+    return np.asarray(labels, dtype=object)[inverse.reshape(-1)]
+
+
 def _top(small: "pd.DataFrame | None") -> tuple[Offender, ...]:
     if small is None or small.empty:
         return ()
-    seen: dict[tuple[str, str, str], str] = {}  # the same few ops repeat every step
-    labels = [
-        seen[key] if key in seen else seen.setdefault(key, _op_label(*key))
-        for key in zip(
-            small[F.NAME].astype(str).tolist(),
-            small[F.HLO_OP].fillna("").astype(str).tolist(),
-            small[F.FRAMEWORK_OP].fillna("").astype(str).tolist(),
+    import pandas as pd
+
+    # Group by (label, module) in order of first appearance, then keep the largest totals (ties in that order).
+    label, labels = pd.factorize(_labels(small), sort=False)
+    module, modules = pd.factorize(small[F.HLO_MODULE], sort=False)
+    named = module >= 0
+    group, keys = pd.factorize(label[named] * len(modules) + module[named], sort=False)
+    count = np.bincount(group, minlength=len(keys))
+    total_ns = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(total_ns, group, small[F.DUR_NS].to_numpy(np.int64)[named])
+    top = np.argsort(-total_ns, kind="stable")[: current().small_op_top]
+    return tuple(
+        Offender(
+            str(labels[keys[i] // len(modules)]), str(modules[keys[i] % len(modules)]), int(count[i]), total_ns[i] / 1e6
         )
-    ]
-    g = (
-        small.assign(_label=labels)
-        .groupby(["_label", F.HLO_MODULE], sort=False, observed=True)[F.DUR_NS]
-        .agg(["size", "sum"])
+        for i in top.tolist()
     )
-    g = g.sort_values("sum", ascending=False, kind="stable").head(current().small_op_top)
-    return tuple(Offender(str(label), str(module), int(n), s / 1e6) for (label, module), (n, s) in g.iterrows())
 
 
 def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tuple[Finding, ...]:

@@ -213,8 +213,8 @@ def _groups(ops: Any) -> tuple[np.ndarray, list[str], list[str], list[str]]:
 
     op_codes, op_names = pd.factorize(ops[F.HLO_OP], sort=False)
     name_codes, kernel_names = pd.factorize(ops[F.NAME], sort=False)
-    op_names = [str(x) for x in op_names]
-    kernel_names = [str(x) for x in kernel_names]
+    op_names = [str(x) for x in op_names.tolist()]
+    kernel_names = [str(x) for x in kernel_names.tolist()]
     use_kernel = (op_codes < 0) | np.isin(op_codes, [i for i, n in enumerate(op_names) if not n])
     op_key = np.where(use_kernel, len(op_names) + name_codes, op_codes)
     label = op_names + kernel_names
@@ -227,9 +227,10 @@ def _groups(ops: Any) -> tuple[np.ndarray, list[str], list[str], list[str]]:
     kind_of = keys % n_kind - 1
     mod_of = (keys // n_kind) % n_mod - 1
     op_of = keys // n_kind // n_mod
-    names = [label[int(o)] for o in op_of]
-    modules = ["" if m < 0 else str(mod_names[int(m)]) for m in mod_of]
-    kinds = ["" if k < 0 else str(kind_names[int(k)]) for k in kind_of]
+    mod_names, kind_names = mod_names.tolist(), kind_names.tolist()
+    names = [label[o] for o in op_of.tolist()]
+    modules = ["" if m < 0 else str(mod_names[m]) for m in mod_of.tolist()]
+    kinds = ["" if k < 0 else str(kind_names[k]) for k in kind_of.tolist()]
     return group.astype(np.int64), names, modules, kinds
 
 
@@ -249,10 +250,7 @@ def device_roofline(frames: Any, host: str | None = None) -> tuple[float | None,
     Devices of one capture are alike; the first device plane with either known is used.
     """
     peaks = peaks_by_dtype(frames, host)
-    dev = frames.devices
-    if host is not None and len(dev):
-        dev = dev.loc[dev[F.HOST] == host]
-    for row in dev.to_dict("records"):
+    for row in _device_records(frames, host):
         bw = _positive(row.get("memory_bandwidth_bps"))
         peak = peaks.get("bfloat16")
         if peak is not None or bw is not None:
@@ -265,10 +263,7 @@ def peaks_by_dtype(frames: Any, host: str | None = None) -> dict[str, float]:
     """One device's peak FLOP/s for each dtype it has one for (see ``analyses.mfu``)."""
     from jaxdiag.analyses.mfu import _device_peak
 
-    dev = frames.devices
-    if host is not None and len(dev):
-        dev = dev.loc[dev[F.HOST] == host]
-    rows = dev.to_dict("records")
+    rows = _device_records(frames, host)
     if not rows:
         return {}
     out = {}
@@ -277,6 +272,19 @@ def peaks_by_dtype(frames: Any, host: str | None = None) -> dict[str, float]:
         if peak is not None:
             out[dtype] = peak
     return out
+
+
+def _device_records(frames: Any, host: str | None) -> list[dict[str, Any]]:
+    """The device table's rows (of ``host``) as dicts, shared by a report's analyses: read, never changed."""
+    from jaxdiag.analyses.shared import once
+
+    def records() -> list[dict[str, Any]]:
+        dev = frames.devices
+        if host is not None and len(dev):
+            dev = dev.loc[dev[F.HOST] == host]
+        return dev.to_dict("records")
+
+    return once(frames, ("device_records", host), records)
 
 
 def _function_sources(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:

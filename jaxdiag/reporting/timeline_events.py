@@ -277,21 +277,33 @@ def window(frames: Any, step: int | None, host: str | None) -> tuple[str, int, i
     return str(host), int(ev[F.START_NS].min()), int((ev[F.START_NS] + ev[F.DUR_NS]).max())
 
 
+def _drawn_rows(frames: Any, host: str) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+    """Positions, starts and ends of the annotation and device events of ``host`` (every window picks from these)."""
+    import numpy as np
+
+    from jaxdiag.trace import frames as F
+
+    ev = frames.events
+    keep = (ev[F.HOST] == host).to_numpy() & ev[F.CATEGORY].isin(("annotation", "device")).to_numpy()
+    rows = np.flatnonzero(keep)
+    start = ev[F.START_NS].to_numpy(np.int64)[rows]
+    return rows, start, start + ev[F.DUR_NS].to_numpy(np.int64)[rows]
+
+
 def select(frames: Any, host: str, lo: int, hi: int, devices: Sequence[str] | None = None) -> Rects | None:
     """The annotation and device events of ``host`` overlapping ``[lo, hi)``, clipped to it; ``None`` if none."""
     import numpy as np
 
     from jaxdiag.analyses.device_work import classify_names, collective_kind
+    from jaxdiag.analyses.shared import once
     from jaxdiag.trace import frames as F
 
     ev = frames.events
-    start = ev[F.START_NS].to_numpy(np.int64)
-    end = start + ev[F.DUR_NS].to_numpy(np.int64)
-    keep = (start < hi) & (end > lo) & (ev[F.HOST] == host).to_numpy()
-    keep &= ev[F.CATEGORY].isin(("annotation", "device")).to_numpy()
+    rows, start, end = once(frames, ("timeline_rows", host), lambda: _drawn_rows(frames, host))
+    keep = (start < hi) & (end > lo)
     if devices is not None:
-        keep &= (ev[F.CATEGORY] != "device").to_numpy() | ev[F.PLANE].isin(list(devices)).to_numpy()
-    sel = ev.loc[keep]
+        keep &= (ev[F.CATEGORY] != "device").to_numpy()[rows] | ev[F.PLANE].isin(list(devices)).to_numpy()[rows]
+    sel = ev.take(rows[keep])
     if sel.empty:
         return None
     s = np.clip(start[keep], lo, hi) - lo
@@ -316,10 +328,11 @@ def select(frames: Any, host: str, lo: int, hi: int, devices: Sequence[str] | No
     row = np.fromiter((row_of[k] for k in keys), dtype=np.int64, count=len(keys))
     kind = np.full(len(sel), "annotation", dtype=object)
     if is_dev.any():
-        coll = classify_names(sel[F.NAME], collective_kind) != ""
+        coll = classify_names(sel[F.NAME], collective_kind, key=collective_kind) != ""
         memcpy = (sel[F.LINE_KIND] == "memcpy").to_numpy() | np.char.startswith(names.astype(str), "Mem")
         kind = np.where(is_dev, np.where(coll, "collective", np.where(memcpy, "memcpy", "compute")), kind)
-    group = np.where(is_dev, np.array([plane_label(p) for p in planes], dtype=object), HOST_GROUP)
+    distinct, plane_of = np.unique(planes, return_inverse=True)  # a few planes, many events
+    group = np.where(is_dev, np.array([plane_label(p) for p in distinct.tolist()], dtype=object)[plane_of], HOST_GROUP)
     labels = unique_labels([_row_label(k, host_lines) for k in order_keys])
     row_planes = tuple(k[1] for k in order_keys)
     o = np.lexsort((s, row))

@@ -98,6 +98,7 @@ def test_operations_match_the_grid_model(xs, ys, lo, hi):
     assert iv.total(x) == mx.sum()
     assert (as_mask(iv.intersect(x, y)) == (mx & my)).all()
     assert (as_mask(iv.subtract(x, y)) == (mx & ~my)).all()
+    assert iv.overlaps(x, y) == bool((mx & my).any()) == bool(iv.intersect(x, y).size)
     window = np.zeros(GRID, dtype=bool)
     window[lo:hi] = True
     assert (as_mask(iv.clip(x, lo, hi)) == (mx & window)).all()

@@ -12,6 +12,7 @@ from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.analyses.compile_spans import compile_spans
 from jaxdiag.analyses.device_work import device_ops, host_events, step_windows
 from jaxdiag.analyses.shared import once, scope
+from jaxdiag.trace import frames as F
 
 
 def test_once_computes_once_per_key_inside_a_scope_and_always_outside() -> None:
@@ -64,3 +65,34 @@ def test_importing_the_report_model_imports_no_analysis_numpy_or_pandas() -> Non
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_names_are_classified_once_per_report_and_as_without_categories(cpu_frames) -> None:
+    import pandas as pd
+
+    from jaxdiag.analyses.device_work import classify_names
+
+    frames = cpu_frames.frames
+    names = frames.events[F.NAME]
+    calls: list[str] = []
+
+    def length(name: str) -> int:
+        calls.append(name)
+        return len(name)
+
+    expected = np.array([len(str(n)) for n in names.astype(object)], dtype=object)
+    plain = pd.Series(names.astype(object))  # no categories: each distinct name, every call
+    assert (classify_names(plain, length) == expected).all()
+    assert len(calls) == names.nunique() + 1  # and "" for missing names
+    calls.clear()
+    with scope(frames):
+        some = names.iloc[: len(names) // 2]
+        assert (classify_names(some, length, key=length) == expected[: len(some)]).all()
+        first = len(calls)
+        assert first == some.nunique() + 1  # only the names these rows use
+        assert (classify_names(names, length, key=length, dtype=np.int64) == expected.astype(np.int64)).all()
+        assert (classify_names(some, length, key=length) == expected[: len(some)]).all()
+        assert len(calls) == names.nunique() + 1  # each name once, whichever rows ask
+    calls.clear()
+    classify_names(names, length, key=length)
+    assert len(calls) == names.nunique() + 1  # outside a report's scope, answers are not kept

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxdiag
 from jaxdiag.errors import TraceFormatError
@@ -226,3 +228,37 @@ def test_string_columns_are_the_categoricals_pandas_makes(values: list[str]) -> 
     assert list(got) == values and list(got.categories) == list(want.categories)
     assert got.codes.tolist() == want.codes.tolist() and got.codes.dtype == want.codes.dtype
     assert got.categories.dtype == want.categories.dtype
+
+
+_segment_values = st.lists(
+    st.one_of(
+        st.tuples(st.just("same"), st.sampled_from(["", "device", "jit_f", "\ud800"]), st.integers(0, 6)),
+        st.tuples(st.just("mixed"), st.lists(st.sampled_from(["", "a", "b", "jit_g", "\ud800"]), max_size=6)),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_segment_values)
+def test_segment_categorical_is_the_plain_categorical(segments) -> None:
+    """Coding whole segments of one value at once, or through a dict, gives the categorical of the values."""
+    from jaxdiag.trace.load import _categorical, _distinct_categorical, _segment_categorical
+
+    values: list[str] = []
+    counts = []
+    for kind, *rest in segments:
+        seg = [rest[0]] * rest[1] if kind == "same" else list(rest[0])
+        values += seg
+        counts.append(len(seg))
+    want = _categorical(values)
+    for got in (_segment_categorical(values, counts), _distinct_categorical(values)):
+        assert list(got.categories) == list(want.categories) and got.categories.dtype == want.categories.dtype
+        assert got.codes.tolist() == want.codes.tolist() and got.codes.dtype == want.codes.dtype
+
+
+def test_segment_categorical_leaves_counts_that_do_not_fit_to_the_plain_way() -> None:
+    from jaxdiag.trace.load import _categorical, _segment_categorical
+
+    values = ["a", "a", "b", "b", "b"]
+    assert _segment_categorical(values, [2, 2]).codes.tolist() == _categorical(values).codes.tolist()

@@ -145,3 +145,27 @@ def test_annotated_steps_tile_and_end_where_their_work_ends() -> None:
     # Step 0 ends when the device finishes its work (after the read-back, before the next launch);
     # step 1 begins there, so its loading is its own, and runs to the end of its device work.
     assert steps_of(found.table) == [(0, "train", 0, 1_800_000), (1, "train", 1_800_000, 8_000_000)]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "D2H",
+        "D2H copy",
+        "xD2H",
+        "np.asarray(x)",
+        "TransferLiteralFromDevice",
+        "PjRtBuffer::ToLiteral",
+        "device_get",
+        "CommonPjRtBuffer::Await",
+        "block_until_ready",
+        "BlockUntilReady",
+        "",
+        "Execute",
+        "$ train_step",
+    ],
+)
+def test_reads_back_answers_as_the_pattern(name: str) -> None:
+    from jaxdiag.trace.steps import READ_BACK, reads_back
+
+    assert reads_back(name) == bool(READ_BACK.search(name))
