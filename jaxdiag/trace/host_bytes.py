@@ -104,7 +104,13 @@ def _strip_frames(view: memoryview, padded: Any, events: LineEvents, frames: Any
     import numpy as np
 
     at = events.content
-    ids, width = line_bytes.varints(padded, at + 1)
+    if frames[-1] < 1 << 14:  # every frame's id is one or two bytes: read those two bytes, no more
+        low, high = padded[at + 1], padded[at + 2]
+        short = low < 0x80
+        ids = np.where(short, low, (low & 0x7F) | (high.astype(np.int32) << 7))
+        width = np.where(short, 1, np.where(high < 0x80, 2, 0))  # 0: longer, so no frame's
+    else:
+        ids, width = line_bytes.varints(padded, at + 1)
     is_frame = np.zeros(int(frames[-1]) + 1, dtype=bool)
     is_frame[frames] = True
     frame = (padded[at] == METADATA_ID << 3) & (width > 0) & (1 + width <= events.sizes)

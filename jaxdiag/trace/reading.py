@@ -4,16 +4,17 @@ On this machine, ``start`` cuts the files into *tasks* (a plane, or some
 threads of an accelerated host's host plane: ``wire.sub_space`` cuts their
 bytes out of the mapped file, so nothing is serialized on the way in) and
 hands them, the largest first, to a ``concurrent.futures.ProcessPoolExecutor``
-of forked workers, one per core but this one by default, while this process
-imports what it needs; then this process takes the tasks no worker has started
-(cancelling them in the pool), smallest first. Each worker maps its file itself, so the same task runs in a process
-started any way. ``Reading.finish`` collects the pieces and puts them together
-in file order (``xspace.join_host``): the result is the one a single process
-reads. Workers are forked only on Linux from a process running a single
-thread (a fork with other threads alive can deadlock the child), and only when
-there is enough to read. A task a worker cannot do (a plane the parser
-rejects, a crash, a kill) is done again here, so errors read exactly as they
-do without workers.
+of forked workers, one per core but this one by default, one task per idle
+worker (a task handed to a pool can no longer be taken back), while this
+process imports what it needs; then this process takes the tasks no worker has
+taken, smallest first, and the two meet in the middle. Each worker maps its
+file itself, so the same task runs in a process started any way.
+``Reading.finish`` collects the pieces and puts them together in file order
+(``xspace.join_host``): the result is the one a single process reads. Workers
+are forked only on Linux from a process running a single thread (a fork with
+other threads alive can deadlock the child), and only when there is enough to
+read. A task a worker cannot do (a plane the parser rejects, a crash, a kill)
+is done again here, so errors read exactly as they do without workers.
 
 Past one machine, ``scheduler`` names a Dask ``distributed`` scheduler
 (``tcp://HOST:PORT``) or is a ``distributed.Client``: each host file is read on
@@ -26,11 +27,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import gc
 import mmap
 import multiprocessing
 import os
 import sys
+import threading
+import weakref
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -50,7 +54,7 @@ _NS_PER_BYTE = {"device": 65.0, "host": 14.0, "other": 0.3}
 #: Workers are started only for at least this much work.
 _MIN_WORK_NS = 150e6
 #: Threads of a host plane are put together in tasks of about this many bytes.
-_TASK_BYTES = 1 << 18
+_TASK_BYTES = 1 << 20
 
 Outcome = HostColumns | TraceFormatError
 #: What a file is cut into: ``(plane, line)``, ``line`` -1 for a whole plane.
@@ -146,7 +150,11 @@ class Reading:
         self._files, self._kind, self._include_python = files, kind, include_python
         self._tasks: list[_Task] = []
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self._futures: list[concurrent.futures.Future[Any]] = []
+        # Tasks not yet handed out, largest first: the pool is fed one task per idle worker
+        # (``_feed``), so that this process can take any task a worker has not started.
+        self._pending: list[int] = []
+        self._futures: dict[int, concurrent.futures.Future[Any]] = {}
+        self._handed = threading.Condition()
 
     @property
     def workers(self) -> int:
@@ -217,65 +225,109 @@ class Reading:
         if not (self._tasks and workers >= 1 and (force or total >= _MIN_WORK_NS)):
             self._tasks = []  # everything is read here, file by file, as without workers
             return
-        import numpy  # noqa: F401 - every process needs it (``host_bytes``, the frames): imported once, before the fork
+        # Every process needs numpy (the bulk reading, the frames) and protobuf's views of the planes
+        # (``line_bytes``): loaded once, before the fork.
+        import numpy  # noqa: F401
 
+        from jaxdiag.trace import line_bytes
+
+        line_bytes.available()
+
+        self._pending = list(range(len(self._tasks)))
         try:
-            # Forked (the parent runs one thread, checked above) before the pool's own thread starts.
+            # Forked (the parent runs one thread, checked above) at the first submit, before the
+            # pool's own thread starts; later tasks are handed out from that thread (``_feed``).
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=min(workers, len(self._tasks)),
                 mp_context=multiprocessing.get_context("fork"),
                 initializer=_start_worker,
             )
-            futures: dict[int, concurrent.futures.Future[Any]] = {}
-            for number in _submission_order(len(self._tasks), self.workers):
-                task = self._tasks[number]
-                f = self._files[task.file]
-                futures[number] = self._pool.submit(
+            for _ in range(self.workers):
+                self._feed()
+        except (OSError, RuntimeError):  # no process to be had: read here
+            self._stop()
+            self._tasks = []
+
+    def _feed(self) -> None:
+        """Hand the largest task not yet taken to the pool (when a worker is idle: at the start, and as each task ends)."""
+        with self._handed:
+            if self._pool is None or not self._pending:
+                return
+            number = self._pending.pop(0)
+            task = self._tasks[number]
+            f = self._files[task.file]
+            try:
+                future = self._pool.submit(
                     _read_task,
                     str(f.path),
                     f.planes,
                     {p: f.lines[p] for p, _ in task.units if p in f.lines},
                     task.units,
                 )
-            self._futures = [futures[number] for number in range(len(self._tasks))]
-        except (OSError, RuntimeError):  # no process to be had: read here
-            self._stop()
-            self._tasks = []
+            except RuntimeError:  # the pool broke or shut down: this process reads it
+                self._pending.insert(0, number)
+                self._handed.notify_all()
+                return
+            self._futures[number] = future
+            self._handed.notify_all()
+        future.add_done_callback(functools.partial(_feed_again, weakref.ref(self)))
 
     def _take(self, numbers: list[int]) -> list[tuple[int, Any]]:
         """The pieces of these tasks (pickled when a worker read them; ``None`` when it failed).
 
-        This process reads the ones no worker has started yet, largest first
-        (cancelling them in the pool; the workers take the smallest first, see
-        ``_submission_order``), so that it works too once its imports are done
-        and every process ends together; file by file, so that it holds one
-        file's pieces at a time.
+        This process reads the ones no worker has taken, smallest first, while the
+        workers go on from the largest: they meet in the middle, once this process's
+        imports are done, and every process ends together; file by file, so that it
+        holds one file's pieces at a time.
         """
         got: dict[int, Any] = {}
-        for number in numbers:
-            if number < len(self._futures) and self._futures[number].cancel():
+        for number in reversed(numbers):
+            if self._claim(number):
                 task = self._tasks[number]
                 got[number] = _read_units(self._files[task.file], task.units)
         for number in numbers:
-            if number in got:
-                continue
-            try:
-                got[number] = self._futures[number].result()
-            except Exception:  # a worker that died (BrokenProcessPool) or failed: read here
-                got[number] = None
+            while number not in got:
+                with self._handed:  # handed out, or put back by a broken pool: wait for one or the other
+                    self._handed.wait_for(lambda: number in self._futures or number in self._pending)
+                    future = self._futures.get(number)
+                if future is None:
+                    if self._claim(number):
+                        task = self._tasks[number]
+                        got[number] = _read_units(self._files[task.file], task.units)
+                    continue
+                try:
+                    got[number] = future.result()
+                except Exception:  # a worker that died (BrokenProcessPool) or failed: read here
+                    got[number] = None
         return [(n, got[n]) for n in numbers]
 
+    def _claim(self, number: int) -> bool:
+        """Take task ``number`` for this process, if no worker has it."""
+        with self._handed:
+            if number in self._pending:
+                self._pending.remove(number)
+                return True
+            return False
+
     def _stop(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-        self._futures = []
+        with self._handed:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._futures = {}
 
     def __del__(self) -> None:  # a reading dropped unfinished must not leave its workers behind
         try:
             self._stop()
         except Exception:
             pass
+
+
+def _feed_again(reading: "weakref.ref[Reading]", done: "concurrent.futures.Future[Any]") -> None:
+    """A task ended: hand its worker the next (weakly: a reading dropped unfinished stops its workers, ``__del__``)."""
+    alive = reading()
+    if alive is not None:
+        alive._feed()
 
 
 class _DaskReading:
@@ -317,17 +369,6 @@ class _DaskReading:
         finally:
             if self._own:
                 self._client.close()
-
-
-def _submission_order(tasks: int, workers: int) -> list[int]:
-    """The order tasks (numbered largest first) go to the pool: one largest per worker, then the rest smallest first.
-
-    A pool hands its workers one more task than it has workers at once, and a task
-    handed out can no longer be cancelled: so the tasks it holds while this
-    process still imports are small ones, and this process, once free, takes the
-    largest left (``Reading._take``).
-    """
-    return [*range(min(workers, tasks)), *reversed(range(min(workers, tasks), tasks))]
 
 
 def _read_remote(path: str, kind: str, include_python: bool) -> Outcome:
@@ -425,12 +466,12 @@ def _tasks(index: int, f: _File) -> list[_Task]:
             kind = "device" if is_device_plane(record.name) else "host" if record.name == HOST_PLANE else "other"
             tasks.append(_Task(index, ((plane, line),), record.size * _NS_PER_BYTE[kind]))
             continue
-        line_bytes = sum(b - a for a, b, at in f.lines[plane].chunks if at == line)
-        if line_bytes >= _TASK_BYTES:
-            tasks.append(_Task(index, ((plane, line),), line_bytes * host_ns))
+        line_size = sum(b - a for a, b, at in f.lines[plane].chunks if at == line)
+        if line_size >= _TASK_BYTES:
+            tasks.append(_Task(index, ((plane, line),), line_size * host_ns))
             continue
         bundle.append((plane, line))
-        size += line_bytes
+        size += line_size
         if size >= _TASK_BYTES:
             tasks.append(_Task(index, tuple(bundle), size * host_ns))
             bundle, size = [], 0
