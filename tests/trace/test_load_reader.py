@@ -6,6 +6,7 @@ jax's threads, so the case runs in a fresh interpreter.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -46,5 +47,10 @@ def test_the_reader_is_asked_once_before_the_workers_fork(cpu_trace_dir, tmp_pat
     from jaxdiag import jax_internals
 
     # One question, from this process, before any worker read: each used to load the reader and ask again.
-    expected = [pid] if jax_internals.xspace_reader() is not None else []
-    assert asked.strip() == repr(expected)
+    questions = ast.literal_eval(asked)  # the list the script printed
+    if jax_internals.xspace_reader() is None:
+        assert questions == []
+    elif jax_internals.xspace_reader_raises():
+        assert questions == [pid]
+    else:  # a reader that aborts on corrupt data (jaxlib 0.8): each parse is also tried in a child first
+        assert questions[:1] == [pid]
