@@ -63,13 +63,7 @@ def prepare_device_plane(
     todo = [(a, b, line) for a, b, line in layout.chunks if line >= 0]
     if not todo:
         return {}, {}
-    padded, bases = line_bytes.copy_lines(view, [(a, b) for a, b, _ in todo])
-    located: dict[int, LineEvents] = {}
-    for (a, b, line), base in zip(todo, bases):
-        try:
-            located[line] = line_bytes.locate(view, padded, base, a, b)
-        except Unexpected:
-            pass
+    padded, located = line_bytes.locate_lines(view, todo)
     events = _read_lines(padded, located, names, stat_names)
     return {line: located[line].without_events(view) for line in events}, events
 

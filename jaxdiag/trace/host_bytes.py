@@ -73,13 +73,7 @@ def prepare_lines(
     todo = [t for t in todo if t[2] in runtime_lines or (len(frames) and _frames_early(view, t[0], t[1], frames))]
     if not todo:
         return PreparedLines()
-    padded, bases = line_bytes.copy_lines(view, [(a, b) for a, b, _ in todo])
-    located: dict[int, LineEvents] = {}
-    for (a, b, line), base in zip(todo, bases):
-        try:
-            located[line] = line_bytes.locate(view, padded, base, a, b)
-        except Unexpected:
-            pass
+    padded, located = line_bytes.locate_lines(view, todo)
     out = PreparedLines()
     for line, events in located.items():
         if line not in runtime_lines:

@@ -74,6 +74,21 @@ def copy_lines(view: memoryview, lines: Sequence[tuple[int, int]]) -> tuple[Any,
     return padded, bases
 
 
+def locate_lines(view: memoryview, lines: Sequence[tuple[int, int, int]]) -> tuple[Any, dict[int, LineEvents]]:
+    """The lines ``(start, end, index)`` copied into one array (``copy_lines``), and each one's events by index.
+
+    A line not laid out as expected is left out (the reader reads it).
+    """
+    padded, bases = copy_lines(view, [(a, b) for a, b, _ in lines])
+    located: dict[int, LineEvents] = {}
+    for (a, b, line), base in zip(lines, bases):
+        try:
+            located[line] = locate(view, padded, base, a, b)
+        except Unexpected:
+            pass
+    return padded, located
+
+
 def locate(view: memoryview, padded: Any, base: int, a: int, b: int) -> LineEvents:
     """The events of the line record ``view[a:b]``, which ``padded`` holds from ``a - base``.
 
