@@ -36,7 +36,7 @@ import sys
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import wire
@@ -45,6 +45,9 @@ from jaxdiag.trace.host_bytes import prepare_lines
 from jaxdiag.trace.prepared import PreparedSpace
 from jaxdiag.trace.host_plane import HOST_PLANE, unique_labels
 from jaxdiag.trace.xspace import HostColumns, has_devices, is_device_plane, join_host, read_planes, read_xspace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.trace.dask_reading import DaskReading
 
 #: Rough cost of reading, in ns per byte on one core (measured on the H100 captures): device
 #: events carry many stats; host threads are read from the bytes (``host_bytes``: Python-tracer
@@ -117,7 +120,7 @@ def start(
     parallel: bool | None = None,
     workers: int | None = None,
     scheduler: Any = None,
-) -> "Reading | _DaskReading":
+) -> "Reading | DaskReading":
     """Begin reading ``files``; ``finish()`` on the result gives one outcome per file, in order.
 
     Args:
@@ -135,7 +138,9 @@ def start(
     """
     paths = [Path(f) for f in files]
     if scheduler is not None:
-        return _DaskReading(paths, kind, include_python, scheduler)
+        from jaxdiag.trace.dask_reading import DaskReading
+
+        return DaskReading(paths, kind, include_python, scheduler)
     reading = Reading([_File(p) for p in paths], kind, include_python)
     if kind == "xplane" and not include_python and parallel is not False and _fork_is_safe():
         # This process reads too (``Reading._take``): with the workers, every core.
@@ -330,57 +335,6 @@ def _feed_again(reading: "weakref.ref[Reading]", done: "concurrent.futures.Futur
         alive._feed()
 
 
-class _DaskReading:
-    """Host files read on the workers of a Dask ``distributed`` cluster, one task per file."""
-
-    def __init__(self, files: list[Path], kind: str, include_python: bool, scheduler: Any) -> None:
-        try:
-            from distributed import Client
-        except ImportError:
-            from jaxdiag.errors import ConfigError
-
-            raise ConfigError(
-                "reading on a Dask cluster needs dask[distributed]: pip install 'dask[distributed]'"
-            ) from None
-        self._own = not isinstance(scheduler, Client)
-        try:
-            self._client = Client(scheduler, timeout="10s") if self._own else scheduler
-        except (OSError, TimeoutError, ValueError) as exc:
-            from jaxdiag.errors import ConfigError
-
-            raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
-        self._files = files
-        self._futures = self._client.map(
-            _read_remote, [str(f) for f in files], kind=kind, include_python=include_python, pure=False
-        )
-
-    @property
-    def workers(self) -> int:
-        return len(self._client.scheduler_info().get("workers", {}))
-
-    def finish(self) -> list[Outcome]:
-        return list(self.each())
-
-    def each(self) -> Iterator[Outcome]:
-        try:
-            for future in self._futures:  # fetched one by one: the rest wait on the workers
-                yield future.result()
-                future.release()
-        finally:
-            if self._own:
-                self._client.close()
-
-
-def _read_remote(path: str, kind: str, include_python: bool) -> Outcome:
-    """One host file, read where the task runs; its error is returned, to be raised where it is read."""
-    try:
-        columns = read_file(Path(path), kind, include_python)
-    except TraceFormatError as exc:
-        return exc
-    _compact(columns)
-    return columns
-
-
 #: In a worker: parsed planes, kept until the worker exits (freeing them costs time nobody waits for),
 #: up to about this many bytes of trace (one large host file); past that (a pod's files) they are freed as read.
 _KEEP_BYTES = 48 << 20
@@ -405,7 +359,7 @@ def _read_task(
     _kept_bytes += sum(planes[p].size for p in {p for p, _ in units})
     pieces = _read_units(f, units, keep=_PARSED if _kept_bytes <= _KEEP_BYTES else None)
     for piece in pieces or ():
-        _compact(piece)
+        compact(piece)
     return pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -480,7 +434,7 @@ def _tasks(index: int, f: _File) -> list[_Task]:
     return tasks
 
 
-def _compact(piece: HostColumns) -> None:
+def compact(piece: HostColumns) -> None:
     """Make ``piece`` quick to pickle and unpickle: one object per distinct string.
 
     Event names repeat (a compile thread runs the same passes again and again), and
