@@ -6,7 +6,10 @@ imports in milliseconds without jax.
 ``collect_host`` works on any objects shaped like its planes, lines and events,
 so the Chrome-JSON fallback reader shares every rule here. Device planes are
 read here; ``host_plane`` says how host events are categorised. ``read_planes``
-and ``join_host`` let ``reading`` read a file's planes in two processes.
+and ``join_host`` let ``reading`` read a file's planes in two processes. Before
+parsing, ``prepared.prepare`` reads what it can of the bytes in bulk (Python
+frames cut out, runtime threads and device lines decoded); the rules here then
+apply to its columns as to the reader's events.
 """
 
 from __future__ import annotations
@@ -128,8 +131,9 @@ def read_planes(
       keep: where to leave the parsed planes instead of freeing them, for a
         process about to exit (freeing a million events takes a few hundredths
         of a second).
-      prepared: what ``host_bytes.prepare_lines`` already read of ``data``'s host
-        plane (default: prepared here).
+      prepared: what ``prepared.prepare`` (or, for host threads cut out by
+        ``reading``, ``host_bytes.prepare_lines``) already read of ``data``
+        (default: prepared here).
 
     Raises:
       TraceFormatError: the parser rejects the bytes, they hold other planes or
