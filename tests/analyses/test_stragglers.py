@@ -83,8 +83,10 @@ def test_host_table_alignment_and_who_set_the_step_time(planted):
     assert all(r["waited_ms"] > 0 and r["late_ms"] == 0 for r in waited)
     assert sum(r["late_ms"] for r in late) >= 5 * 30  # the machine is shared: steps vary, their sum less
     # with two hosts, one waited as long as the other was late, or less where its op was shorter;
-    # steps tile the run, so a wait and the lateness behind it may fall either side of a boundary
-    assert sum(r["waited_ms"] for r in waited) <= 1.01 * sum(r["late_ms"] for r in late)
+    # steps tile the run, so a wait and the lateness behind it may fall either side of a boundary,
+    # and lateness is measured on clocks aligned to within the alignment's residual
+    slack = len(waited) * max(section["alignment"]["residual_ms"], 0.5)
+    assert sum(r["waited_ms"] for r in waited) <= 1.01 * sum(r["late_ms"] for r in late) + slack
     for entry in section["step_set_by"]:  # the run's step time is the slowest host's
         walls = {r["host"]: r["wall_ms"] for r in rows if r["step"] == entry["step"]}
         assert walls[entry["host"]] == max(walls.values())
