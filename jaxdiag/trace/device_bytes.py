@@ -16,7 +16,6 @@ import struct
 from typing import Any
 
 from jaxdiag.trace import line_bytes, wire
-from jaxdiag.trace.host_bytes import event_fields
 from jaxdiag.trace.line_bytes import FIXED64, LENGTH_DELIMITED, METADATA_ID, VARINT, LineEvents, Unexpected
 
 #: The stats ``xspace._read_device_plane`` reads of a device event.
@@ -72,38 +71,22 @@ def _read_lines(
     padded: Any, lines: dict[int, LineEvents], names: dict[int, str], stat_names: dict[int, str]
 ) -> dict[int, DeviceEvents]:
     """Lines' events, all lines decoded at once; a line left out is left to the reader."""
-    import numpy as np
 
-    if not lines:
-        return {}
-    content = np.concatenate([e.content for e in lines.values()])
-    sizes = np.concatenate([e.sizes for e in lines.values()])
-    try:
+    def read(some: dict[int, LineEvents]) -> dict[int, DeviceEvents]:
         rounds: list[Any] = []
-        ids, offsets, durations = event_fields(padded, content, sizes, stats=rounds)
-        stats = _stats(padded, rounds, len(sizes), stat_names)
-    except (Unexpected, UnicodeDecodeError):  # one line the walk cannot read: each line on its own, to find it
-        if len(lines) == 1:
-            return {}
-        out: dict[int, DeviceEvents] = {}
-        for line, located in lines.items():
-            out.update(_read_lines(padded, {line: located}, names, stat_names))
-        return out
-    counts = [len(e.sizes) for e in lines.values()]
-    stamps = np.repeat(np.array([e.timestamp_ns for e in lines.values()], dtype=np.int64), counts)
-    unique, inverse = np.unique(ids, return_inverse=True)
-    event_names = np.array([names.get(i, "") for i in unique.tolist()], dtype=object)[inverse].tolist()
-    starts = (line_bytes.divide_by_1000(offsets) + stamps).astype(np.float64).tolist()
-    durs = line_bytes.divide_by_1000(durations).astype(np.float64).tolist()
-    bounds = np.cumsum([0, *counts]).tolist()
-    return {
-        line: DeviceEvents(event_names[lo:hi], starts[lo:hi], durs[lo:hi], stats[lo:hi])
-        for line, lo, hi in zip(lines, bounds, bounds[1:])
-    }
+        got = line_bytes.decode_lines(padded, some, names, stats=rounds)
+        stats = _stats(padded, rounds, len(got.names), stat_names)
+        event_names, starts, durs = got.names.tolist(), got.starts.tolist(), got.durs.tolist()
+        return {
+            line: DeviceEvents(event_names[lo:hi], starts[lo:hi], durs[lo:hi], stats[lo:hi])
+            for line, lo, hi in got.spans
+        }
+
+    return line_bytes.read_in_bulk(lines, read)
 
 
 def _stats(padded: Any, rounds: list[Any], events: int, stat_names: dict[int, str]) -> list[dict[str, Any]]:
-    """Each event's ``DEVICE_STATS``, from the stat records ``event_fields`` found, in the order written."""
+    """Each event's ``DEVICE_STATS``, from the stat records ``line_bytes.event_fields`` found, in the order written."""
     import numpy as np
 
     out: list[dict[str, Any]] = [{} for _ in range(events)]

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 from jaxdiag.trace import line_bytes, wire
 from jaxdiag.trace.host_plane import is_runtime_thread
-from jaxdiag.trace.line_bytes import DURATION_PS, EVENTS, METADATA_ID, OFFSET_PS, VARINT, LineEvents, Unexpected
+from jaxdiag.trace.line_bytes import EVENTS, METADATA_ID, LineEvents, Unexpected
 
 #: Python-traced lines shorter than this are read as written: stripping them saves less than it costs.
 MIN_LINE_BYTES = 1 << 16
@@ -124,60 +124,22 @@ def _strip_frames(view: memoryview, padded: Any, events: LineEvents, frames: Any
 
 def _read_runtime(padded: Any, lines: dict[int, LineEvents], names: dict[int, str]) -> dict[int, RuntimeEvents]:
     """Runtime lines' events as columns, all lines decoded at once; a line left out is left to the reader."""
-    import numpy as np
 
-    if not lines:
-        return {}
-    content = np.concatenate([e.content for e in lines.values()])
-    sizes = np.concatenate([e.sizes for e in lines.values()])
-    try:
-        ids, offsets, durations = event_fields(padded, content, sizes)
-    except Unexpected:  # one line has an event the walk cannot read: each line on its own, to find it
-        if len(lines) == 1:
-            return {}
-        out: dict[int, RuntimeEvents] = {}
-        for line, events in lines.items():
-            out.update(_read_runtime(padded, {line: events}, names))
+    def read(some: dict[int, LineEvents]) -> dict[int, RuntimeEvents]:
+        got = line_bytes.decode_lines(padded, some, names)
+        kept = ~got.frames
+        out = {}
+        for line, lo, hi in got.spans:
+            mine = kept[lo:hi]
+            out[line] = RuntimeEvents(
+                got.names[lo:hi][mine].tolist(),
+                got.starts[lo:hi][mine].tolist(),
+                got.durs[lo:hi][mine].tolist(),
+                int(hi - lo - mine.sum()),
+            )
         return out
-    counts = [len(e.sizes) for e in lines.values()]
-    stamps = np.repeat(np.array([e.timestamp_ns for e in lines.values()], dtype=np.int64), counts)
-    unique, inverse = np.unique(ids, return_inverse=True)
-    unique_names = [names.get(i, "") for i in unique.tolist()]
-    event_names = np.array(unique_names, dtype=object)[inverse]
-    kept = np.array([not n.startswith("$") for n in unique_names], dtype=bool)[inverse]
-    starts = (line_bytes.divide_by_1000(offsets) + stamps).astype(np.float64)
-    durs = line_bytes.divide_by_1000(durations).astype(np.float64)
-    out = {}
-    bounds = np.cumsum([0, *counts]).tolist()
-    for line, lo, hi in zip(lines, bounds, bounds[1:]):
-        mine = kept[lo:hi]
-        out[line] = RuntimeEvents(
-            event_names[lo:hi][mine].tolist(),
-            starts[lo:hi][mine].tolist(),
-            durs[lo:hi][mine].tolist(),
-            int(hi - lo - np.count_nonzero(mine)),
-        )
-    return out
 
-
-def event_fields(padded: Any, content: Any, sizes: Any, stats: list[Any] | None = None) -> tuple[Any, Any, Any]:
-    """Every event's metadata id, offset and duration (ps); ``stats`` (when given) gets each round's stat records.
-
-    Raises:
-      Unexpected: as ``line_bytes.walk``.
-    """
-    import numpy as np
-
-    values = {field: np.zeros(len(sizes), dtype=np.int64) for field in (METADATA_ID, OFFSET_PS, DURATION_PS)}
-    for got in line_bytes.walk(padded, content, sizes):
-        varint = got.wire_type == VARINT
-        for number, column in values.items():  # a field written twice: the later round counts, as in protobuf
-            mine = varint & (got.field == number)
-            column[got.owners[mine]] = got.value[mine]
-        if stats is not None:
-            mine = (got.wire_type == line_bytes.LENGTH_DELIMITED) & (got.field == line_bytes.STATS)
-            stats.append((got.owners[mine], got.start[mine], got.value[mine]))
-    return values[METADATA_ID], values[OFFSET_PS], values[DURATION_PS]
+    return line_bytes.read_in_bulk(lines, read)
 
 
 def _frames_early(view: memoryview, a: int, b: int, frames: Any, events: int = 64) -> bool:

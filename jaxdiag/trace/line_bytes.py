@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import wire
@@ -29,6 +29,7 @@ EVENTS = 4  # XLine.events
 METADATA_ID, OFFSET_PS, DURATION_PS, STATS = 1, 2, 3, 4  # XEvent fields
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
 PAD = 16  # zero bytes after each line's copy in ``padded`` arrays: reads past a line's end see zeros
+T = TypeVar("T")
 
 
 class Unexpected(Exception):
@@ -220,6 +221,76 @@ def varints(padded: Any, at: Any) -> tuple[Any, Any]:
         width[going[ended]] = k + 1
         going = going[~ended]
     return value, width
+
+
+def event_fields(padded: Any, content: Any, sizes: Any, stats: list[Any] | None = None) -> tuple[Any, Any, Any]:
+    """Every event's metadata id, offset and duration (ps); ``stats`` (when given) gets each round's stat records.
+
+    Raises:
+      Unexpected: as ``walk``.
+    """
+    import numpy as np
+
+    values = {field: np.zeros(len(sizes), dtype=np.int64) for field in (METADATA_ID, OFFSET_PS, DURATION_PS)}
+    for got in walk(padded, content, sizes):
+        varint = got.wire_type == VARINT
+        for number, column in values.items():  # a field written twice: the later round counts, as in protobuf
+            mine = varint & (got.field == number)
+            column[got.owners[mine]] = got.value[mine]
+        if stats is not None:
+            mine = (got.wire_type == LENGTH_DELIMITED) & (got.field == STATS)
+            stats.append((got.owners[mine], got.start[mine], got.value[mine]))
+    return values[METADATA_ID], values[OFFSET_PS], values[DURATION_PS]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decoded:
+    """The events of several lines, decoded at once: numpy arrays, one line's events after another's."""
+
+    names: Any  # each event's name (object array)
+    frames: Any  # whether the name is a Python-tracer frame's (``$...``)
+    starts: Any  # ns, float64, as the reader gives them
+    durs: Any
+    spans: list[tuple[int, int, int]]  # (line index, first event, end) of each line
+
+
+def decode_lines(
+    padded: Any, lines: dict[int, LineEvents], names: dict[int, str], stats: list[Any] | None = None
+) -> Decoded:
+    """Name, start and duration of every event of ``lines`` (``stats``: as ``event_fields``).
+
+    Raises:
+      Unexpected: as ``walk``.
+    """
+    import numpy as np
+
+    content = np.concatenate([e.content for e in lines.values()])
+    sizes = np.concatenate([e.sizes for e in lines.values()])
+    ids, offsets, durations = event_fields(padded, content, sizes, stats)
+    counts = [len(e.sizes) for e in lines.values()]
+    stamps = np.repeat(np.array([e.timestamp_ns for e in lines.values()], dtype=np.int64), counts)
+    unique, inverse = np.unique(ids, return_inverse=True)
+    unique_names = [names.get(i, "") for i in unique.tolist()]
+    bounds = np.cumsum([0, *counts]).tolist()
+    return Decoded(
+        np.array(unique_names, dtype=object)[inverse],
+        np.array([n.startswith("$") for n in unique_names], dtype=bool)[inverse],
+        (divide_by_1000(offsets) + stamps).astype(np.float64),
+        divide_by_1000(durations).astype(np.float64),
+        list(zip(lines, bounds, bounds[1:])),
+    )
+
+
+def read_in_bulk(lines: dict[int, LineEvents], read: Callable[[dict[int, LineEvents]], dict[int, T]]) -> dict[int, T]:
+    """``read(lines)``, all lines at once; where a line cannot be read, each line on its own, to leave out that one."""
+    if not lines:
+        return {}
+    try:
+        return read(lines)
+    except (Unexpected, UnicodeDecodeError):
+        if len(lines) == 1:
+            return {}
+        return {line: got for one in lines.items() for line, got in read_in_bulk(dict([one]), read).items()}
 
 
 def divide_by_1000(values: Any) -> Any:

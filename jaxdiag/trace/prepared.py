@@ -37,20 +37,22 @@ class PreparedSpace:
     device: dict[int, dict[int, DeviceEvents]] = dataclasses.field(default_factory=dict)
 
 
-def prepare(data: bytes, source: str = "", *, accelerated: bool) -> PreparedSpace:
+def prepare(data: bytes, source: str = "", *, accelerated: bool | None) -> PreparedSpace:
     """Read what can be read in bulk of ``data``, one host's XSpace (or some of its planes).
 
     ``accelerated``: whether the host has device planes (else its runtime threads
-    run XLA:CPU ops, which the reader reads).
+    run XLA:CPU ops, which the reader reads); ``None``: whether ``data`` has them.
 
     Raises:
       TraceFormatError: as ``wire.plane_records`` (empty, truncated, not an XSpace).
     """
-    from jaxdiag.trace.xspace import reads_as_device  # xspace imports this module
+    from jaxdiag.trace.xspace import has_devices, reads_as_device  # xspace imports this module
 
     planes = wire.plane_records(data, source)
     if not planes:
         return PreparedSpace(data)
+    if accelerated is None:
+        accelerated = has_devices(p.name for p in planes)
     cut: dict[int, dict[int, bytes]] = {}
     layouts: dict[int, wire.PlaneLines] = {}
     space = PreparedSpace(data)

@@ -30,7 +30,6 @@ from jaxdiag.trace.host_plane import (
     stats_of,
 )
 from jaxdiag.trace.prepared import DeviceEvents, PreparedSpace, prepare
-from jaxdiag.trace import wire
 from jaxdiag.trace.wire import check_wire
 
 __all__ = ["HOST_PLANE", "HostColumns", "check_wire", "collect_host", "join_host", "read_planes", "read_xspace"]
@@ -198,12 +197,7 @@ _EVENT_ERRORS = (UnicodeDecodeError, ValueError, OverflowError, TypeError)
 
 def _prepare(data: bytes, source: str, accelerated: bool | None, include_python: bool) -> PreparedSpace:
     """What can be read in bulk read from the bytes (``prepared``), unless Python frames are kept."""
-    if include_python:
-        return PreparedSpace(data)
-    if accelerated is None:
-        planes = wire.plane_records(data, source)
-        accelerated = planes is not None and has_devices(p.name for p in planes)
-    return prepare(data, source, accelerated=accelerated)
+    return PreparedSpace(data) if include_python else prepare(data, source, accelerated=accelerated)
 
 
 def _parse(data: bytes, source: str) -> list[Any]:
