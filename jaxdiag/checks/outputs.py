@@ -7,13 +7,13 @@ for one that could not be judged), so CI systems list each check as a test.
 
 from __future__ import annotations
 
-import io
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jaxdiag.errors import JaxdiagError
+from jaxdiag.render.terminal import text_console
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.checks.compare import CheckOutcome, CheckResult
@@ -30,7 +30,7 @@ def render_table(result: "CheckResult", *, width: int | None = None, color: bool
     """The checks as a rich table, with the verdict and any notes beneath."""
     from rich.table import Table
 
-    console, buf = _console(width, color)
+    console, buf = text_console(width, color)
     t = Table(title="jaxdiag check", title_justify="left", show_edge=False)
     for col, just in (
         ("check", "left"),
@@ -133,7 +133,7 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
     """A diff as rich tables: summary, changed modules and ops, host waits, recompiles, steps."""
     from rich.table import Table
 
-    console, buf = _console(width, color)
+    console, buf = text_console(width, color)
     console.print(f"[bold]jaxdiag diff[/bold]  A: {escape(d.a_source)}  B: {escape(d.b_source)}")
     t = Table(title="Steady state", title_justify="left", show_edge=False)
     for col, just in (("figure", "left"), ("A", "right"), ("B", "right"), ("change", "right")):
@@ -173,21 +173,6 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
     for note in d.notes:
         console.print(f"[yellow]note: {escape(note)}[/yellow]")
     return buf.getvalue()
-
-
-def _console(width: int | None, color: bool) -> tuple[Any, io.StringIO]:
-    from rich.console import Console
-
-    buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=width or 120,
-        force_terminal=color,
-        color_system="auto" if color else None,
-        highlight=False,
-        soft_wrap=False,
-    )
-    return console, buf
 
 
 def _verdict(result: "CheckResult") -> str:

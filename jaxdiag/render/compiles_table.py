@@ -27,7 +27,6 @@ JSON (``to_json``), schema ``jaxdiag.compiles/1``:
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
@@ -157,19 +156,12 @@ def render(
     log: "CompileLog", advice: Sequence["Advice"], *, width: int | None = None, color: bool | None = None
 ) -> str:
     """The compile table as text (with ANSI colour when ``color``)."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=width or 120,
-        force_terminal=bool(color),
-        color_system="auto" if color else None,
-        highlight=False,
-        soft_wrap=False,
-    )
+    from jaxdiag.render.terminal import text_console
+
+    console, buf = text_console(width, color)
     rows = function_rows(log.records)
     total_s = sum(r.compile_s for r in rows)
     console.print(

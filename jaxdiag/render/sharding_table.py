@@ -17,7 +17,6 @@ latest compile comes first, marked so (``steady_by``).
 
 from __future__ import annotations
 
-import io
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -50,17 +49,9 @@ def render(
     section: Mapping[str, Any], findings: Sequence["Finding"], *, width: int | None = None, color: bool = False
 ) -> str:
     """The sharding section as text tables (ANSI colour when ``color``)."""
-    from rich.console import Console
+    from jaxdiag.render.terminal import text_console
 
-    buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=width or 120,
-        force_terminal=color,
-        color_system="auto" if color else None,
-        highlight=False,
-        soft_wrap=False,
-    )
+    console, buf = text_console(width, color)
     print_functions(section, console, detail=True)
     print_timeline(section, console)
     print_findings(findings, console)

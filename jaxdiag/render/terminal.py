@@ -20,19 +20,25 @@ _MAX_STEP_ROWS = 40
 
 def render(report: "Report", *, width: int | None = None, color: bool | None = None) -> str:
     """The whole report as text (with ANSI colour when ``color``)."""
+    console, buf = text_console(width or 110, color)
+    print_report(report, console)
+    return buf.getvalue()
+
+
+def text_console(width: int | None, color: bool | None) -> tuple["Console", io.StringIO]:
+    """A rich console writing into a string (``width`` default 120; ANSI colour only when ``color``)."""
     from rich.console import Console
 
     buf = io.StringIO()
     console = Console(
         file=buf,
-        width=width or 110,
+        width=width or 120,
         force_terminal=bool(color),
         color_system="auto" if color else None,
         highlight=False,
         soft_wrap=False,
     )
-    print_report(report, console)
-    return buf.getvalue()
+    return console, buf
 
 
 def print_report(report: "Report", console: "Console") -> None:
