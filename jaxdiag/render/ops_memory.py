@@ -107,19 +107,10 @@ def _print_memory(report: "Report", console: "Console") -> None:
     console.print(f"[bold]Memory[/bold] per device; capacity {_bytes(cap)} ({mem.get('capacity_source')})")
     if compiles:
         t = Table(show_edge=False)
-        for col in ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity"):
+        for col in _MEMORY_COLUMNS:
             t.add_column(col, justify="left" if col == "function" else "right")
         for c in compiles:
-            t.add_row(
-                str(c.get("function")),
-                str(c.get("compile_index")),
-                _bytes(c.get("argument_bytes")),
-                _bytes(c.get("output_bytes")),
-                _bytes(c.get("temp_bytes")),
-                _bytes(c.get("generated_code_bytes")),
-                _bytes(c.get("total_bytes")),
-                _pct(c.get("share_of_capacity")),
-            )
+            t.add_row(*map(str, _memory_row(c)))
         console.print(t)
     for p in peaks:
         console.print(
@@ -211,24 +202,7 @@ def html_memory(report: "Report") -> str:
             f"({_e(mem.get('capacity_source'))})</p>"
         )
         if mem.get("compiles"):
-            parts.append(
-                _table(
-                    ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity"),
-                    (
-                        [
-                            c.get("function"),
-                            c.get("compile_index"),
-                            _bytes(c.get("argument_bytes")),
-                            _bytes(c.get("output_bytes")),
-                            _bytes(c.get("temp_bytes")),
-                            _bytes(c.get("generated_code_bytes")),
-                            _bytes(c.get("total_bytes")),
-                            _pct(c.get("share_of_capacity")),
-                        ]
-                        for c in mem["compiles"]
-                    ),
-                )
-            )
+            parts.append(_table(_MEMORY_COLUMNS, (_memory_row(c) for c in mem["compiles"])))
         if mem.get("peaks"):
             parts.append(
                 _table(
@@ -349,6 +323,23 @@ def _table(header: Any, rows: Any, row_ids: list[str] | None = None) -> str:
         rid = f" id='{_e(row_ids[i])}'" if row_ids else ""
         body.append(f"<tr{rid}>" + "".join(f"<td>{_e(c if c is not None else '—')}</td>" for c in row) + "</tr>")
     return f"<table class='jd'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+_MEMORY_COLUMNS = ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity")
+
+
+def _memory_row(c: Any) -> list[Any]:
+    """One compile's memory row (the terminal prints each cell as text; HTML shows a missing one as a dash)."""
+    return [
+        c.get("function"),
+        c.get("compile_index"),
+        _bytes(c.get("argument_bytes")),
+        _bytes(c.get("output_bytes")),
+        _bytes(c.get("temp_bytes")),
+        _bytes(c.get("generated_code_bytes")),
+        _bytes(c.get("total_bytes")),
+        _pct(c.get("share_of_capacity")),
+    ]
 
 
 def _num(value: Any) -> str:
