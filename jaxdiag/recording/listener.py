@@ -26,6 +26,7 @@ it: JAX's C++ fast path dispatches without emitting events.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import threading
 import time
@@ -110,6 +111,20 @@ class Pending:
     #: Whether ``args`` are the user's arguments; not for a transformed program's flat inputs
     #: (grad's backward: residuals and cotangents), which the parameters' names would misname.
     user_args: bool = True
+
+    def stage_fields(self) -> dict[str, Any]:
+        """The ``CompileRecord`` fields every recorder fills from the compile itself: when, where, each stage."""
+        return {
+            "time_unix": self.start_unix,
+            "lowered": self.lower_s is not None,
+            "compiled": self.backend_compile_s is not None,
+            "trace_s": self.trace_s,
+            "lower_s": self.lower_s,
+            "backend_compile_s": self.backend_compile_s,
+            "persistent_cache_hit": self.persistent_cache_hit,
+            "pid": os.getpid(),
+            "thread": self.thread,
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

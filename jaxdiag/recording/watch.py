@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sys
 import types
 from typing import Any
@@ -282,17 +281,9 @@ class _ByName:
                 call_site=signature.site_from(sys._getframe(1))[0],
                 call_function=None,
                 compile_index=index,
-                time_unix=p.start_unix,
-                lowered=p.lower_s is not None,
-                compiled=p.backend_compile_s is not None,
-                trace_s=p.trace_s,
-                lower_s=p.lower_s,
-                backend_compile_s=p.backend_compile_s,
-                persistent_cache_hit=p.persistent_cache_hit,
                 explanation=None if index == 1 else Explanation(f"{self.name}: {_UNKNOWN_CAUSE}"),
                 origin=WATCH_ORIGIN,
-                pid=os.getpid(),
-                thread=p.thread,
+                **p.stage_fields(),
             )
         )
 

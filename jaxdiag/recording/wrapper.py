@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -214,25 +213,17 @@ class _Target:
             source=self.source,
             call_site=site,
             compile_index=index,
-            time_unix=p.start_unix,
             traced=p.trace_s is not None or p.static is None,
-            lowered=p.lower_s is not None,
-            compiled=p.backend_compile_s is not None,
-            trace_s=p.trace_s,
-            lower_s=p.lower_s,
-            backend_compile_s=p.backend_compile_s,
-            persistent_cache_hit=p.persistent_cache_hit,
             args=args,
             in_tree=tree,
             function_id=self.function_id,
             origin=self.origin,
-            pid=os.getpid(),
-            thread=p.thread,
             sharding=p.sharding,
             call_function=site_function,
             transform=p.transform,
             jit_options=p.jit_options,
             config=p.config,
+            **p.stage_fields(),
         )
         if index == 1 and p.transform is None and self.origin != "jit":
             record = dataclasses.replace(record, earlier_unseen=_earlier_unseen(p, record))
