@@ -290,6 +290,22 @@ def _shortest_first(keys: np.ndarray, durs: np.ndarray) -> list[tuple[str, np.nd
 
 
 def _pieces(host: str, win: "pd.DataFrame", part: np.ndarray, cause: str, kind: str, detail: str) -> list[Wait]:
+    """``part``'s stretches as waits, each in the step whose window holds it.
+
+    Steps tile the run, so an idle stretch merged across a boundary (intervals that
+    touch are one) is cut there: its time after the boundary is the next step's.
+    """
+    edges = np.unique(np.concatenate([win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)]))
+    first = np.searchsorted(edges, part[:, 0], side="right")
+    crossing = np.flatnonzero(np.searchsorted(edges, part[:, 1], side="left") > first)
+    if len(crossing):
+        cut = [part[i : i + 1] for i in range(len(part))]
+        for i in crossing.tolist():
+            s, e = int(part[i, 0]), int(part[i, 1])
+            inner = edges[(edges > s) & (edges < e)]
+            points = np.concatenate([[s], inner, [e]])
+            cut[i] = np.stack([points[:-1], points[1:]], axis=1)
+        part = np.concatenate(cut)
     steps = step_of(part[:, 0], win)
     return [Wait(host, int(st), int(s), int(e), cause, kind, detail) for (s, e), st in zip(part, steps)]
 

@@ -223,3 +223,18 @@ def test_h100_mlp_input_stall_every_third_step_is_named(h100_mlp):
     r = host_waits.analyze(AnalysisInputs(h100_mlp.frames))
     (stall,) = [f for f in r.findings if f.evidence["cause"] == "input_pipeline"]
     assert "at steps 0, 3, 6 and 9 (every 3rd step)" in stall.message
+
+
+def test_an_idle_stretch_across_a_step_boundary_is_cut_there():
+    # Steps tile the run: the device idles from 300 in step 0 to 1500 in step 1, one merged stretch.
+    r = run([device_event(0, 300), device_event(1500, 500)], steps=((0, 1000), (1000, 2000)))
+    by_step = {step: round(sum(c.values()) * 1000, 3) for step, c in r.by_step().items()}  # microseconds
+    assert by_step == {0: 700, 1: 500}
+
+
+def test_no_step_holds_more_waits_than_its_wall_time(cpu_frames):
+    r = host_waits.analyze(AnalysisInputs(cpu_frames.frames))
+    steps = cpu_frames.frames.steps
+    walls = dict(zip(steps["step"], (steps["end_ns"] - steps["start_ns"]) / 1e6))
+    for step, waits in r.by_step().items():
+        assert sum(waits.values()) <= walls[step] + 1e-6
