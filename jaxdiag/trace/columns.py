@@ -3,14 +3,64 @@
 Both readers (``xspace`` for ``.xplane.pb`` files, ``json_trace`` for Chrome JSON)
 fill these columns, and ``load.events_frame`` turns them into the events table.
 Number columns are ``array``s: as quick to append to as lists, and numpy reads
-them (and pickle writes them) as one block of memory.
+them (and pickle writes them) as one block of memory. String columns are lists
+while a reader fills them, and may then be packed into ``Coded`` columns.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from array import array
-from typing import Any
+from typing import Any, Sequence, Union
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Coded:
+    """A string column as codes into its distinct values (in the order they first appear).
+
+    Events repeat a few thousand names: as codes, a column costs four bytes per
+    event, pickles as one block (a reading worker sends its pieces so), and the
+    events table's categoricals are made from the distinct values alone.
+    """
+
+    codes: Any  # numpy int32, one per event
+    values: list[str]
+
+    @classmethod
+    def of(cls, strings: Sequence[str]) -> "Coded":
+        """``strings`` coded."""
+        import numpy as np
+
+        values = list(dict.fromkeys(strings))
+        if len(values) <= 1:
+            return cls(np.zeros(len(strings), dtype=np.int32), values)
+        position = {value: i for i, value in enumerate(values)}
+        return cls(np.fromiter(map(position.__getitem__, strings), dtype=np.int32, count=len(strings)), values)
+
+    @classmethod
+    def joined(cls, parts: Sequence["StringColumn"]) -> "Coded":
+        """The columns ``parts``, one after another, coded."""
+        import numpy as np
+
+        coded = [part if isinstance(part, Coded) else Coded.of(part) for part in parts]
+        values = list(dict.fromkeys(itertools.chain.from_iterable(c.values for c in coded)))
+        position = {value: i for i, value in enumerate(values)}
+        codes = [np.asarray([position[v] for v in c.values], dtype=np.int32)[c.codes] for c in coded if len(c.codes)]
+        return cls(np.concatenate(codes) if codes else np.zeros(0, dtype=np.int32), values)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def strings(self) -> list[str]:
+        """The column as a list."""
+        import numpy as np
+
+        return np.asarray(self.values, dtype=object)[self.codes].tolist() if self.values else []
+
+
+#: A string column of ``HostColumns``: as a reader fills it, or packed.
+StringColumn = Union[list[str], Coded]
 
 
 @dataclasses.dataclass(slots=True)
@@ -19,7 +69,8 @@ class HostColumns:
 
     Events are stored per line: ``segments`` holds ``(plane, line, line_kind, count)``
     for consecutive runs of events, so the four per-line columns are not
-    repeated per event.
+    repeated per event. The string columns are lists, which readers append to,
+    until ``pack`` makes them ``Coded`` (then read them with ``strings``).
     """
 
     host: str
@@ -78,12 +129,35 @@ class HostColumns:
         for column in (self.hlo_module, self.hlo_op, self.framework_op):
             column += [""] * n
 
-    def extend(self, other: "HostColumns") -> None:
-        """Append ``other``'s events and facts after this one's (the pieces of one host, in plane order)."""
+    def extend(self, *others: "HostColumns") -> None:
+        """Append ``others``' events and facts after this one's (the pieces of one host, in plane order).
+
+        A string column that is ``Coded`` in any of them comes out ``Coded``.
+        """
         for column in _LISTS:
-            getattr(self, column).extend(getattr(other, column))
-        self.meta.update(other.meta)
-        self.python_frames += other.python_frames
+            mine = getattr(self, column)
+            theirs = [getattr(other, column) for other in others]
+            if column in STRING_COLUMNS and (isinstance(mine, Coded) or any(isinstance(t, Coded) for t in theirs)):
+                setattr(self, column, Coded.joined([mine, *theirs]))
+                continue
+            for values in theirs:
+                mine.extend(values)
+        for other in others:
+            self.meta.update(other.meta)
+            self.python_frames += other.python_frames
+
+    def pack(self) -> "HostColumns":
+        """Code the string columns (``Coded``), in place: once no reader adds to them. Returns ``self``."""
+        for column in STRING_COLUMNS:
+            values = getattr(self, column)
+            if not isinstance(values, Coded):
+                setattr(self, column, Coded.of(values))
+        return self
+
+    def strings(self, column: str) -> list[str]:
+        """A string column as a list, packed or not."""
+        values = getattr(self, column)
+        return values.strings() if isinstance(values, Coded) else values
 
     def close_segment(self, plane: str, line: str, kind: str, first: int) -> None:
         """Record that events ``first:`` (up to now) belong to ``plane``/``line``."""
@@ -93,6 +167,7 @@ class HostColumns:
 
 
 _NONE = array("q", [-1])  # no device, no program
+STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
 #: The list and array fields that ``HostColumns.extend`` concatenates.
 _LISTS = (
     "segments",

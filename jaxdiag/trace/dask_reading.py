@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace.reading import Outcome, compact, read_file
+from jaxdiag.trace.reading import Outcome, read_file
 
 
 class DaskReading:
@@ -62,5 +62,4 @@ def read_remote(path: str, kind: str, include_python: bool) -> Outcome:
         columns = read_file(Path(path), kind, include_python)
     except TraceFormatError as exc:
         return exc
-    compact(columns)
-    return columns
+    return columns.pack()  # codes: a few bytes per event to send back

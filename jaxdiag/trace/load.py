@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jaxdiag.errors import TraceFormatError
+from jaxdiag.trace.columns import Coded
 from jaxdiag.trace.discover import Discovered, discover
 from jaxdiag.trace.frames import (
     CATEGORY,
@@ -191,41 +192,10 @@ class PendingLoad:
         )
 
 
-_STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
-
-
-class _Packed:
-    """One host's string columns as codes into its own distinct values, numbers as arrays (see ``_pack``)."""
-
-    def __init__(self, codes: "np.ndarray", uniques: "np.ndarray") -> None:
-        self.codes, self.uniques = codes, uniques
-
-
 def _pack(part: "HostColumns") -> "HostColumns":
-    """``part`` with its string columns factorized and its numbers in arrays, in place.
-
-    A pod's hosts hold mostly the same few thousand names: as codes, each host
-    costs a few bytes per event rather than a Python list of strings. Columns
-    that cannot be factorized (a lone surrogate from a JSON trace) stay lists.
-    """
-    import numpy as np
-    import pandas as pd
-
-    for column in _STRING_COLUMNS:
-        values = getattr(part, column)
-        try:
-            codes, uniques = pd.factorize(np.asarray(values, dtype=object))
-        except (TypeError, ValueError, UnicodeError):
-            continue
-        setattr(part, column, _Packed(codes.astype(np.int32), np.asarray(uniques, dtype=object)))
-    for column, dtype in (
-        ("device", np.int64),
-        ("start_ns", np.float64),
-        ("dur_ns", np.float64),
-        ("program_id", np.int64),
-    ):
-        setattr(part, column, np.asarray(getattr(part, column), dtype=dtype))
-    return part
+    """``part`` with its string columns coded (``HostColumns.pack``): a pod's hosts hold mostly the same
+    few thousand names, and as codes each host costs a few bytes per event rather than a list of strings."""
+    return part.pack()
 
 
 def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
@@ -235,14 +205,11 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
 
     def strings(column: str) -> "pd.Categorical":
         got = [getattr(p, column) for p in parts]
-        if got and all(isinstance(g, _Packed) for g in got):
-            return _merged_categorical(got)  # type: ignore[arg-type]
-        if len(got) == 1 and isinstance(got[0], list):  # one host file: its list as it is
+        if any(isinstance(g, Coded) for g in got):
+            return _coded_categorical([g if isinstance(g, Coded) else Coded.of(g) for g in got])
+        if len(got) == 1:  # one host file: its list as it is
             return _segment_categorical(got[0], [count for _plane, _line, _kind, count in parts[0].segments])
-        values: list[str] = []
-        for g in got:
-            values += list(g.uniques[g.codes]) if isinstance(g, _Packed) else g
-        return _categorical(values)
+        return _categorical([value for g in got for value in g])
 
     def numbers(column: str, dtype: Any) -> "np.ndarray":
         arrays = [np.asarray(getattr(p, column), dtype=dtype) for p in parts]
@@ -281,17 +248,20 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     return events
 
 
-def _merged_categorical(packed: Sequence[_Packed]) -> "pd.Categorical":
-    """The categorical ``_categorical`` makes of the hosts' values, from their codes: sorted categories."""
+def _coded_categorical(coded: Sequence[Coded]) -> "pd.Categorical":
+    """The categorical ``_categorical`` makes of these columns one after another, from their codes."""
     import numpy as np
     import pandas as pd
 
     try:
-        categories = pd.Index(np.concatenate([p.uniques for p in packed])).unique().sort_values()
-    except (TypeError, ValueError, UnicodeError):
-        return _categorical([v for p in packed for v in p.uniques[p.codes]])
-    codes = [categories.get_indexer(p.uniques)[p.codes] if len(p.codes) else np.zeros(0, np.int64) for p in packed]
-    return pd.Categorical.from_codes(np.concatenate(codes), categories=categories)
+        values = sorted(set().union(*(c.values for c in coded)))
+        if values:
+            position = {value: i for i, value in enumerate(values)}
+            codes = [np.asarray([position[v] for v in c.values], dtype=np.int32)[c.codes] for c in coded if len(c)]
+            return pd.Categorical.from_codes(np.concatenate(codes), categories=pd.Index(values))
+    except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
+        pass
+    return _categorical([value for c in coded for value in c.strings()])
 
 
 def _categorical(values: list[str]) -> "pd.Categorical":
@@ -402,7 +372,7 @@ def _notes(parts: Sequence["HostColumns"], skipped: Sequence[tuple[str, str]], i
     notes = [f"skipped {Path(f).name}: {reason}" for f, reason in skipped]
     for p in parts:
         notes += p.notes
-        if not len(p.name.codes if isinstance(p.name, _Packed) else p.name):
+        if not len(p.name):
             notes.append(f"{p.host}: the trace holds no events")
     frames = sum(p.python_frames for p in parts)
     if frames and not include_python:

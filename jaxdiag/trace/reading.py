@@ -289,7 +289,7 @@ class Reading:
         for number in reversed(numbers):
             if self._claim(number):
                 task = self._tasks[number]
-                got[number] = _read_units(self._files[task.file], task.units)
+                got[number] = _packed(_read_units(self._files[task.file], task.units))
         for number in numbers:
             while number not in got:
                 with self._handed:  # handed out, or put back by a broken pool: wait for one or the other
@@ -298,7 +298,7 @@ class Reading:
                 if future is None:
                     if self._claim(number):
                         task = self._tasks[number]
-                        got[number] = _read_units(self._files[task.file], task.units)
+                        got[number] = _packed(_read_units(self._files[task.file], task.units))
                     continue
                 try:
                     got[number] = future.result()
@@ -359,8 +359,15 @@ def _read_task(
     _kept_bytes += sum(planes[p].size for p in {p for p, _ in units})
     pieces = _read_units(f, units, keep=_PARSED if _kept_bytes <= _KEEP_BYTES else None)
     for piece in pieces or ():
-        compact(piece)
+        piece.pack()  # a few bytes per event to send, and to join
     return pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _packed(pieces: list[HostColumns] | None) -> list[HostColumns] | None:
+    """Pieces read here, packed as a worker's are (``HostColumns.pack``): joined with those, they cost no more."""
+    for piece in pieces or ():
+        piece.pack()
+    return pieces
 
 
 def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) -> list[HostColumns] | None:
@@ -432,17 +439,6 @@ def _tasks(index: int, f: _File) -> list[_Task]:
     if bundle:
         tasks.append(_Task(index, tuple(bundle), size * host_ns))
     return tasks
-
-
-def compact(piece: HostColumns) -> None:
-    """Make ``piece`` quick to pickle and unpickle: one object per distinct string.
-
-    Event names repeat (a compile thread runs the same passes again and again), and
-    pickle writes a repeated object once.
-    """
-    for column in ("name", "hlo_module", "hlo_op", "framework_op", "category"):
-        seen: dict[str, str] = {}
-        setattr(piece, column, [seen.setdefault(v, v) for v in getattr(piece, column)])
 
 
 def _map(file: Path) -> bytes | mmap.mmap:

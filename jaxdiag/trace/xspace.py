@@ -181,13 +181,12 @@ def join_host(host: str, pieces: Iterable[HostColumns], plane_names: Iterable[st
     """
     pieces = list(pieces)
     cols = pieces[0] if pieces else HostColumns(host)
-    for piece in pieces[1:]:
-        cols.extend(piece)
+    cols.extend(*pieces[1:])
     ignored = [n for n in plane_names if not _known_plane(n)]
     if ignored:
         cols.notes.append(f"{host}: planes not read: {', '.join(sorted(ignored))}")
     if not accelerated:
-        ordinals = sorted({d for d, c in zip(cols.device, cols.category) if c == "device"})
+        ordinals = sorted({d for d, c in zip(cols.device, cols.strings("category")) if c == "device"})
         cols.devices += [_device_row(host, HOST_PLANE, "cpu", o, {}) for o in ordinals]
     return cols
 

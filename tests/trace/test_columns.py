@@ -25,3 +25,35 @@ def test_extend_appends_every_list_and_merges_the_facts() -> None:
     assert a.hlo_module == ["jit_f", ""] and a.category == ["device", "annotation"]
     assert [s[1] for s in a.segments] == ["Stream #14", "python3"] and a.step_marks == b.step_marks
     assert a.meta == {"jax_version": "0.1", "pid": 1} and a.python_frames == 10 and a.notes == ["a note"]
+
+
+def test_coded_columns_hold_the_strings_they_were_given() -> None:
+    from jaxdiag.trace.columns import Coded
+
+    coded = Coded.of(["fusion", "copy", "fusion", ""])
+    assert coded.codes.tolist() == [0, 1, 0, 2] and coded.values == ["fusion", "copy", ""]
+    assert coded.strings() == ["fusion", "copy", "fusion", ""] and len(coded) == 4
+    assert Coded.of(["x"] * 3).codes.tolist() == [0, 0, 0] and Coded.of([]).strings() == []
+    joined = Coded.joined([coded, ["copy", "add"], Coded.of([])])
+    assert joined.strings() == ["fusion", "copy", "fusion", "", "copy", "add"]
+    assert joined.values == ["fusion", "copy", "", "add"]
+
+
+def test_extend_joins_packed_and_unpacked_pieces_in_order() -> None:
+    from jaxdiag.trace.columns import STRING_COLUMNS, Coded
+
+    def piece(names: list[str], category: str) -> HostColumns:
+        cols = HostColumns("h")
+        cols.add_host_events(names, [float(i) for i in range(len(names))], [1.0] * len(names), category)
+        cols.close_segment("/host:CPU", category, "host", 0)
+        return cols
+
+    a, b, c = piece(["x", "y"], "runtime"), piece(["y", "z"], "annotation").pack(), piece(["w"], "runtime")
+    a.extend(b, c)
+    assert all(isinstance(getattr(a, column), Coded) for column in STRING_COLUMNS)
+    assert a.strings("name") == ["x", "y", "y", "z", "w"]
+    assert a.strings("category") == ["runtime", "runtime", "annotation", "annotation", "runtime"]
+    assert list(a.start_ns) == [0.0, 1.0, 0.0, 1.0, 0.0] and [s[3] for s in a.segments] == [2, 2, 1]
+    unpacked = piece(["x"], "runtime")
+    unpacked.extend(piece(["y"], "runtime"))
+    assert unpacked.name == ["x", "y"]  # lists stay lists

@@ -251,7 +251,11 @@ def test_packed_hosts_make_the_table_unpacked_hosts_make(tmp_path: Path) -> None
     parts = [reading.read_file(f, "xplane") for f in files]
     plain = events_frame(parts)
     packed = events_frame([_pack(copy.deepcopy(p)) for p in parts])
-    assert packed.equals(plain) and list(packed.dtypes) == list(plain.dtypes)
-    for column in plain.columns:
-        if str(plain[column].dtype) == "category":
-            assert list(packed[column].cat.categories) == list(plain[column].cat.categories), column
+    one_packed = events_frame([_pack(copy.deepcopy(parts[0])), parts[1]])
+    for table in (packed, one_packed):
+        assert table.equals(plain) and list(table.dtypes) == list(plain.dtypes)
+        for column in plain.columns:
+            if str(plain[column].dtype) == "category":
+                assert list(table[column].cat.categories) == list(plain[column].cat.categories), column
+    alone = events_frame(parts[:1])
+    assert events_frame([_pack(copy.deepcopy(parts[0]))]).equals(alone)
