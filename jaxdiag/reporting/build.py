@@ -186,7 +186,8 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
 
 
 def _import_analyses() -> None:
-    """Import pandas and every analysis now (on two cores, beside the trace's worker)."""
+    """Import pandas, every analysis and view, and what they import when they run, now (on two
+    cores, beside the trace's worker): after the reading, the report is built by one process."""
     import importlib
 
     import pandas  # noqa: F401 - the frames and every analysis use it
@@ -194,6 +195,19 @@ def _import_analyses() -> None:
     for section in registry.SECTIONS:
         if section.analysis is not None:
             importlib.import_module(section.analysis_module)
+        if section.view is not None:
+            importlib.import_module(section.view.partition(":")[0])
+    for module in _IMPORTED_WHEN_RUN:
+        importlib.import_module(module)
+
+
+#: Modules the report imports where they are used, and always uses.
+_IMPORTED_WHEN_RUN = (
+    "jaxdiag.analyses.finding_places",
+    "jaxdiag.analyses.sharding_timeline",
+    "numpy.char",  # the timeline's names
+    "pandas.core.methods.to_dict",  # ``DataFrame.to_dict``
+)
 
 
 _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}

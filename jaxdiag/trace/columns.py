@@ -32,9 +32,9 @@ class Coded:
         """``strings`` coded."""
         import numpy as np
 
+        if not strings or strings.count(strings[0]) == len(strings):  # one value throughout: a line's category
+            return cls(np.zeros(len(strings), dtype=np.int32), list(strings[:1]))
         values = list(dict.fromkeys(strings))
-        if len(values) <= 1:
-            return cls(np.zeros(len(strings), dtype=np.int32), values)
         position = {value: i for i, value in enumerate(values)}
         return cls(np.fromiter(map(position.__getitem__, strings), dtype=np.int32, count=len(strings)), values)
 
@@ -128,6 +128,29 @@ class HostColumns:
         self.category += [category] * n
         for column in (self.hlo_module, self.hlo_op, self.framework_op):
             column += [""] * n
+
+    def add_device_events(
+        self,
+        device: int,
+        names: list[str],
+        starts: list[float],
+        durs: list[float],
+        modules: list[str],
+        ops: list[str],
+        frameworks: list[str],
+        programs: list[int],
+    ) -> None:
+        """Append device events in bulk (category ``device``), as ``add`` would one by one."""
+        n = len(names)
+        self.device.extend(array("q", [device]) * n)
+        self.name += names
+        self.start_ns.extend(starts)
+        self.dur_ns.extend(durs)
+        self.hlo_module += modules
+        self.hlo_op += ops
+        self.framework_op += frameworks
+        self.program_id.extend(programs)
+        self.category += ["device"] * n
 
     def extend(self, *others: "HostColumns") -> None:
         """Append ``others``' events and facts after this one's (the pieces of one host, in plane order).

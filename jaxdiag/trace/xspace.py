@@ -338,6 +338,12 @@ def _read_device_plane(
         offload = False  # whether the open segment holds host offload copies (a "memcpy" run of an ops line)
         kernels = collectives = 0
         bulk = read.get(index) if read else None
+        if bulk is not None and platform != "tpu":  # a GPU line read in bulk: the loop below, a column at a time
+            kernels, collectives = _add_gpu_events(cols, ordinal, bulk)
+            if kind == "compute" and kernels and collectives == kernels:
+                kind = "collective"
+            cols.close_segment(plane.name, line_name, kind, segment)
+            continue
         events: Iterable[tuple[str, float, float, dict[str, Any]]] = (
             zip(bulk.names, bulk.starts, bulk.durs, bulk.stats)
             if bulk is not None
@@ -380,6 +386,41 @@ def _read_device_plane(
         cols.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
     if modules and op_ranges:
         _assign_modules(cols, modules, op_ranges)
+
+
+def _add_gpu_events(cols: HostColumns, ordinal: int, bulk: DeviceEvents) -> tuple[int, int]:
+    """A GPU line's events as ``_read_device_plane``'s loop adds them, a column at a time; its kernels and collectives.
+
+    A GPU line holds thousands of kernels of a few hundred names: each column is
+    one pass, and whether a kernel is a collective is asked once per name and op.
+    """
+    stats = bulk.stats
+    ops = [str(s.get("hlo_op", "")) for s in stats]
+    known: dict[Any, int] = {}  # program id by stat value (a NaN is never found, and asked again)
+    programs = [
+        known[v] if v in known else known.setdefault(v, program_id_of(v)) for v in [s.get("program_id") for s in stats]
+    ]
+    frameworks = [str(s.get("name") or s.get("tf_op") or "") for s in stats]
+    kernels = collectives = 0
+    verdicts: dict[tuple[str, str], bool] = {}
+    for name, op in zip(bulk.names, ops):
+        if not name.startswith(("Memcpy", "Memset")):
+            kernels += 1
+            verdict = verdicts.get((name, op))
+            if verdict is None:
+                verdict = verdicts[name, op] = is_collective(name, op)
+            collectives += verdict
+    cols.add_device_events(
+        ordinal,
+        bulk.names,
+        bulk.starts,
+        bulk.durs,
+        [str(s.get("hlo_module", "")) for s in stats],
+        ops,
+        ["" if f.startswith("XlaModule:") else f for f in frameworks],
+        programs,
+    )
+    return kernels, collectives
 
 
 def _assign_modules(
