@@ -63,13 +63,21 @@ class DivergenceResult:
         return {"processes": list(self.processes), "divergences": [d.to_dict() for d in self.divergences]}
 
 
+def _whole(value: Any) -> int | None:
+    """A record's index as an int (a JSON number with no fraction), or ``None`` for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value % 1:
+        return None
+    return int(value) if abs(value) < 1 << 62 else None
+
+
 def analyze(inputs: AnalysisInputs) -> DivergenceResult:
     """Compare every process's compiles of each function (see the module docstring)."""
     by_process: dict[int, list[Mapping[str, Any]]] = {}
     for r in inputs.compile_log:
-        if r.get("process_index") is None or r.get("origin") == JAX_INTERNAL_ORIGIN:
-            continue
-        by_process.setdefault(int(r["process_index"]), []).append(r)
+        process = _whole(r.get("process_index"))
+        if process is None or _whole(r.get("compile_index", 0)) is None or r.get("origin") == JAX_INTERNAL_ORIGIN:
+            continue  # a record that names no process (or not as a number) cannot be compared
+        by_process.setdefault(process, []).append(r)
     processes = tuple(sorted(by_process))
     if len(processes) < 2:
         return DivergenceResult(processes, ())
@@ -79,7 +87,7 @@ def analyze(inputs: AnalysisInputs) -> DivergenceResult:
     for p, records in by_process.items():
         for r in records:
             key = (str(r.get("qualname", r.get("function", ""))), str(r.get("source")))
-            functions.setdefault(key, {}).setdefault(p, {})[int(r.get("compile_index", 0))] = r
+            functions.setdefault(key, {}).setdefault(p, {})[_whole(r.get("compile_index", 0)) or 0] = r
     for (qualname, _), per_process in sorted(functions.items()):
         name = next(iter(next(iter(per_process.values())).values())).get("function", qualname)
         counts = {p: len(per_process.get(p, {})) for p in processes}

@@ -150,3 +150,28 @@ def test_one_process_has_nothing_to_compare():
     ]
     result = analyze(AnalysisInputs(frames=None, compile_log=records))  # type: ignore[arg-type]
     assert result.to_dict() == {} and not result.findings
+
+
+def test_records_without_a_readable_process_or_compile_index_are_left_out():
+    """A hand-edited or damaged sidecar: its records cannot be placed, so they are not compared."""
+    from frames_builders import frames, host_event
+
+    from jaxdiag.analyses.base import AnalysisInputs
+    from jaxdiag.analyses.divergence import analyze
+
+    def record(process: object, compile_index: object = 1, shape: int = 2) -> dict:
+        return {
+            "function": "f",
+            "qualname": "m.f",
+            "compile_index": compile_index,
+            "time_unix": 1.0,
+            "process_index": process,
+            "args": [{"path": "args[0]", "shape": [shape], "dtype": "float32"}],
+        }
+
+    damaged = [record([]), record("1", shape=3), record(True, shape=3), record(1.5), record(1, [2], shape=3)]
+    inputs = AnalysisInputs(
+        frames=frames([host_event(0, 1, "x", host="h-p0")]), compile_log=[record(0), record(1.0), *damaged]
+    )
+    result = analyze(inputs)
+    assert result.to_dict() == {"processes": [0, 1], "divergences": []} and not result.findings
