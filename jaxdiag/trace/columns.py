@@ -117,15 +117,17 @@ class HostColumns:
         self.program_id.append(program)
         self.category.append(category)
 
-    def add_host_events(self, names: list[str], starts: list[float], durs: list[float], category: str) -> None:
-        """Append host events of one category in bulk (there can be a million)."""
+    def add_host_events(
+        self, names: list[str], starts: list[float], durs: list[float], category: str | list[str]
+    ) -> None:
+        """Append host events in bulk (there can be a million): of one category, or each of its own."""
         n = len(names)
         self.name += names
         self.start_ns.extend(starts)
         self.dur_ns.extend(durs)
         self.device.extend(_NONE * n)
         self.program_id.extend(_NONE * n)
-        self.category += [category] * n
+        self.category += [category] * n if isinstance(category, str) else category
         for column in (self.hlo_module, self.hlo_op, self.framework_op):
             column += [""] * n
 

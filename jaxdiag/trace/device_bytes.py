@@ -75,7 +75,7 @@ def _read_lines(
     def read(some: dict[int, LineEvents]) -> dict[int, DeviceEvents]:
         rounds: list[Any] = []
         got = line_bytes.decode_lines(padded, some, names, stats=rounds)
-        stats = _stats(padded, rounds, len(got.names), stat_names)
+        stats = event_stats(padded, rounds, len(got.names), stat_names, DEVICE_STATS)
         event_names, starts, durs = got.names.tolist(), got.starts.tolist(), got.durs.tolist()
         return {
             line: DeviceEvents(event_names[lo:hi], starts[lo:hi], durs[lo:hi], stats[lo:hi])
@@ -85,12 +85,15 @@ def _read_lines(
     return line_bytes.read_in_bulk(lines, read)
 
 
-def _stats(padded: Any, rounds: list[Any], events: int, stat_names: dict[int, str]) -> list[dict[str, Any]]:
-    """Each event's ``DEVICE_STATS``, from the stat records ``line_bytes.event_fields`` found, in the order written."""
+def event_stats(
+    padded: Any, rounds: list[Any], events: int, stat_names: dict[int, str], read: frozenset[str]
+) -> list[dict[str, Any]]:
+    """Each event's stats named in ``read``, from the stat records ``line_bytes.event_fields`` found, in the
+    order written."""
     import numpy as np
 
     out: list[dict[str, Any]] = [{} for _ in range(events)]
-    wanted = np.array(sorted(k for k, name in stat_names.items() if name in DEVICE_STATS), dtype=np.int64)
+    wanted = np.array(sorted(k for k, name in stat_names.items() if name in read), dtype=np.int64)
     if not rounds or not len(wanted):
         return out
     owners = np.concatenate([r[0] for r in rounds])

@@ -8,13 +8,15 @@ the other events, of which only name, start and duration are read.
 
 With every event located (``line_bytes``):
 
-* on a thread the Python tracer followed, events whose ``metadata_id`` names a
-  frame are cut out of the bytes and the rest is copied as it was, so every rule
-  of the reader still applies to what is left (``PreparedLines.dropped`` counts
-  the frames);
 * on a runtime thread of an accelerated host (``host_plane.is_runtime_thread``),
   every event's id, offset and duration are decoded into the columns the reader
-  would give (``PreparedLines.runtime``), and the events are cut out of the bytes.
+  would give (``PreparedLines.threads``), and the events are cut out of the bytes;
+* on a thread the Python tracer followed, events whose ``metadata_id`` names a
+  frame are cut out. On an accelerated host the events left (a few thousand
+  annotations and runtime calls) are decoded too, with the stats that
+  ``host_plane`` reads of them (``PYTHON_THREAD_STATS``); elsewhere (XLA:CPU
+  ops run there) they are copied as they were, for the reader
+  (``PreparedLines.dropped`` counts the frames).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import dataclasses
 from typing import Any, Iterable
 
 from jaxdiag.trace import line_bytes, wire
-from jaxdiag.trace.host_plane import is_runtime_thread
+from jaxdiag.trace.device_bytes import event_stats
+from jaxdiag.trace.host_plane import PYTHON_THREAD_STATS, is_runtime_thread
 from jaxdiag.trace.line_bytes import EVENTS, METADATA_ID, LineEvents, Unexpected
 
 #: Python-traced lines shorter than this are read as written: stripping them saves less than it costs.
@@ -31,22 +34,27 @@ MIN_LINE_BYTES = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RuntimeEvents:
-    """A runtime thread's events as the reader gives them (Python frames left out and counted)."""
+class ThreadEvents:
+    """A host thread's events as the reader gives them (Python frames left out and counted).
+
+    ``stats``: each event's ``PYTHON_THREAD_STATS``, on a Python thread; ``None`` on a runtime thread.
+    """
 
     names: list[str]
     starts: list[float]
     durs: list[float]
     frames: int
+    stats: list[dict[str, Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PreparedLines:
-    """What ``prepare_lines`` did, by line index in the host plane: new line records (``cut``), frames dropped, runtime events."""
+    """What ``prepare_lines`` did, by line index in the host plane: new line records (``cut``), frames dropped
+    (from threads left to the reader), threads read here."""
 
     cut: dict[int, bytes] = dataclasses.field(default_factory=dict)
     dropped: dict[int, int] = dataclasses.field(default_factory=dict)
-    runtime: dict[int, RuntimeEvents] = dataclasses.field(default_factory=dict)
+    threads: dict[int, ThreadEvents] = dataclasses.field(default_factory=dict)
 
 
 def prepare_lines(
@@ -66,7 +74,7 @@ def prepare_lines(
         return PreparedLines()
     view = memoryview(data)
     try:
-        names, _ = line_bytes.plane_metadata(b"".join(view[a:b] for a, b, line in layout.chunks if line < 0))
+        names, stat_names = line_bytes.plane_metadata(b"".join(view[a:b] for a, b, line in layout.chunks if line < 0))
     except Unexpected:
         return PreparedLines()
     frames = _frame_ids(names)
@@ -76,12 +84,18 @@ def prepare_lines(
     padded, located = line_bytes.locate_lines(view, todo)
     out = PreparedLines()
     for line, events in located.items():
-        if line not in runtime_lines:
-            stripped = _strip_frames(view, padded, events, frames)
-            if stripped is not None:
-                out.cut[line], out.dropped[line] = stripped
-    out.runtime.update(_read_runtime(padded, {i: e for i, e in located.items() if i in runtime_lines}, names))
-    for line in out.runtime:
+        if line in runtime_lines:
+            continue
+        frame = _frame_mask(padded, events, frames)
+        read = _read_python_thread(padded, events, frame, names, stat_names) if accelerated else None
+        if read is not None:
+            out.threads[line] = read
+            continue
+        stripped = _strip_frames(view, events, frame)
+        if stripped is not None:
+            out.cut[line], out.dropped[line] = stripped
+    out.threads.update(_read_runtime(padded, {i: e for i, e in located.items() if i in runtime_lines}, names))
+    for line in out.threads:
         out.cut[line] = located[line].without_events(view)
     return out
 
@@ -93,8 +107,8 @@ def _frame_ids(names: dict[int, str]) -> Any:
     return np.array(sorted(key for key, name in names.items() if name.startswith("$")), dtype=np.int64)
 
 
-def _strip_frames(view: memoryview, padded: Any, events: LineEvents, frames: Any) -> tuple[bytes, int] | None:
-    """A line's record without its Python frames, and how many; ``None`` to keep it as written."""
+def _frame_mask(padded: Any, events: LineEvents, frames: Any) -> Any:
+    """Which of a line's events are Python frames, by the metadata id each is written with first."""
     import numpy as np
 
     at = events.content
@@ -109,6 +123,13 @@ def _strip_frames(view: memoryview, padded: Any, events: LineEvents, frames: Any
     is_frame[frames] = True
     frame = (padded[at] == METADATA_ID << 3) & (width > 0) & (1 + width <= events.sizes)
     frame &= (ids < len(is_frame)) & is_frame[np.minimum(ids, len(is_frame) - 1)]
+    return frame
+
+
+def _strip_frames(view: memoryview, events: LineEvents, frame: Any) -> tuple[bytes, int] | None:
+    """A line's record without its Python frames (``frame``), and how many; ``None`` to keep it as written."""
+    import numpy as np
+
     dropped = int(np.count_nonzero(frame))
     if dropped == 0:
         return None
@@ -122,16 +143,44 @@ def _strip_frames(view: memoryview, padded: Any, events: LineEvents, frames: Any
     return line_bytes.header(line_bytes.LINES, len(body)) + body, dropped
 
 
-def _read_runtime(padded: Any, lines: dict[int, LineEvents], names: dict[int, str]) -> dict[int, RuntimeEvents]:
+def _read_python_thread(
+    padded: Any, events: LineEvents, frame: Any, names: dict[int, str], stat_names: dict[int, str]
+) -> ThreadEvents | None:
+    """A Python thread's events but its frames (``frame``), with their ``PYTHON_THREAD_STATS``; ``None``
+    when they cannot be read here."""
+    import numpy as np
+
+    kept = ~frame
+    line = dataclasses.replace(
+        events, starts=events.starts[kept], content=events.content[kept], sizes=events.sizes[kept]
+    )
+    rounds: list[Any] = []
+    try:
+        got = line_bytes.decode_lines(padded, {0: line}, names, stats=rounds)
+        stats = event_stats(padded, rounds, len(got.names), stat_names, PYTHON_THREAD_STATS)
+    except (Unexpected, UnicodeDecodeError):
+        return None
+    named = ~got.frames  # an event written without its id first is still a frame by name, as the reader sees it
+    rows = np.flatnonzero(named).tolist()
+    return ThreadEvents(
+        got.names[named].tolist(),
+        got.starts[named].tolist(),
+        got.durs[named].tolist(),
+        int(np.count_nonzero(frame)) + len(got.names) - len(rows),
+        [stats[i] for i in rows],
+    )
+
+
+def _read_runtime(padded: Any, lines: dict[int, LineEvents], names: dict[int, str]) -> dict[int, ThreadEvents]:
     """Runtime lines' events as columns, all lines decoded at once; a line left out is left to the reader."""
 
-    def read(some: dict[int, LineEvents]) -> dict[int, RuntimeEvents]:
+    def read(some: dict[int, LineEvents]) -> dict[int, ThreadEvents]:
         got = line_bytes.decode_lines(padded, some, names)
         kept = ~got.frames
         out = {}
         for line, lo, hi in got.spans:
             mine = kept[lo:hi]
-            out[line] = RuntimeEvents(
+            out[line] = ThreadEvents(
                 got.names[lo:hi][mine].tolist(),
                 got.starts[lo:hi][mine].tolist(),
                 got.durs[lo:hi][mine].tolist(),

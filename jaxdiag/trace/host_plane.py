@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jaxdiag.trace.columns import HostColumns
 
 if TYPE_CHECKING:  # pragma: no cover
-    from jaxdiag.trace.prepared import PreparedSpace, RuntimeEvents
+    from jaxdiag.trace.prepared import PreparedSpace, ThreadEvents
 
 HOST_PLANE = "/host:CPU"
 _POOL_THREAD = re.compile(r"^(tf_|pjrt|py_xla|Host Threads|XLA|xla)|/-?\d+$")
@@ -55,6 +55,8 @@ _RUNTIME_NAMES = frozenset(
     }
 )
 _SOURCE_STATS = frozenset({"_src", "_c", "_ct", "_p", "_pt"})
+#: The stats read of a Python thread's events on a host with accelerators (``_top_level_category``).
+PYTHON_THREAD_STATS = _SOURCE_STATS | {"step_num", "group_id"}
 
 
 def line_names(lines: Iterable[Any]) -> Iterable[tuple[str, Any]]:
@@ -95,7 +97,7 @@ def read_host_plane(
             include_python=include_python,
             no_hlo=no_hlo,
             dropped=prepared.dropped.get(index, 0) if prepared else 0,
-            runtime=prepared.runtime.get(index) if prepared else None,
+            read=prepared.threads.get(index) if prepared else None,
         )
 
 
@@ -113,24 +115,29 @@ def read_host_line(
     include_python: bool,
     no_hlo: set[str],
     dropped: int = 0,
-    runtime: "RuntimeEvents | None" = None,
+    read: "ThreadEvents | None" = None,
 ) -> None:
     """Append the events of one thread, as line ``label`` (its name, unique in the plane).
 
     ``no_hlo`` holds names already seen without XLA:CPU op stats; a plane's threads share it.
-    ``dropped`` and ``runtime``: what ``prepared.prepare`` read of the thread (its Python
-    frames cut out of the bytes; a runtime thread's events, cut out too).
+    ``dropped`` and ``read``: what ``prepared.prepare`` read of the thread (its Python
+    frames cut out of the bytes; its events read, and cut out too).
     """
     first = len(cols.name)
     cols.python_frames += dropped
     pool = is_runtime_thread(line.name)
     if pool and not cpu_only and not include_python:
-        if runtime is None:
+        if read is None:
             _read_runtime_line(cols, line, label, first)
             return
-        cols.python_frames += runtime.frames
-        cols.add_host_events(runtime.names, runtime.starts, runtime.durs, "runtime")
+        cols.python_frames += read.frames
+        cols.add_host_events(read.names, read.starts, read.durs, "runtime")
         cols.close_segment(HOST_PLANE, label, "host", first)
+        return
+    if read is not None and read.stats is not None and not pool and not cpu_only and not include_python:
+        cols.python_frames += read.frames
+        _read_main_events(cols, list(zip(read.starts, read.durs, read.names, read.stats)), cpu_only, no_hlo)
+        cols.close_segment(HOST_PLANE, label, "python" if read.frames + dropped else "host", first)
         return
     kept: list[tuple[str, Any]] = []
     keep = kept.append
@@ -157,7 +164,7 @@ def read_host_line(
         ops = _read_pool_events(cols, kept, cpu_only, no_hlo)
         kind = "xla_cpu" if ops else "host"
     else:
-        _read_main_events(cols, kept, cpu_only, no_hlo)
+        _read_main_events(cols, [(e.start_ns, e.duration_ns, name, e) for name, e in kept], cpu_only, no_hlo)
         kind = "python" if frames else "host"
     if python:
         names, starts, durs = zip(*python)
@@ -203,30 +210,51 @@ def _read_pool_events(cols: HostColumns, kept: list[tuple[str, Any]], cpu_only: 
     return ops
 
 
-def _read_main_events(cols: HostColumns, kept: list[tuple[str, Any]], cpu_only: bool, no_hlo: set[str]) -> None:
-    """Python-thread events, categorised by what encloses them (see the module docstring)."""
-    rows = sorted(((e.start_ns, e.duration_ns, name, e) for name, e in kept), key=lambda r: (r[0], -r[1]))
+def _read_main_events(
+    cols: HostColumns, rows: list[tuple[float, float, str, Any]], cpu_only: bool, no_hlo: set[str]
+) -> None:
+    """Python-thread events ``(start, duration, name, event)``, categorised by what encloses them (see the module
+    docstring); ``event``: the reader's, or its ``PYTHON_THREAD_STATS`` as read from the bytes."""
+    rows.sort(key=lambda r: (r[0], -r[1]))
     open_spans: list[tuple[float, bool]] = []  # (end, inside runtime or framework)
+    kinds: dict[str, int] = {}  # by name: 1 a runtime name, 2 a framework span, 0 neither
+    names: list[str] = []
+    starts: list[float] = []
+    durs: list[float] = []
+    categories: list[str] = []
     for start, dur, name, e in rows:
         while open_spans and open_spans[-1][0] <= start:
             open_spans.pop()
         opaque = bool(open_spans) and open_spans[-1][1]
-        if cpu_only and name not in no_hlo and _add_cpu_op(cols, name, e, no_hlo):
+        kind = kinds.get(name)
+        if kind is None:
+            runtime = name in _RUNTIME_NAMES or "::" in name or _CUDA_CALL.match(name)
+            kind = kinds[name] = 1 if runtime else 2 if _FRAMEWORK_SPAN.match(name) else 0
+        if cpu_only and name not in no_hlo:
+            cols.add_host_events(names, starts, durs, categories)  # the events before it, in order
+            names, starts, durs, categories = [], [], [], []
+            is_op = _add_cpu_op(cols, name, e, no_hlo)
+        else:
+            is_op = False
+        if is_op:
             category = "device"
-        elif opaque or name in _RUNTIME_NAMES or "::" in name or _CUDA_CALL.match(name):
+        elif opaque or kind == 1:
             category = "runtime"
-        elif _FRAMEWORK_SPAN.match(name):
+        elif kind == 2:
             category = "annotation"
         else:
             category = _top_level_category(cols, name, e, start, dur)
-        if category != "device":
-            cols.add(-1, name, start, dur, category=category)
-        framework = category == "annotation" and _FRAMEWORK_SPAN.match(name) is not None
-        open_spans.append((start + dur, opaque or category != "annotation" or framework))
+        if not is_op:
+            names.append(name)
+            starts.append(start)
+            durs.append(dur)
+            categories.append(category)
+        open_spans.append((start + dur, opaque or category != "annotation" or kind == 2))
+    cols.add_host_events(names, starts, durs, categories)
 
 
 def _top_level_category(cols: HostColumns, name: str, e: Any, start: float, dur: float) -> str:
-    stats = stats_of(e)
+    stats = e if isinstance(e, dict) else stats_of(e)
     step = stats.get("step_num", stats.get("group_id"))
     if step is not None:
         cols.step_marks.append((name, int_or(step, -1), start, start + dur))

@@ -1,11 +1,11 @@
-"""The events of a serialized ``XLine``, located and decoded all at once (upb and numpy).
+"""The events of a serialized ``XLine``, located and decoded all at once (numpy, and upb for names).
 
 The XSpace reader makes a Python object per event, and a per-event loop over
-those objects is most of the time a report takes on a large capture. Here,
-protobuf's C parser (upb) splits a line's ``events`` into byte strings, which
-gives each event's length and so where every event record lies; numpy then
-walks the fields of all events (or of all their stats) together, one field of
-each per round (``walk``). ``host_bytes`` and ``device_bytes`` build on it.
+those objects is most of the time a report takes on a large capture. Here numpy
+finds where every event record of a line lies (``locate``), then walks the
+fields of all events (or of all their stats) together, one field of each per
+round (``walk``); protobuf's C parser (upb) reads the planes' metadata, which
+names the events (``plane_metadata``). ``host_bytes`` and ``device_bytes`` build on it.
 
 Values are decoded as jaxlib's ``ProfileEvent`` gives them: names from the
 plane's metadata ``name``; start ``offset_ps / 1000 + line.timestamp_ns`` and
@@ -26,6 +26,7 @@ from jaxdiag.trace import wire
 
 LINES, EVENT_METADATA, STAT_METADATA = 3, 4, 5  # XPlane fields (the metadata are maps: key 1, value 2)
 EVENTS = 4  # XLine.events
+_TIMESTAMP_NS = 3  # XLine.timestamp_ns
 METADATA_ID, OFFSET_PS, DURATION_PS, STATS = 1, 2, 3, 4  # XEvent fields
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
 PAD = 16  # zero bytes after each line's copy in ``padded`` arrays: reads past a line's end see zeros
@@ -59,7 +60,7 @@ class LineEvents:
 
 def available() -> bool:
     """Whether upb is here (else the reader reads every event)."""
-    return _messages() is not None
+    return _plane_view() is not None
 
 
 def copy_lines(view: memoryview, lines: Sequence[tuple[int, int]]) -> tuple[Any, list[int]]:
@@ -96,48 +97,79 @@ def locate(view: memoryview, padded: Any, base: int, a: int, b: int) -> LineEven
     Raises:
       Unexpected: a line with no events, or not laid out as one run of event records.
     """
-    import numpy as np
 
     try:
         _, start = wire._varint(view, a, "")
         length, start = wire._varint(view, start, "")
     except TraceFormatError:
         raise Unexpected from None
-    if start + length != b:
-        raise Unexpected
-    try:
-        line = _views()[0].FromString(view[start:b])
-    except Exception:  # noqa: BLE001 - upb's DecodeError; the reader then judges the bytes itself
-        raise Unexpected from None
-    events = line.events
-    count = len(events)
     first = _first_event(view, start, b)
-    if count == 0 or first is None or len(padded) >= 1 << 31:  # positions below are int32
+    if start + length != b or first is None or len(padded) >= 1 << 31:  # positions below are int32
         raise Unexpected
-    sizes = np.fromiter(map(len, events), dtype=np.int32, count=count)
-    if sizes.max() >= 1 << 21:
-        raise Unexpected
-    long = sizes >= 1 << 7
-    size_bytes = (sizes >= 1 << 14).view(np.int8) + long.view(np.int8) + np.int8(1)
-    records = sizes + size_bytes
-    records += 1
-    ends = np.cumsum(records, dtype=np.int64)
-    ends += first - base
-    end = int(ends[-1]) + base
+    starts, content, sizes = _records(padded, first - base, b - base)
+    end = int(content[-1]) + int(sizes[-1]) + base
     if end > b or not _no_events_after(view, end, b):
         raise Unexpected
-    starts = (ends - records).astype(np.int32)
-    if not (padded[starts] == EVENTS << 3 | LENGTH_DELIMITED).all():
+    return LineEvents(base, start, first, end, b, _timestamp(view, start, first, end, b), starts, content, sizes)
+
+
+def _records(padded: Any, first: int, stop: int) -> tuple[Any, Any, Any]:
+    """Where each record of the run of event records from ``padded[first]`` starts, its content, and its length.
+
+    Every event record starts with the byte ``0x22`` (field 4, length-delimited);
+    so does the odd byte inside an event. Each such byte is read as a record's
+    start: the record after a true one starts where the true one ends, which is
+    almost always the next such byte. The run is walked from the first record,
+    one step per record where the next such byte is not the next record, and
+    what is found is the protobuf parse itself: each record, from the first,
+    ends where the next begins, up to the first field that is no event.
+    """
+    import numpy as np
+
+    found = np.flatnonzero(padded[first:stop] == EVENTS << 3 | LENGTH_DELIMITED)
+    found += first
+    if not len(found) or found[0] != first:
         raise Unexpected
-    # Each record's length starts where it should (a length written in more bytes than needed shifts the rest).
-    length_byte = sizes.astype(np.uint8)  # the low 8 bits: the first byte is the low 7, with 0x80 when more follow
-    length_byte[long] |= 0x80
-    starts += 1
-    if not (padded[starts] == length_byte).all():
+    sizes, width = varints(padded, found + 1)
+    ends = found + 1 + width + sizes  # where each would end
+    jumps = np.flatnonzero(ends[:-1] != found[1:])  # record i is not followed by found[i + 1]
+    jumps = np.append(jumps, len(found) - 1)
+    after = np.searchsorted(found, ends[jumps])  # the found byte where each jump lands, if one does
+    lands = (after < len(found)) & (sizes[jumps] >= 0)  # a length past int64 would step back: no record's
+    lands[lands] = found[after[lands]] == ends[jumps][lands]
+    next_jump = np.searchsorted(jumps, after)  # the first jump at or after that byte
+    # Walk the jumps of the run: from a record, every found byte up to the next jump is the next record.
+    runs: list[int] = []
+    at, k = 0, 0
+    jump_list, after_list, lands_list, next_list = jumps.tolist(), after.tolist(), lands.tolist(), next_jump.tolist()
+    while True:
+        runs += (at, jump_list[k])
+        if not lands_list[k]:
+            break
+        at, k = after_list[k], next_list[k]
+    bounds = np.asarray(runs, dtype=np.int64)
+    counts = bounds[1::2] - bounds[::2] + 1
+    chosen = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(bounds[::2] - np.cumsum(counts) + counts, counts)
+    width = width[chosen]
+    if not width.all() or (sizes[chosen] < 0).any() or (sizes[chosen] >= 1 << 30).any():
         raise Unexpected
-    content = starts + size_bytes
-    starts -= 1
-    return LineEvents(base, start, first, end, b, line.timestamp_ns, starts, content, sizes)
+    starts = found[chosen]
+    return starts.astype(np.int32), (starts + 1 + width).astype(np.int32), sizes[chosen].astype(np.int32)
+
+
+def _timestamp(view: memoryview, start: int, first: int, end: int, stop: int) -> int:
+    """A line's ``timestamp_ns`` (int64) from its fields before and after its events; 0 when absent."""
+    stamp = 0
+    try:
+        for lo, hi in ((start, first), (end, stop)):
+            for field, header, at, _ in wire._fields(view, lo, hi):
+                if field == _TIMESTAMP_NS:
+                    if view[header] & 7 != VARINT:
+                        raise Unexpected
+                    stamp = wire._varint(view, at, "")[0]
+    except TraceFormatError:
+        raise Unexpected from None
+    return stamp - (1 << 64) if stamp >= 1 << 63 else stamp
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -308,7 +340,10 @@ def plane_metadata(plane_fields: bytes) -> tuple[dict[int, str], dict[int, str]]
       Unexpected: unparsable, or a name that is not UTF-8 (the reader judges those).
     """
     try:
-        plane = _views()[1].FromString(plane_fields)
+        view = _plane_view()
+        if view is None:
+            raise Unexpected
+        plane = view.FromString(plane_fields)
         events = {entry.key: entry.value.name.decode("utf-8") for entry in plane.event_metadata}
         stats = {entry.key: entry.value.name.decode("utf-8") for entry in plane.stat_metadata}
     except Exception:  # noqa: BLE001 - upb's DecodeError, a UnicodeDecodeError
@@ -340,20 +375,10 @@ def _no_events_after(view: memoryview, start: int, end: int) -> bool:
         return False
 
 
-def _views() -> tuple[Any, Any]:
-    views = _messages()
-    if views is None:
-        raise Unexpected
-    return views
-
-
 @functools.cache
-def _messages() -> tuple[Any, Any] | None:
-    """Message classes for the two views of XPlane fields read here; ``None`` without upb.
-
-    ``Line`` sees an XLine's timestamp and its events as byte strings; ``Plane``
-    sees an XPlane's event and stat metadata (id and name). Every other field is left unparsed.
-    """
+def _plane_view() -> Any:
+    """A message class that sees an XPlane's event and stat metadata (id and name), and leaves every other
+    field unparsed; ``None`` without upb."""
     try:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
         from google.protobuf.internal import api_implementation
@@ -374,7 +399,6 @@ def _messages() -> tuple[Any, Any] | None:
                 added.field[-1].type_name = type_name
 
     one, many = field.LABEL_OPTIONAL, field.LABEL_REPEATED
-    message("Line", [("timestamp_ns", 3, field.TYPE_INT64, one, ""), ("events", EVENTS, field.TYPE_BYTES, many, "")])
     message("Metadata", [("name", 2, field.TYPE_BYTES, one, "")])  # XEventMetadata and XStatMetadata alike
     message(
         "MetadataEntry",
@@ -391,9 +415,6 @@ def _messages() -> tuple[Any, Any] | None:
     try:
         pool = descriptor_pool.DescriptorPool()
         pool.Add(proto)
-        return (
-            get_class(pool.FindMessageTypeByName("jaxdiag_views.Line")),
-            get_class(pool.FindMessageTypeByName("jaxdiag_views.Plane")),
-        )
+        return get_class(pool.FindMessageTypeByName("jaxdiag_views.Plane"))
     except Exception:  # noqa: BLE001 - a protobuf that builds no classes this way: read as written
         return None

@@ -1,7 +1,7 @@
 """``prepare``: what of an XSpace is read from its bytes before the XSpace reader parses the rest.
 
-The host plane's long threads (``host_bytes``: Python frames cut out, runtime
-threads decoded) and the device planes' events (``device_bytes``) are read in
+The host plane's long threads (``host_bytes``: runtime and Python threads decoded,
+frames cut out) and the device planes' events (``device_bytes``) are read in
 bulk; their events are cut out of the bytes the reader parses, and the reader's
 rules then apply to the columns read here (``xspace``, ``host_plane``). A line
 that cannot be read here stays in the bytes, for the reader. The result is
@@ -14,10 +14,10 @@ import dataclasses
 
 from jaxdiag.trace import wire
 from jaxdiag.trace.device_bytes import DeviceEvents, prepare_device_plane
-from jaxdiag.trace.host_bytes import RuntimeEvents, prepare_lines
+from jaxdiag.trace.host_bytes import ThreadEvents, prepare_lines
 from jaxdiag.trace.host_plane import HOST_PLANE
 
-__all__ = ["DeviceEvents", "PreparedSpace", "RuntimeEvents", "prepare"]
+__all__ = ["DeviceEvents", "PreparedSpace", "ThreadEvents", "prepare"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -27,13 +27,13 @@ class PreparedSpace:
     Attributes:
       data: the serialized XSpace for the reader (the input itself when nothing was read here).
       dropped: Python frames cut out, by the line's index in the host plane.
-      runtime: runtime threads read here (their events cut out), by line index in the host plane.
+      threads: host threads read here (their events cut out), by line index in the host plane.
       device: device lines read here (their events cut out), by plane index in ``data`` and line index.
     """
 
     data: bytes
     dropped: dict[int, int] = dataclasses.field(default_factory=dict)
-    runtime: dict[int, RuntimeEvents] = dataclasses.field(default_factory=dict)
+    threads: dict[int, ThreadEvents] = dataclasses.field(default_factory=dict)
     device: dict[int, dict[int, DeviceEvents]] = dataclasses.field(default_factory=dict)
 
 
@@ -68,7 +68,7 @@ def prepare(data: bytes, source: str = "", *, accelerated: bool | None) -> Prepa
             lines = prepare_lines(data, layout, range(len(layout.names)), accelerated=accelerated)
             cut[index] = lines.cut
             space.dropped.update(lines.dropped)
-            space.runtime.update(lines.runtime)
+            space.threads.update(lines.threads)
         else:
             cut[index], space.device[index] = prepare_device_plane(data, layout)
     if not any(cut.values()):

@@ -394,7 +394,7 @@ def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) 
         prepared = (
             got.cut,
             {at[line]: n for line, n in got.dropped.items()},
-            {at[line]: events for line, events in got.runtime.items()},
+            {at[line]: events for line, events in got.threads.items()},
         )
     try:
         data = wire.sub_space(f.data, parts, replace=prepared[0] if prepared else None)

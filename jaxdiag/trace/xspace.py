@@ -165,7 +165,7 @@ def read_planes(
                     include_python=include_python,
                     no_hlo=set(),
                     dropped=space.dropped.get(index, 0),
-                    runtime=space.runtime.get(index),
+                    read=space.threads.get(index),
                 )
                 pieces.append(piece)
     except _EVENT_ERRORS as exc:

@@ -51,8 +51,10 @@ def test_h100_captures_read_as_the_reader_reads_them(
     path = shared_fixtures / name
     data = _xplane(path).read_bytes()
     space = prepare(data, accelerated=True)
-    assert sum(space.dropped.values()) > 100_000  # the Python tracer's frames were cut out of the bytes
-    assert sum(len(r.names) for r in space.runtime.values()) > 10_000  # the compile threads were decoded
+    python = [r for r in space.threads.values() if r.stats is not None]
+    assert sum(r.frames for r in python) > 100_000  # the Python tracer's frames were cut out of the bytes
+    assert sum(len(r.names) for r in python) > 1_000  # and the Python thread's other events decoded
+    assert sum(len(r.names) for r in space.threads.values() if r.stats is None) > 10_000  # the compile threads too
     assert sum(len(d.names) for lines in space.device.values() for d in lines.values()) > 5_000  # the GPU's kernels
     assert len(space.data) < len(data) / 2
     _same_as_reader(path, monkeypatch, parallel)
@@ -72,7 +74,7 @@ def test_captures_by_others_read_as_the_reader_reads_them(name: str, monkeypatch
     assert CORPUS is not None
     path = CORPUS / name
     space = prepare(path.read_bytes(), accelerated=True)
-    assert space.runtime and space.device  # TPU and ROCm runtime threads and device lines are decoded too
+    assert space.threads and space.device  # TPU and ROCm runtime threads and device lines are decoded too
     _same_as_reader(path, monkeypatch, parallel=False)
     _same_as_reader(path, monkeypatch, parallel=True)
 
@@ -82,7 +84,7 @@ def test_cpu_capture_frames_are_cut_out(cpu_trace_dir, monkeypatch: pytest.Monke
     monkeypatch.setattr(host_bytes, "MIN_LINE_BYTES", 0)  # a small capture's threads are short
     data = _xplane(cpu_trace_dir.run_dir).read_bytes()
     space = prepare(data, accelerated=False)
-    assert space.dropped and not space.runtime
+    assert space.dropped and not space.threads
     _same_as_reader(cpu_trace_dir.run_dir, monkeypatch, parallel=False)
 
 
@@ -95,8 +97,13 @@ def _layout(data: bytes, name: str = HOST_PLANE) -> tuple[wire.PlaneRecord, wire
     return plane, layout
 
 
-def _with_padded_first_length(data: bytes, line: int, plane_name: str = HOST_PLANE) -> bytes:
-    """``data`` with the length of ``line``'s first event written in one byte more than needed (valid protobuf)."""
+def _changed_after_first_event(data: bytes, line: int, plane_name: str, change: str) -> bytes:
+    """``data`` with ``line``'s first event changed (valid protobuf either way).
+
+    ``change``: ``"long length"`` writes the event's length in one byte more than
+    needed; ``"field between"`` puts an unknown field between its first and second
+    events, so that its events are no longer one run of records.
+    """
     plane, layout = _layout(data, plane_name)
     a, b = next((a, b) for a, b, at in layout.chunks if at == line)
     view = memoryview(data)
@@ -106,8 +113,11 @@ def _with_padded_first_length(data: bytes, line: int, plane_name: str = HOST_PLA
     assert first is not None
     size, after = wire._varint(view, first + 1, "")
     assert size < 1 << 7
-    padded_size = bytes([size | 0x80, 0])  # the same number in two bytes
-    payload = bytes(view[start:first]) + bytes(view[first : first + 1]) + padded_size + bytes(view[after:b])
+    if change == "long length":
+        payload = bytes(view[start : first + 1]) + bytes([size | 0x80, 0]) + bytes(view[after:b])
+    else:
+        unknown_field = bytes([15 << 3, 7])  # field 15, a varint: 7
+        payload = bytes(view[start : after + size]) + unknown_field + bytes(view[after + size : b])
     record = line_bytes.header(3, len(payload)) + payload
     planes = wire.plane_records(data, "")
     assert planes is not None
@@ -115,9 +125,11 @@ def _with_padded_first_length(data: bytes, line: int, plane_name: str = HOST_PLA
     return wire.sub_space(data, parts, replace={line: record})
 
 
-def test_a_line_not_laid_out_as_expected_is_left_to_the_reader(
-    shared_fixtures: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("change", ["long length", "field between"])
+def test_lines_laid_out_unusually_read_as_the_reader_reads_them(
+    shared_fixtures: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
+    """A length written long is read here; events that are not one run of records are left to the reader."""
     data = _xplane(shared_fixtures / "h100_mlp").read_bytes()
     _, layout = _layout(data)
     runtime_line = next(i for i, name in enumerate(layout.names) if is_runtime_thread(name))
@@ -125,15 +137,16 @@ def test_a_line_not_laid_out_as_expected_is_left_to_the_reader(
         (at for _, _, at in layout.chunks if at >= 0 and not is_runtime_thread(layout.names[at])),
         key=lambda at: sum(b - a for a, b, line in layout.chunks if line == at),
     )
-    changed = _with_padded_first_length(_with_padded_first_length(data, runtime_line), python_line)
-    changed = _with_padded_first_length(changed, 0, "/device:GPU:0")
+    changed = _changed_after_first_event(data, runtime_line, HOST_PLANE, change)
+    changed = _changed_after_first_event(changed, python_line, HOST_PLANE, change)
+    changed = _changed_after_first_event(changed, 0, "/device:GPU:0", change)
     _, layout = _layout(changed)
     got = prepare_lines(changed, layout, range(len(layout.names)), accelerated=True)
-    assert runtime_line not in got.cut and python_line not in got.cut  # left as written
-    assert got.runtime and not got.dropped  # the other threads are still decoded here
-    device = prepare(changed, accelerated=True).device
-    (lines,) = device.values()
-    assert 0 not in lines and lines  # the GPU's first line is left to the reader, the others read here
+    (lines,) = prepare(changed, accelerated=True).device.values()
+    read_here = change == "long length"
+    assert (runtime_line in got.threads) is read_here and (python_line in got.threads) is read_here
+    assert (0 in lines) is read_here  # the GPU's first line
+    assert len(got.threads) > 2 and len(lines) > 1  # the other lines are read here either way
     path = tmp_path / "plugins" / "profile" / "run" / "host.xplane.pb"
     path.parent.mkdir(parents=True)
     path.write_bytes(changed)
@@ -143,9 +156,9 @@ def test_a_line_not_laid_out_as_expected_is_left_to_the_reader(
 
 def test_without_upb_nothing_is_prepared(shared_fixtures: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = _xplane(shared_fixtures / "h100_mlp").read_bytes()
-    monkeypatch.setattr(line_bytes, "_messages", lambda: None)
+    monkeypatch.setattr(line_bytes, "_plane_view", lambda: None)
     space = prepare(data, accelerated=True)
-    assert space.data is data and not space.dropped and not space.runtime and not space.device
+    assert space.data is data and not space.dropped and not space.threads and not space.device
 
 
 def test_varints_match_protobuf_encoding() -> None:
