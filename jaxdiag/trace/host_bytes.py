@@ -112,18 +112,33 @@ def _frame_mask(padded: Any, events: LineEvents, frames: Any) -> Any:
     import numpy as np
 
     at = events.content
-    if frames[-1] < 1 << 14:  # every frame's id is one or two bytes: read those two bytes, no more
-        low, high = padded[at + 1], padded[at + 2]
-        short = low < 0x80
-        ids = np.where(short, low, (low & 0x7F) | (high.astype(np.int32) << 7))
-        width = np.where(short, 1, np.where(high < 0x80, 2, 0))  # 0: longer, so no frame's
-    else:
-        ids, width = line_bytes.varints(padded, at + 1)
+    first_field = padded[at] == METADATA_ID << 3
+    if frames[-1] < 1 << 14:  # every frame's id is one or two bytes: look those two bytes up at once
+        pairs = np.ndarray((len(padded) - 1,), dtype="<u2", buffer=padded, strides=(1,))  # bytes i, i + 1
+        width = _frame_id_widths(frames)[pairs[at + 1]]
+        return first_field & (width > 0) & (width < events.sizes)
+    ids, width = line_bytes.varints(padded, at + 1)
     is_frame = np.zeros(int(frames[-1]) + 1, dtype=bool)
     is_frame[frames] = True
-    frame = (padded[at] == METADATA_ID << 3) & (width > 0) & (1 + width <= events.sizes)
+    frame = first_field & (width > 0) & (1 + width <= events.sizes)
     frame &= (ids < len(is_frame)) & is_frame[np.minimum(ids, len(is_frame) - 1)]
     return frame
+
+
+def _frame_id_widths(frames: Any) -> Any:
+    """For each two bytes (little-endian), the width of the frame id they begin with as a varint; 0 for no frame's.
+
+    An id under 128 is one byte, whatever follows it; one under 16384 is two.
+    """
+    import numpy as np
+
+    widths = np.zeros(1 << 16, dtype=np.uint8)
+    short = frames[frames < 1 << 7]
+    for low in short.tolist():
+        widths[low : 1 << 16 : 1 << 8] = 1  # the byte ``low``, then any byte
+    long = frames[frames >= 1 << 7]
+    widths[(long & 0x7F | 0x80) | (long >> 7) << 8] = 2
+    return widths
 
 
 def _strip_frames(view: memoryview, events: LineEvents, frame: Any) -> tuple[bytes, int] | None:

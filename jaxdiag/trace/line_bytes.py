@@ -29,6 +29,7 @@ EVENTS = 4  # XLine.events
 _TIMESTAMP_NS = 3  # XLine.timestamp_ns
 METADATA_ID, OFFSET_PS, DURATION_PS, STATS = 1, 2, 3, 4  # XEvent fields
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
+_CHUNK = 1 << 20
 PAD = 16  # zero bytes after each line's copy in ``padded`` arrays: reads past a line's end see zeros
 T = TypeVar("T")
 
@@ -104,7 +105,7 @@ def locate(view: memoryview, padded: Any, base: int, a: int, b: int) -> LineEven
     except TraceFormatError:
         raise Unexpected from None
     first = _first_event(view, start, b)
-    if start + length != b or first is None or len(padded) >= 1 << 31:  # positions below are int32
+    if start + length != b or first is None or len(padded) >= 1 << 30:  # positions below are int32
         raise Unexpected
     starts, content, sizes = _records(padded, first - base, b - base)
     end = int(content[-1]) + int(sizes[-1]) + base
@@ -126,16 +127,18 @@ def _records(padded: Any, first: int, stop: int) -> tuple[Any, Any, Any]:
     """
     import numpy as np
 
-    found = np.flatnonzero(padded[first:stop] == EVENTS << 3 | LENGTH_DELIMITED)
-    found += first
+    found = _positions(padded, first, stop, EVENTS << 3 | LENGTH_DELIMITED)
     if not len(found) or found[0] != first:
         raise Unexpected
-    sizes, width = varints(padded, found + 1)
-    ends = found + 1 + width + sizes  # where each would end
+    sizes, width = _lengths(padded, found)
+    ends = sizes.copy()  # where each would end
+    ends += found
+    ends += width
+    ends += 1
     jumps = np.flatnonzero(ends[:-1] != found[1:])  # record i is not followed by found[i + 1]
     jumps = np.append(jumps, len(found) - 1)
     after = np.searchsorted(found, ends[jumps])  # the found byte where each jump lands, if one does
-    lands = (after < len(found)) & (sizes[jumps] >= 0)  # a length past int64 would step back: no record's
+    lands = (after < len(found)) & (width[jumps] > 0)
     lands[lands] = found[after[lands]] == ends[jumps][lands]
     next_jump = np.searchsorted(jumps, after)  # the first jump at or after that byte
     # Walk the jumps of the run: from a record, every found byte up to the next jump is the next record.
@@ -147,14 +150,55 @@ def _records(padded: Any, first: int, stop: int) -> tuple[Any, Any, Any]:
         if not lands_list[k]:
             break
         at, k = after_list[k], next_list[k]
-    bounds = np.asarray(runs, dtype=np.int64)
-    counts = bounds[1::2] - bounds[::2] + 1
-    chosen = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(bounds[::2] - np.cumsum(counts) + counts, counts)
-    width = width[chosen]
-    if not width.all() or (sizes[chosen] < 0).any() or (sizes[chosen] >= 1 << 30).any():
+    edges = np.zeros(len(found) + 1, dtype=np.int8)  # +1 where a run of records begins, -1 after it ends
+    edges[runs[::2]] = 1
+    edges[np.asarray(runs[1::2]) + 1] = -1
+    chosen = np.cumsum(edges[:-1], dtype=np.int8).view(bool)
+    starts, sizes, width = found[chosen], sizes[chosen], width[chosen]
+    if not width.all():
         raise Unexpected
-    starts = found[chosen]
-    return starts.astype(np.int32), (starts + 1 + width).astype(np.int32), sizes[chosen].astype(np.int32)
+    content = starts + 1
+    content += width
+    return starts, content, sizes
+
+
+def _positions(array: Any, start: int, stop: int, byte: int) -> Any:
+    """Where ``array[start:stop]`` holds ``byte`` (int32), a megabyte at a time: no mask or int64 index as long
+    as a long line (fresh memory costs more than the search)."""
+    import numpy as np
+
+    chunks = [(lo, min(lo + _CHUNK, stop)) for lo in range(start, stop, _CHUNK)]
+    mask = np.empty(min(_CHUNK, max(stop - start, 0)), dtype=bool)
+    counts = []
+    for lo, hi in chunks:
+        counts.append(int(np.count_nonzero(np.equal(array[lo:hi], byte, out=mask[: hi - lo]))))
+    found = np.empty(sum(counts), dtype=np.int32)
+    at = 0
+    for (lo, hi), count in zip(chunks, counts):
+        if count:
+            np.add(np.flatnonzero(np.equal(array[lo:hi], byte, out=mask[: hi - lo])), lo, out=found[at : at + count])
+            at += count
+    return found
+
+
+def _lengths(array: Any, at: Any) -> tuple[Any, Any]:
+    """The varint after each byte ``at`` (int32), and its width (uint8; 0 when longer than four bytes)."""
+    import numpy as np
+
+    low = array[1:][at]
+    value = low.astype(np.int32)
+    value &= 0x7F
+    width = np.ones(len(at), dtype=np.uint8)
+    going = np.flatnonzero(low >= 0x80)
+    for k in range(1, 4):
+        if not len(going):
+            break
+        byte = array[k + 1 :][at[going]]
+        value[going] |= (byte & 0x7F).astype(np.int32) << (7 * k)
+        width[going] = k + 1
+        going = going[byte >= 0x80]
+    width[going] = 0  # a record that long is left to the reader
+    return value, width
 
 
 def _timestamp(view: memoryview, start: int, first: int, end: int, stop: int) -> int:
