@@ -24,7 +24,7 @@ class Coded:
     events table's categoricals are made from the distinct values alone.
     """
 
-    codes: Any  # numpy int32, one per event
+    codes: Any  # numpy, one per event: uint8, uint16 or int32, the smallest that holds every code
     values: list[str]
 
     @classmethod
@@ -33,10 +33,11 @@ class Coded:
         import numpy as np
 
         if not strings or strings.count(strings[0]) == len(strings):  # one value throughout: a line's category
-            return cls(np.zeros(len(strings), dtype=np.int32), list(strings[:1]))
+            return cls(np.zeros(len(strings), dtype=np.uint8), list(strings[:1]))
         values = list(dict.fromkeys(strings))
         position = {value: i for i, value in enumerate(values)}
-        return cls(np.fromiter(map(position.__getitem__, strings), dtype=np.int32, count=len(strings)), values)
+        codes = np.fromiter(map(position.__getitem__, strings), dtype=_code_type(len(values)), count=len(strings))
+        return cls(codes, values)
 
     @classmethod
     def joined(cls, parts: Sequence["StringColumn"]) -> "Coded":
@@ -46,8 +47,9 @@ class Coded:
         coded = [part if isinstance(part, Coded) else Coded.of(part) for part in parts]
         values = list(dict.fromkeys(itertools.chain.from_iterable(c.values for c in coded)))
         position = {value: i for i, value in enumerate(values)}
-        codes = [np.asarray([position[v] for v in c.values], dtype=np.int32)[c.codes] for c in coded if len(c.codes)]
-        return cls(np.concatenate(codes) if codes else np.zeros(0, dtype=np.int32), values)
+        code_type = _code_type(len(values))
+        codes = [np.asarray([position[v] for v in c.values], dtype=code_type)[c.codes] for c in coded if len(c.codes)]
+        return cls(np.concatenate(codes) if codes else np.zeros(0, dtype=code_type), values)
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -57,6 +59,13 @@ class Coded:
         import numpy as np
 
         return np.asarray(self.values, dtype=object)[self.codes].tolist() if self.values else []
+
+
+def _code_type(values: int) -> Any:
+    """The smallest numpy integer type that numbers ``values`` distinct values."""
+    import numpy as np
+
+    return np.uint8 if values <= 1 << 8 else np.uint16 if values <= 1 << 16 else np.int32
 
 
 #: A string column of ``HostColumns``: as a reader fills it, or packed.
@@ -159,30 +168,47 @@ class HostColumns:
 
         A string column that is ``Coded`` in any of them comes out ``Coded``.
         """
+        import numpy as np
+
         for column in _LISTS:
             mine = getattr(self, column)
             theirs = [getattr(other, column) for other in others]
             if column in STRING_COLUMNS and (isinstance(mine, Coded) or any(isinstance(t, Coded) for t in theirs)):
                 setattr(self, column, Coded.joined([mine, *theirs]))
-                continue
-            for values in theirs:
-                mine.extend(values)
+            elif column in _INTEGER_COLUMNS and any(isinstance(c, np.ndarray) for c in (mine, *theirs)):
+                setattr(self, column, np.concatenate([np.asarray(c, dtype=np.int64) for c in (mine, *theirs)]))
+            else:
+                for values in theirs:
+                    mine.extend(values)
         for other in others:
             self.meta.update(other.meta)
             self.python_frames += other.python_frames
 
     def pack(self) -> "HostColumns":
-        """Code the string columns (``Coded``), in place: once no reader adds to them. Returns ``self``."""
+        """Code the string columns (``Coded``) and put the device and program numbers in the smallest numpy
+        integers that hold them, in place: once no reader adds to them. Returns ``self``."""
+        import numpy as np
+
         for column in STRING_COLUMNS:
             values = getattr(self, column)
             if not isinstance(values, Coded):
                 setattr(self, column, Coded.of(values))
+        for column in _INTEGER_COLUMNS:
+            numbers = np.asarray(getattr(self, column), dtype=np.int64)
+            if len(numbers) and -(1 << 7) <= numbers.min() and numbers.max() < 1 << 7:
+                numbers = numbers.astype(np.int8)  # the device ordinals; -1: none, as most programs are
+            setattr(self, column, numbers)
         return self
 
     def strings(self, column: str) -> list[str]:
         """A string column as a list, packed or not."""
         values = getattr(self, column)
         return values.strings() if isinstance(values, Coded) else values
+
+    def integers(self, column: str) -> list[int]:
+        """``device`` or ``program_id`` as a list of ints, packed or not."""
+        values = getattr(self, column)
+        return values.tolist() if hasattr(values, "tolist") else list(values)
 
     def close_segment(self, plane: str, line: str, kind: str, first: int) -> None:
         """Record that events ``first:`` (up to now) belong to ``plane``/``line``."""
@@ -193,6 +219,7 @@ class HostColumns:
 
 _NONE = array("q", [-1])  # no device, no program
 STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
+_INTEGER_COLUMNS = ("device", "program_id")
 #: The list and array fields that ``HostColumns.extend`` concatenates.
 _LISTS = (
     "segments",

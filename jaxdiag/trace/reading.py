@@ -4,10 +4,12 @@ On this machine, ``start`` cuts the files into *tasks* (a plane, or some
 threads of an accelerated host's host plane: ``wire.sub_space`` cuts their
 bytes out of the mapped file, so nothing is serialized on the way in) and
 hands them, the largest first, to a ``concurrent.futures.ProcessPoolExecutor``
-of forked workers, one per core but this one by default, one task per idle
-worker (a task handed to a pool can no longer be taken back), while this
-process imports what it needs; then this process takes the tasks no worker has
-taken, smallest first, and the two meet in the middle. Each worker maps its
+of forked workers, one per core but this one by default, while this process
+imports what it needs: two tasks per worker until this process begins to
+read (so that a worker goes on at once from one task to the next, rather than
+waiting for this busy process to hand it one), then one per idle worker (a
+task handed to a pool can no longer be taken back). This process takes the
+tasks no worker has taken, smallest first, and the two meet in the middle. Each worker maps its
 file itself, so the same task runs in a process started any way.
 ``Reading.finish`` collects the pieces and puts them together in file order
 (``xspace.join_host``): the result is the one a single process reads. Workers
@@ -43,17 +45,17 @@ from jaxdiag.trace import wire
 from jaxdiag.trace.discover import host_name
 from jaxdiag.trace.host_bytes import prepare_lines
 from jaxdiag.trace.prepared import PreparedSpace
-from jaxdiag.trace.host_plane import HOST_PLANE, unique_labels
+from jaxdiag.trace.host_plane import HOST_PLANE, is_runtime_thread, unique_labels
 from jaxdiag.trace.xspace import HostColumns, has_devices, is_device_plane, join_host, read_planes, read_xspace
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.dask_reading import DaskReading
 
-#: Rough cost of reading, in ns per byte on one core (measured on the H100 captures): device
-#: events carry many stats; host threads are read from the bytes (``host_bytes``: Python-tracer
-#: frames cut out, runtime threads decoded in bulk); other planes (metadata) are only parsed.
-#: Only the order of tasks and whether to use workers depend on it.
-_NS_PER_BYTE = {"device": 65.0, "host": 14.0, "other": 0.3}
+#: Rough cost of reading, in ns per byte in a worker (measured on the H100 captures): device
+#: events carry many stats; host threads are read from the bytes (``host_bytes``), a runtime
+#: thread's events all decoded, a Python thread's mostly frames cut out; other planes (metadata)
+#: are only parsed. Only the order of tasks and whether to use workers depend on it.
+_NS_PER_BYTE = {"device": 38.0, "host": 22.0, "python": 5.5, "other": 0.3}
 #: Workers are started only for at least this much work.
 _MIN_WORK_NS = 150e6
 #: Threads of a host plane are put together in tasks of about this many bytes.
@@ -155,11 +157,13 @@ class Reading:
         self._files, self._kind, self._include_python = files, kind, include_python
         self._tasks: list[_Task] = []
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        # Tasks not yet handed out, largest first: the pool is fed one task per idle worker
+        # Tasks not yet handed out, largest first: the pool is fed a task or two per worker
         # (``_feed``), so that this process can take any task a worker has not started.
         self._pending: list[int] = []
         self._futures: dict[int, concurrent.futures.Future[Any]] = {}
         self._handed = threading.Condition()
+        self._unfinished = 0  # tasks handed out and not yet done
+        self._taking = False  # whether this process has begun to read tasks itself
 
     @property
     def workers(self) -> int:
@@ -247,35 +251,39 @@ class Reading:
                 mp_context=multiprocessing.get_context("fork"),
                 initializer=_start_worker,
             )
-            for _ in range(self.workers):
-                self._feed()
+            self._feed()
         except (OSError, RuntimeError):  # no process to be had: read here
             self._stop()
             self._tasks = []
 
     def _feed(self) -> None:
-        """Hand the largest task not yet taken to the pool (when a worker is idle: at the start, and as each task ends)."""
+        """Hand the largest tasks not yet taken to the pool, up to one per worker, two while this process
+        is not reading (at the start, and as each task ends)."""
+        handed: list[concurrent.futures.Future[Any]] = []
         with self._handed:
-            if self._pool is None or not self._pending:
-                return
-            number = self._pending.pop(0)
-            task = self._tasks[number]
-            f = self._files[task.file]
-            try:
-                future = self._pool.submit(
-                    _read_task,
-                    str(f.path),
-                    f.planes,
-                    {p: f.lines[p] for p, _ in task.units if p in f.lines},
-                    task.units,
-                )
-            except RuntimeError:  # the pool broke or shut down: this process reads it
-                self._pending.insert(0, number)
-                self._handed.notify_all()
-                return
-            self._futures[number] = future
+            while self._pool is not None and self._pending:
+                if self._unfinished >= self.workers * (1 if self._taking else 2):
+                    break
+                number = self._pending.pop(0)
+                task = self._tasks[number]
+                f = self._files[task.file]
+                try:
+                    future = self._pool.submit(
+                        _read_task,
+                        str(f.path),
+                        f.planes,
+                        {p: f.lines[p] for p, _ in task.units if p in f.lines},
+                        task.units,
+                    )
+                except RuntimeError:  # the pool broke or shut down: this process reads it
+                    self._pending.insert(0, number)
+                    break
+                self._futures[number] = future
+                self._unfinished += 1
+                handed.append(future)
             self._handed.notify_all()
-        future.add_done_callback(functools.partial(_feed_again, weakref.ref(self)))
+        for future in handed:
+            future.add_done_callback(functools.partial(_feed_again, weakref.ref(self)))
 
     def _take(self, numbers: list[int]) -> list[tuple[int, Any]]:
         """The pieces of these tasks (pickled when a worker read them; ``None`` when it failed).
@@ -285,6 +293,8 @@ class Reading:
         imports are done, and every process ends together; file by file, so that it
         holds one file's pieces at a time.
         """
+        with self._handed:
+            self._taking = True
         got: dict[int, Any] = {}
         for number in reversed(numbers):
             if self._claim(number):
@@ -332,6 +342,8 @@ def _feed_again(reading: "weakref.ref[Reading]", done: "concurrent.futures.Futur
     """A task ended: hand its worker the next (weakly: a reading dropped unfinished stops its workers, ``__del__``)."""
     alive = reading()
     if alive is not None:
+        with alive._handed:
+            alive._unfinished -= 1
         alive._feed()
 
 
@@ -419,8 +431,7 @@ def _tasks(index: int, f: _File) -> list[_Task]:
     """
     tasks: list[_Task] = []
     bundle: list[Unit] = []
-    size = 0
-    host_ns = _NS_PER_BYTE["host"]
+    size = cost = 0.0
     for plane, line in f.units():
         record = f.planes[plane]
         if line < 0:
@@ -428,16 +439,18 @@ def _tasks(index: int, f: _File) -> list[_Task]:
             tasks.append(_Task(index, ((plane, line),), record.size * _NS_PER_BYTE[kind]))
             continue
         line_size = sum(b - a for a, b, at in f.lines[plane].chunks if at == line)
+        line_cost = line_size * _NS_PER_BYTE["host" if is_runtime_thread(f.lines[plane].names[line]) else "python"]
         if line_size >= _TASK_BYTES:
-            tasks.append(_Task(index, ((plane, line),), line_size * host_ns))
+            tasks.append(_Task(index, ((plane, line),), line_cost))
             continue
         bundle.append((plane, line))
         size += line_size
+        cost += line_cost
         if size >= _TASK_BYTES:
-            tasks.append(_Task(index, tuple(bundle), size * host_ns))
-            bundle, size = [], 0
+            tasks.append(_Task(index, tuple(bundle), cost))
+            bundle, size, cost = [], 0.0, 0.0
     if bundle:
-        tasks.append(_Task(index, tuple(bundle), size * host_ns))
+        tasks.append(_Task(index, tuple(bundle), cost))
     return tasks
 
 

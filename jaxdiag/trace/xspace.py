@@ -186,7 +186,7 @@ def join_host(host: str, pieces: Iterable[HostColumns], plane_names: Iterable[st
     if ignored:
         cols.notes.append(f"{host}: planes not read: {', '.join(sorted(ignored))}")
     if not accelerated:
-        ordinals = sorted({d for d, c in zip(cols.device, cols.strings("category")) if c == "device"})
+        ordinals = sorted({d for d, c in zip(cols.integers("device"), cols.strings("category")) if c == "device"})
         cols.devices += [_device_row(host, HOST_PLANE, "cpu", o, {}) for o in ordinals]
     return cols
 

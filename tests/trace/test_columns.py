@@ -54,6 +54,18 @@ def test_extend_joins_packed_and_unpacked_pieces_in_order() -> None:
     assert a.strings("name") == ["x", "y", "y", "z", "w"]
     assert a.strings("category") == ["runtime", "runtime", "annotation", "annotation", "runtime"]
     assert list(a.start_ns) == [0.0, 1.0, 0.0, 1.0, 0.0] and [s[3] for s in a.segments] == [2, 2, 1]
+    assert a.integers("device") == [-1] * 5 and a.integers("program_id") == [-1] * 5
     unpacked = piece(["x"], "runtime")
     unpacked.extend(piece(["y"], "runtime"))
     assert unpacked.name == ["x", "y"]  # lists stay lists
+
+
+def test_pack_keeps_device_and_program_numbers_in_small_integers() -> None:
+    import numpy as np
+
+    cols = HostColumns("h")
+    cols.add(3, "fusion", 0.0, 1.0, "jit_f", "fusion", "", -1, "device")
+    cols.add(5, "copy", 1.0, 1.0, "jit_f", "copy", "", 1 << 40, "device")
+    cols.pack()
+    assert cols.device.dtype == np.int8 and cols.program_id.dtype == np.int64
+    assert cols.integers("device") == [3, 5] and cols.integers("program_id") == [-1, 1 << 40]
