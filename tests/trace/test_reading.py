@@ -259,3 +259,29 @@ def test_packed_hosts_make_the_table_unpacked_hosts_make(tmp_path: Path) -> None
                 assert list(table[column].cat.categories) == list(plain[column].cat.categories), column
     alone = events_frame(parts[:1])
     assert events_frame([_pack(copy.deepcopy(parts[0]))]).equals(alone)
+
+
+def test_each_worker_is_handed_two_tasks_until_this_process_reads(tmp_path: Path) -> None:
+    """While this process imports, a worker has its next task at hand; once this process reads, one at a time."""
+    run = _many_threads(tmp_path)
+    script = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from jaxdiag.trace import reading
+        feed, handed = reading.Reading._feed, []
+
+        def counted(self):
+            feed(self)
+            handed.append((self._taking, self._unfinished))
+
+        reading.Reading._feed = counted
+        r = reading.start([Path(sys.argv[1])], "xplane", parallel=True, workers=1)
+        print(len(r._tasks), handed[0][1], len(r.finish()), max([0] + [n for taking, n in handed if taking]))
+        """
+    )
+    files = sorted(run.rglob("*.xplane.pb"))
+    got = subprocess.run([sys.executable, "-c", script, str(files[0])], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-2000:]
+    tasks, at_start, outcomes, while_reading = map(int, got.stdout.split())
+    assert tasks >= 3 and at_start == 2 and outcomes == 1 and while_reading <= 1
