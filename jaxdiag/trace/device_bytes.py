@@ -12,7 +12,7 @@ when missing), a stat whose metadata is missing or that holds no value left out.
 from __future__ import annotations
 
 import dataclasses
-import struct
+import functools
 from typing import Any
 
 from jaxdiag.trace import line_bytes, wire
@@ -32,7 +32,17 @@ _VALUE_WIRE = {
     _BYTES: LENGTH_DELIMITED,
     _REF: VARINT,
 }
-_UINT64_MASK = (1 << 64) - 1
+
+
+@functools.cache
+def _wire_of_value() -> Any:
+    """The wire type of each XStat value field, by field number (-1: no value field)."""
+    import numpy as np
+
+    wires = np.full(_REF + 1, -1, dtype=np.int64)
+    for field, wire_type in _VALUE_WIRE.items():
+        wires[field] = wire_type
+    return wires
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,12 +107,14 @@ def event_stats(
     if not rounds or not len(wanted):
         return out
     owners = np.concatenate([r[0] for r in rounds])
-    order = np.argsort(owners, kind="stable")  # an event's stats in the order written (rounds follow it)
-    owners, starts, sizes = (
-        owners[order],
-        np.concatenate([r[1] for r in rounds])[order],
-        np.concatenate([r[2] for r in rounds])[order],
-    )
+    starts = np.concatenate([r[1] for r in rounds])
+    sizes = np.concatenate([r[2] for r in rounds])
+    # A stat is written with its metadata id first: one that names no stat read here is not walked.
+    ids, width = line_bytes.varints(padded, starts + 1)
+    named = (padded[starts] == METADATA_ID << 3) & (width > 0) & (width < sizes)
+    keep = np.flatnonzero(~named | np.isin(ids, wanted))
+    order = keep[np.argsort(owners[keep], kind="stable")]  # an event's stats in the order written
+    owners, starts, sizes = owners[order], starts[order], sizes[order]
     count = len(owners)
     metadata = np.zeros(count, dtype=np.int64)
     kind = np.zeros(count, dtype=np.int64)  # the value field set last (a oneof keeps the last one)
@@ -111,29 +123,26 @@ def event_stats(
     for got in line_bytes.walk(padded, starts, sizes):
         mine = (got.field == METADATA_ID) & (got.wire_type == VARINT)
         metadata[got.owners[mine]] = got.value[mine]
-        for field, wire_type in _VALUE_WIRE.items():
-            mine = (got.field == field) & (got.wire_type == wire_type)
-            rows = got.owners[mine]
-            kind[rows], value[rows], at[rows] = field, got.value[mine], got.start[mine]
+        mine = (got.field >= _DOUBLE) & (got.field <= _REF)  # a value field, written as its kind is
+        mine[mine] = _wire_of_value()[got.field[mine]] == got.wire_type[mine]
+        rows = got.owners[mine]
+        kind[rows], value[rows], at[rows] = got.field[mine], got.value[mine], got.start[mine]
     rows = np.flatnonzero(np.isin(metadata, wanted) & (kind > 0))
-    for row, owner, stat, field, number, start in zip(
-        rows.tolist(),
-        owners[rows].tolist(),
-        metadata[rows].tolist(),
-        kind[rows].tolist(),
-        value[rows].tolist(),
-        at[rows].tolist(),
-    ):
-        if field == _INT64:
-            got_value: Any = number
-        elif field == _UINT64:
-            got_value = number & _UINT64_MASK
-        elif field == _REF:
-            got_value = stat_names.get(number, "")
-        elif field == _DOUBLE:
-            got_value = struct.unpack("<d", padded[start : start + 8].tobytes())[0]
-        else:
-            raw = padded[start : start + number].tobytes()
-            got_value = raw.decode("utf-8") if field == _STR else raw
-        out[owner][stat_names[stat]] = got_value
+    kinds, numbers, at = kind[rows], value[rows], at[rows]
+    values: list[Any] = numbers.tolist()  # an int64's value; the others are set below, a kind at a time
+    buffer = memoryview(padded)
+
+    def put(field: int, convert: Any) -> None:
+        mine = np.flatnonzero(kinds == field)
+        for i, got in zip(mine.tolist(), convert(mine)):
+            values[i] = got
+
+    put(_UINT64, lambda mine: numbers[mine].view(np.uint64).tolist())
+    put(_REF, lambda mine: [stat_names.get(n, "") for n in numbers[mine].tolist()])
+    put(_DOUBLE, lambda mine: padded[at[mine, None] + np.arange(8)].view("<f8").ravel().tolist())
+    put(_STR, lambda mine: [str(buffer[a : a + n], "utf-8") for a, n in zip(at[mine].tolist(), numbers[mine].tolist())])
+    put(_BYTES, lambda mine: [bytes(buffer[a : a + n]) for a, n in zip(at[mine].tolist(), numbers[mine].tolist())])
+    names = {k: stat_names[k] for k in wanted.tolist()}
+    for owner, stat, got_value in zip(owners[rows].tolist(), metadata[rows].tolist(), values):
+        out[owner][names[stat]] = got_value
     return out
