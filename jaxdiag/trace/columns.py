@@ -45,11 +45,14 @@ class Coded:
         import numpy as np
 
         coded = [part if isinstance(part, Coded) else Coded.of(part) for part in parts]
-        values = list(dict.fromkeys(itertools.chain.from_iterable(c.values for c in coded)))
-        position = {value: i for i, value in enumerate(values)}
-        code_type = _code_type(len(values))
-        codes = [np.asarray([position[v] for v in c.values], dtype=code_type)[c.codes] for c in coded if len(c.codes)]
-        return cls(np.concatenate(codes) if codes else np.zeros(0, dtype=code_type), values)
+        position: dict[str, int] = {}
+        every = list(itertools.chain.from_iterable(c.values for c in coded))  # each part's values, in turn
+        where = np.fromiter((position.setdefault(v, len(position)) for v in every), dtype=np.int64, count=len(every))
+        lengths = [len(c.codes) for c in coded]
+        firsts = np.cumsum([0] + [len(c.values) for c in coded[:-1]])  # where each part's values begin in ``every``
+        codes = np.concatenate([c.codes for c in coded] + [np.zeros(0, np.uint8)], dtype=np.int64)
+        codes += np.repeat(firsts, lengths)
+        return cls(where[codes].astype(_code_type(len(position))), list(position))
 
     def __len__(self) -> int:
         return len(self.codes)
