@@ -18,7 +18,7 @@ from typing import Any
 from jaxdiag.trace import line_bytes, wire
 from jaxdiag.trace.line_bytes import FIXED64, LENGTH_DELIMITED, METADATA_ID, VARINT, LineEvents, Unexpected
 
-#: The stats ``xspace._read_device_plane`` reads of a device event.
+#: The stats ``device_plane.read_device_plane`` reads of a device event.
 DEVICE_STATS = frozenset(
     {"step_num", "group_id", "hlo_module", "hlo_op", "program_id", "display_name", "name", "tf_op"}
 )

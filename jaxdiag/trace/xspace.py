@@ -4,8 +4,8 @@ Parsing uses ``jaxlib._profile_data`` (the XSpace reader behind
 ``jax.profiler.ProfileData``, reached through ``jaxdiag.jax_internals``), which
 imports in milliseconds without jax.
 ``collect_host`` works on any objects shaped like its planes, lines and events,
-so the Chrome-JSON fallback reader shares every rule here. Device planes are
-read here; ``host_plane`` says how host events are categorised. ``read_planes``
+so the Chrome-JSON fallback reader shares every rule here. ``device_plane``
+reads device planes, and ``host_plane`` says how host events are categorised. ``read_planes``
 and ``join_host`` let ``reading`` read a file's planes in two processes. Before
 parsing, ``prepared.prepare`` reads what it can of the bytes in bulk (Python
 frames cut out, runtime threads and device lines decoded); the rules here then
@@ -14,71 +14,22 @@ apply to its columns as to the reader's events.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Iterable, Sequence
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.columns import HostColumns
-from jaxdiag.trace.host_plane import (
-    HOST_PLANE,
-    int_or,
-    line_names,
-    program_id_of,
-    read_host_line,
-    read_host_plane,
-    stats_of,
-)
-from jaxdiag.trace.prepared import DeviceEvents, PreparedSpace, prepare
+from jaxdiag.trace.device_plane import device_row, read_device_plane, scalar_stats
+from jaxdiag.trace.host_plane import HOST_PLANE, read_host_line, read_host_plane
+from jaxdiag.trace.prepared import PreparedSpace, prepare
 from jaxdiag.trace.wire import check_wire
 
 __all__ = ["HOST_PLANE", "HostColumns", "check_wire", "collect_host", "join_host", "read_planes", "read_xspace"]
 
 META_PLANES = ("/host:metadata", "Task Environment")
 _DEVICE_PLANE = re.compile(r"^/device:([A-Z]+):(\d+)$")
-_COLLECTIVE_OPS = re.compile(
-    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
-    r"collective-broadcast|send|recv)(-start|-done)?(\.\d+)?$"
-)
-#: TPU line kinds by line name (``xplane_schema`` in XLA's profiler names them); see ``tpu_line_kind``.
-_TPU_LINES = {
-    "XLA Ops": "xla_ops",
-    "XLA Modules": "xla_modules",
-    "Steps": "steps",
-    "Async XLA Ops": "async_ops",
-    "Sparse Core Ops": "sparsecore",
-    "Sparse Core Modules": "xla_modules",
-    "Sparse Core Steps": "markers",
-    "XLA TraceMe": "markers",
-    "Overlay": "markers",
-    "Framework Name Scope": "markers",
-    "Framework Ops": "markers",
-    "Source code": "markers",
-    "Tensor Core Sync Flag": "markers",
-    "Sparse Core Syncs": "markers",
-    "Launch Stats": "markers",
-    "_counters_": "markers",
-}
 #: ``/device:TPU:0 SparseCore 1``: a SparseCore of TPU core 0, not a device of its own.
 _SPARSECORE_PLANE = re.compile(r"^/device:TPU:(\d+) SparseCore (\d+)$")
-#: Ops XProf counts as host offload copies when their HLO text puts a buffer in host memory, ``S(5)``.
-_OFFLOAD_OP = re.compile(r"^(copy|dynamic-slice|dynamic-update-slice)-(start|done)(\.\d+)?$")
-_HOST_MEMORY = "S(5)"
-_MODULE_RUN = re.compile(r"^(.*)\((\d+)\)$")
-#: Dense bf16 tensor-core peak (flop/s) from vendor datasheets, by device-name substring; first match wins.
-_GPU_PEAK_FLOPS = (
-    ("H100 PCIE", 756e12),
-    ("H100 NVL", 835e12),
-    ("H100", 989e12),
-    ("H200", 989e12),
-    ("B200", 2250e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-    ("V100", 125e12),
-    ("MI300X", 1307e12),
-)
-NAN = math.nan
 
 
 def read_xspace(data: bytes, host: str, *, source: str, include_python: bool = False) -> HostColumns:
@@ -187,7 +138,7 @@ def join_host(host: str, pieces: Iterable[HostColumns], plane_names: Iterable[st
         cols.notes.append(f"{host}: planes not read: {', '.join(sorted(ignored))}")
     if not accelerated:
         ordinals = sorted({d for d, c in zip(cols.integers("device"), cols.strings("category")) if c == "device"})
-        cols.devices += [_device_row(host, HOST_PLANE, "cpu", o, {}) for o in ordinals]
+        cols.devices += [device_row(host, HOST_PLANE, "cpu", o, {}) for o in ordinals]
     return cols
 
 
@@ -237,7 +188,7 @@ def is_device_plane(name: str) -> bool:
 
 
 def reads_as_device(name: str) -> bool:
-    """Whether ``_read_device_plane`` reads a plane of this name (an accelerator's or a TPU SparseCore's)."""
+    """Whether ``device_plane.read_device_plane`` reads a plane of this name (an accelerator's or a TPU SparseCore's)."""
     return bool(_DEVICE_PLANE.match(name) or _SPARSECORE_PLANE.match(name))
 
 
@@ -266,244 +217,10 @@ def _read_plane(
     read = prepared.device.get(index) if prepared is not None else None
     match = _DEVICE_PLANE.match(plane.name)
     if match:
-        _read_device_plane(cols, plane, match[1].lower(), int(match[2]), read=read)
+        read_device_plane(cols, plane, match[1].lower(), int(match[2]), read=read)
     elif sparse := _SPARSECORE_PLANE.match(plane.name):
-        _read_device_plane(cols, plane, "tpu", int(sparse[1]), sparsecore=True, read=read)
+        read_device_plane(cols, plane, "tpu", int(sparse[1]), sparsecore=True, read=read)
     elif plane.name == HOST_PLANE:
         read_host_plane(cols, plane, cpu_only=not accelerated, include_python=include_python, prepared=prepared)
     elif plane.name in META_PLANES:
-        cols.meta.update(_scalar_stats(plane.stats))
-
-
-def gpu_line_kind(line: str) -> str:
-    """``compute``, ``memcpy``, ``collective`` or ``other`` for a GPU stream line name."""
-    if not line.startswith("Stream #"):
-        return "other"
-    lower = line.lower()
-    if "nccl" in lower or "rccl" in lower or "collective" in lower:
-        return "collective"
-    open_at = line.find("(")
-    if open_at < 0:
-        return "compute"  # ROCm names some streams with no activity list
-    kinds = [k.strip() for k in line[open_at + 1 : line.rfind(")")].split(",")]
-    if any(k in ("Compute", "Kernel") for k in kinds):
-        return "compute"
-    if kinds and all(k.startswith(("Memcpy", "Memset")) for k in kinds):
-        return "memcpy"
-    return "other"
-
-
-def tpu_line_kind(line: str) -> str:
-    """The kind of a TPU plane's line (see ``LINE_KINDS``); ``other`` for a name not known here.
-
-    Only ``xla_ops`` and ``sparsecore`` lines hold ops that occupy a core;
-    ``async_ops`` (an async op from its start to its done, XProf's "Host Offload
-    Ops rows" too) overlap the ops that run meanwhile, and ``markers`` lines mark
-    moments and scopes.
-    """
-    line = line.strip()
-    return _TPU_LINES.get(line) or ("async_ops" if line.startswith("Host Offload Ops") else "other")
-
-
-def is_host_offload(op: str, text: str) -> bool:
-    """Whether a TPU op is a host offload copy: an async copy or slice whose HLO text names host memory."""
-    return bool(_OFFLOAD_OP.match(op)) and _HOST_MEMORY in text
-
-
-def is_collective(name: str, hlo_op: str) -> bool:
-    """Whether a device event is a collective, by kernel name or HLO op name."""
-    return name[:4].lower() in ("nccl", "rccl") or bool(_COLLECTIVE_OPS.match(hlo_op))
-
-
-def _read_device_plane(
-    cols: HostColumns,
-    plane: Any,
-    platform: str,
-    ordinal: int,
-    sparsecore: bool = False,
-    read: dict[int, DeviceEvents] | None = None,
-) -> None:
-    """Append a device plane's events; a SparseCore plane's go to its TPU core's ordinal, with no device row.
-
-    ``read``: lines whose events ``device_bytes`` read from the bytes (by line index; the stats
-    read below are ``device_bytes.DEVICE_STATS``); the others come from the reader.
-    """
-    if not sparsecore:
-        cols.devices.append(_device_row(cols.host, plane.name, platform, ordinal, _scalar_stats(plane.stats)))
-    modules: list[tuple[float, float, str, int]] = []
-    op_ranges: list[tuple[int, int]] = []
-    for index, (line_name, line) in enumerate(line_names(plane.lines)):
-        kind = tpu_line_kind(line.name) if platform == "tpu" else gpu_line_kind(line.name)
-        first = segment = len(cols.name)
-        offload = False  # whether the open segment holds host offload copies (a "memcpy" run of an ops line)
-        kernels = collectives = 0
-        bulk = read.get(index) if read else None
-        if bulk is not None and platform != "tpu":  # a GPU line read in bulk: the loop below, a column at a time
-            kernels, collectives = _add_gpu_events(cols, ordinal, bulk)
-            if kind == "compute" and kernels and collectives == kernels:
-                kind = "collective"
-            cols.close_segment(plane.name, line_name, kind, segment)
-            continue
-        events: Iterable[tuple[str, float, float, dict[str, Any]]] = (
-            zip(bulk.names, bulk.starts, bulk.durs, bulk.stats)
-            if bulk is not None
-            else ((e.name, e.start_ns, e.duration_ns, stats_of(e)) for e in line.events)
-        )
-        for name, start, dur, stats in events:
-            if kind == "steps":
-                if not sparsecore:
-                    # XProf keys device steps by group_id; the name is the step number on the captures seen.
-                    step = int_or(
-                        stats.get("step_num", name if name.isdigit() else stats.get("group_id")), len(cols.device_steps)
-                    )
-                    cols.device_steps.append((ordinal, step, start, start + dur))
-                cols.add(ordinal, name, start, dur, category="annotation")
-                continue
-            module, op = str(stats.get("hlo_module", "")), str(stats.get("hlo_op", ""))
-            program = program_id_of(stats.get("program_id"))
-            if kind == "xla_modules":
-                run = _MODULE_RUN.match(name)
-                module, program = (run[1], program_id_of(run[2])) if run else (name, program)
-                modules.append((start, start + dur, module, program))
-            elif kind in ("xla_ops", "sparsecore", "async_ops"):  # TPU op names can be whole HLO instruction text
-                text = name
-                name = _short_hlo_name(str(stats.get("display_name", "")) or name)
-                op = op or name
-                if kind != "async_ops" and is_host_offload(name, text) != offload:
-                    cols.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
-                    segment, offload = len(cols.name), not offload
-            framework = str(stats.get("name") or stats.get("tf_op") or "")
-            if framework.startswith("XlaModule:"):
-                framework = ""
-            if not name.startswith(("Memcpy", "Memset")):
-                kernels += 1
-                collectives += is_collective(name, op)
-            cols.add(ordinal, name, start, dur, module, op, framework, program, "device")
-        if kind == "compute" and kernels and collectives == kernels:
-            kind = "collective"
-        if kind in ("xla_ops", "sparsecore"):
-            op_ranges.append((first, len(cols.name)))
-        cols.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
-    if modules and op_ranges:
-        _assign_modules(cols, modules, op_ranges)
-
-
-def _add_gpu_events(cols: HostColumns, ordinal: int, bulk: DeviceEvents) -> tuple[int, int]:
-    """A GPU line's events as ``_read_device_plane``'s loop adds them, a column at a time; its kernels and collectives.
-
-    A GPU line holds thousands of kernels of a few hundred names: each column is
-    one pass, and whether a kernel is a collective is asked once per name and op.
-    """
-    stats = bulk.stats
-    ops = [str(s.get("hlo_op", "")) for s in stats]
-    known: dict[Any, int] = {}  # program id by stat value (a NaN is never found, and asked again)
-    programs = [
-        known[v] if v in known else known.setdefault(v, program_id_of(v)) for v in [s.get("program_id") for s in stats]
-    ]
-    frameworks = [str(s.get("name") or s.get("tf_op") or "") for s in stats]
-    kernels = collectives = 0
-    verdicts: dict[tuple[str, str], bool] = {}
-    for name, op in zip(bulk.names, ops):
-        if not name.startswith(("Memcpy", "Memset")):
-            kernels += 1
-            verdict = verdicts.get((name, op))
-            if verdict is None:
-                verdict = verdicts[name, op] = is_collective(name, op)
-            collectives += verdict
-    cols.add_device_events(
-        ordinal,
-        bulk.names,
-        bulk.starts,
-        bulk.durs,
-        [str(s.get("hlo_module", "")) for s in stats],
-        ops,
-        ["" if f.startswith("XlaModule:") else f for f in frameworks],
-        programs,
-    )
-    return kernels, collectives
-
-
-def _assign_modules(
-    cols: HostColumns, modules: list[tuple[float, float, str, int]], op_ranges: list[tuple[int, int]]
-) -> None:
-    """Give TPU ops the module whose run (on the "XLA Modules" line) contains them."""
-    import bisect
-
-    modules.sort()
-    starts = [m[0] for m in modules]
-    for lo, hi in op_ranges:
-        for i in range(lo, hi):
-            if cols.hlo_module[i]:
-                continue
-            at = bisect.bisect_right(starts, cols.start_ns[i]) - 1
-            if at >= 0 and cols.start_ns[i] < modules[at][1]:
-                cols.hlo_module[i] = modules[at][2]
-                if cols.program_id[i] < 0:
-                    cols.program_id[i] = modules[at][3]
-
-
-def _short_hlo_name(text: str) -> str:
-    """``fusion.3`` from ``%fusion.3 = bf16[8]{0} fusion(...)`` (or ``ROOT %fusion.3 = ...``); others unchanged."""
-    head = text.split(" = ", 1)[0] if " = " in text else text
-    head = head.strip()
-    if head.startswith("ROOT "):
-        head = head[5:]
-    return head.lstrip("%").strip()
-
-
-def _device_row(host: str, plane: str, platform: str, ordinal: int, stats: dict[str, Any]) -> dict[str, Any]:
-    name = str(
-        stats.get("gpu_device_name")
-        or stats.get("device_type_string")
-        or stats.get("device_name")
-        or _unnamed_device(platform, stats)
-    )
-    peak = _float(stats.get("peak_teraflops_per_second")) * 1e12
-    if math.isnan(peak) and platform == "gpu":
-        upper = name.upper()
-        peak = next((flops for key, flops in _GPU_PEAK_FLOPS if key in upper), NAN)
-    bandwidth = _float(stats.get("memory_bandwidth"))
-    if math.isnan(bandwidth):
-        bandwidth = _float(stats.get("peak_hbm_bw_gigabytes_per_second")) * 1e9
-    return {
-        "host": host,
-        "plane": plane,
-        "device": ordinal,
-        "platform": platform,
-        "device_name": name,
-        "vendor": str(stats.get("device_vendor") or ("Google" if platform == "tpu" else "")),
-        "core_count": _float(stats.get("core_count")),
-        "clock_hz": _float(stats.get("clock_rate")) * 1e3,  # XLA reports kHz
-        "memory_bandwidth_bps": bandwidth,
-        "memory_bytes": _float(stats.get("memory_size")),
-        "peak_flops": peak,
-    }
-
-
-def _unnamed_device(platform: str, stats: dict[str, Any]) -> str:
-    """What a device plane with no name says of itself (ROCm writes no name): ``AMD GPU (gfx 9.4)``, or the platform."""
-    vendor = str(stats.get("device_vendor") or "")
-    if not vendor:
-        return platform
-    major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
-    arch = f" (gfx {major}.{minor})" if vendor == "AMD" and isinstance(major, int) and isinstance(minor, int) else ""
-    return f"{vendor} {platform.upper()}{arch}"
-
-
-def _scalar_stats(stats: Iterable[tuple[Any, Any]]) -> dict[str, Any]:
-    """Named stats whose values are numbers or printable text (drops embedded protos)."""
-    out: dict[str, Any] = {}
-    for key, value in stats:
-        if key is None or isinstance(value, bytes):
-            continue
-        if isinstance(value, str) and not value.isprintable():
-            continue
-        out[key] = value
-    return out
-
-
-def _float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return NAN
+        cols.meta.update(scalar_stats(plane.stats))

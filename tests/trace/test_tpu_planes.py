@@ -8,7 +8,8 @@ from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.analyses.device_work import device_ops
 from jaxdiag.trace.chip_steps import chip_steps
 from jaxdiag.trace.host_plane import program_id_of
-from jaxdiag.trace.xspace import is_host_offload, read_xspace, tpu_line_kind
+from jaxdiag.trace.device_plane import is_host_offload, tpu_line_kind
+from jaxdiag.trace.xspace import read_xspace
 from xspace_builders import TPU_STATS, Ev, XSpaceBuilder, host_plane, write_run
 
 from tests.trace.test_xspace import by_name, rows

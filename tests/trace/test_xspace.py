@@ -7,7 +7,8 @@ import math
 import pytest
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace.xspace import HostColumns, check_wire, gpu_line_kind, is_collective, read_xspace
+from jaxdiag.trace.device_plane import gpu_line_kind, is_collective
+from jaxdiag.trace.xspace import HostColumns, check_wire, read_xspace
 from xspace_builders import (
     GPU_COLLECTIVE_STREAM,
     GPU_COMPUTE_STREAM,
