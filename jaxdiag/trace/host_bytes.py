@@ -165,7 +165,7 @@ def _read_python_thread(
     when they cannot be read here."""
     import numpy as np
 
-    kept = ~frame
+    kept = np.flatnonzero(~frame)
     line = dataclasses.replace(
         events, starts=events.starts[kept], content=events.content[kept], sizes=events.sizes[kept]
     )
@@ -181,7 +181,7 @@ def _read_python_thread(
         got.names[named].tolist(),
         got.starts[named].tolist(),
         got.durs[named].tolist(),
-        int(np.count_nonzero(frame)) + len(got.names) - len(rows),
+        len(frame) - len(rows),
         [stats[i] for i in rows],
     )
 
