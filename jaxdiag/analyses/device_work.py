@@ -108,13 +108,31 @@ def classify_names(
             table = in_scope(("classified", key, id(categories)), lambda: _CategoryTable(categories, fn))
             if table.categories is not categories:  # another table now has that id
                 table = _CategoryTable(categories, fn)
-        codes = names.cat.codes.to_numpy()
+        codes = category_codes(names)
         return table.at(codes if rows is None else codes[rows], dtype)
     if rows is not None:
         names = names.iloc[rows]
     codes, uniques = pd.factorize(names, sort=False)
     values = np.array([fn(str(u)) for u in uniques.tolist()] + [fn("")], dtype=object)
     return values.astype(dtype)[codes]  # code -1 (missing) maps to the trailing fn("")
+
+
+def category_codes(column: "pd.Series") -> np.ndarray:
+    """A categorical column's codes as ``intp``, shared within a report.
+
+    pandas keeps codes as narrow integers (``int8``, ``int16``), and numpy converts
+    such an index on every selection by it: one conversion makes each later
+    selection about three times faster.
+    """
+    values = column.array  # the same Categorical for every selection of the column that kept all its rows
+    held = in_scope(("intp_codes", id(values)), lambda: (values, np.asarray(values.codes, dtype=np.intp)))
+    return held[1] if held[0] is values else np.asarray(values.codes, dtype=np.intp)
+
+
+def _category_names(categories: "pd.Index") -> list[Any]:
+    """``categories`` as a list of ``str``, made once per report for every classifier of that column."""
+    held = in_scope(("category_names", id(categories)), lambda: (categories, [str(n) for n in categories.tolist()]))
+    return held[1] if held[0] is categories else [str(n) for n in categories.tolist()]
 
 
 class _CategoryTable:
@@ -136,7 +154,7 @@ class _CategoryTable:
         todo = np.flatnonzero(used & ~self._done)
         if len(todo):
             if self._names is None:
-                self._names = [str(n) for n in self.categories.tolist()]
+                self._names = _category_names(self.categories)
             names, fn = self._names, self._fn
             found = [fn(names[i]) for i in todo.tolist()]
             self._values[todo] = np.fromiter(found, dtype=object, count=len(found))
@@ -170,7 +188,7 @@ def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:
     import pandas as pd
 
     if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.cat.codes.to_numpy()[rows]
+        codes = category_codes(column)[rows]
         if (codes >= 0).all():
             return np.asarray(column.cat.categories, dtype=object)[codes]
     return column.to_numpy(object)[rows]
@@ -286,7 +304,7 @@ def isin(column: "pd.Series", values: Iterable[Any]) -> np.ndarray:
     if isinstance(column.dtype, pd.CategoricalDtype):
         hit = np.append(column.cat.categories.isin(values), False)  # code -1 (missing) is in no list of strings
         if not any(v != v for v in values):  # NaN among the values: leave it to pandas
-            return hit[column.cat.codes.to_numpy()]
+            return hit[category_codes(column)]
     return column.isin(values).to_numpy()
 
 
@@ -332,6 +350,9 @@ def _step_windows(frames: "TraceFrames", host: str | None, steps: Sequence[int] 
 
     cols = [F.HOST, F.STEP, F.START_NS, "end_ns"]
     st = frames.steps
+    fast = _step_rows(st, hosts_of(frames, host), steps)
+    if fast is not None:
+        return st.take(fast)[cols].reset_index(drop=True)
     parts = []
     for h in hosts_of(frames, host):
         rows = st.loc[st[F.HOST] == h, cols] if len(st) else st.reindex(columns=cols).iloc[:0]
@@ -344,6 +365,32 @@ def _step_windows(frames: "TraceFrames", host: str | None, steps: Sequence[int] 
         return pd.DataFrame(columns=cols)
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values([F.HOST, F.START_NS], kind="stable").reset_index(drop=True)
+
+
+def _step_rows(steps_table: "pd.DataFrame", hosts: Iterable[str], steps: Sequence[int] | None) -> np.ndarray | None:
+    """Positions of ``_step_windows``' rows in the steps table, in its order, when every host has steps.
+
+    The same rows as selecting each host's, joining and sorting them, without a
+    frame for each: ``None`` when a host has none (it gets a whole-capture window).
+    """
+    hosts = list(hosts)
+    if not len(steps_table) or len(set(hosts)) != len(hosts):
+        return None
+    table_hosts = steps_table[F.HOST].to_numpy(object)
+    keep = np.zeros(len(steps_table), dtype=bool)
+    for h in hosts:
+        mine = table_hosts == h
+        if steps is None and not mine.any():
+            return None
+        keep |= mine
+    if steps is not None:
+        keep &= steps_table[F.STEP].isin(list(steps)).to_numpy()
+    rows = np.flatnonzero(keep)
+    if not len(rows) or not all(type(h) is str for h in table_hosts[rows]):
+        return None
+    starts = steps_table[F.START_NS].to_numpy()[rows]
+    _labels, host_order = np.unique(table_hosts[rows], return_inverse=True)
+    return rows[np.lexsort((starts, host_order.reshape(-1)))]
 
 
 def _whole_capture(frames: "TraceFrames", host: str) -> "pd.DataFrame":
