@@ -275,8 +275,12 @@ def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     # A collective line with an unrecognised kernel name is still communication.
     on_coll_line = (ops[F.LINE_KIND] == "collective").to_numpy() & (coll == "") & ~memcpy
     coll = np.where(on_coll_line, "collective", coll)
-    kind = np.where(coll != "", "collective", np.where(memcpy, "memcpy", "compute"))
+    # Strings as objects: pandas reads an object array of strings as text faster than a numpy one.
+    kind = _OP_KINDS.take(np.where(coll != "", 2, np.where(memcpy, 1, 0)))
     return ops.assign(**{END_NS: ops[F.START_NS] + ops[F.DUR_NS], OP_KIND: kind, COLLECTIVE: coll})
+
+
+_OP_KINDS = np.array(["compute", "memcpy", "collective"], dtype=object)
 
 
 def device_rows(frames: "TraceFrames", host: str | None = None) -> np.ndarray:
