@@ -437,8 +437,17 @@ def steps_and_device_share(
     """Each op's step (-1 outside the analysed steps), and one over the devices of its host.
 
     Summing op time times that share gives device time per device: a bill of work, in
-    which overlapping ops add up (busy time is ``step_breakdown``'s).
+    which overlapping ops add up (busy time is ``step_breakdown``'s). Shared within a
+    report for the same ``ops`` (the analyses pass ``device_ops``' frame), so read-only.
     """
+    key = ("steps_and_device_share", id(ops), host, None if steps is None else tuple(steps))
+    held = once(frames, key, lambda: (ops, _steps_and_device_share(frames, ops, host, steps)))
+    return held[1] if held[0] is ops else _steps_and_device_share(frames, ops, host, steps)
+
+
+def _steps_and_device_share(
+    frames: "TraceFrames", ops: "pd.DataFrame", host: str | None, steps: Sequence[int] | None
+) -> tuple[np.ndarray, np.ndarray]:
     windows = step_windows(frames, host, steps)
     step = np.full(len(ops), -1, dtype=np.int64)
     starts = ops[F.START_NS].to_numpy(dtype=np.int64)

@@ -163,9 +163,9 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
         steady_ns = max(steady_ns, wall_outside_compiles(lo, hi, compiles))
         ops = device_ops(frames, host, {host: compiles})
-        ops = ops.loc[ops[OP_KIND] == "compute"]
-        ops = ops.assign(**{F.STEP: step_of(ops[F.START_NS].to_numpy(np.int64), win)})
-        ops = ops.loc[ops[F.STEP] >= 0]
+        step = step_of(ops[F.START_NS].to_numpy(np.int64), win)
+        rows = np.flatnonzero((ops[OP_KIND] == "compute").to_numpy() & (step >= 0))
+        ops = ops.take(rows).assign(**{F.STEP: step[rows]})  # the compute ops in steps, one copy
         gaps, gap_module = _launch_gaps(ops, small_ns, gap_cap_ns)
         small = ops.loc[ops[F.DUR_NS] < small_ns]
         parts.append(small)
