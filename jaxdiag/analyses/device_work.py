@@ -345,6 +345,8 @@ def step_windows(frames: "TraceFrames", host: str | None = None, steps: Sequence
     so that a capture without step markers is still analysed as a whole (unless
     ``steps`` asks for particular steps, which such a capture cannot have).
     """
+    if host is None and len(frames.hosts) == 1:  # the same windows as the one host's: share them
+        host = frames.hosts[0]
     key = ("step_windows", host, None if steps is None else tuple(steps))
     return once(frames, key, lambda: _step_windows(frames, host, steps))
 
