@@ -217,8 +217,18 @@ def _host_events(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     keep = ~isin(ev[F.CATEGORY], ("device", "python"))
     if host is not None:
         keep &= (ev[F.HOST] == host).to_numpy()
-    out = ev.loc[keep]
+    out = _rows(ev, keep)
     return out.assign(**{END_NS: out[F.START_NS] + out[F.DUR_NS]})
+
+
+def _rows(frame: "pd.DataFrame", keep: np.ndarray) -> "pd.DataFrame":
+    """The rows ``keep`` (a mask, or positions in order) selects; a slice, not a copy, when they are one
+    block (a host's rows are, in the events table's order), which pandas shares with the table until
+    either is written."""
+    rows = np.flatnonzero(keep) if keep.dtype == bool else keep
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return frame.iloc[int(rows[0]) : int(rows[-1]) + 1]
+    return frame.take(rows)
 
 
 def device_ops(
@@ -267,7 +277,8 @@ def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     """Device op rows of ``host`` without autotuning kernels, with ``end_ns``, ``op_kind`` and ``collective``."""
     ev = frames.events
     rows = np.flatnonzero(device_rows(frames, host))
-    ops = ev.take(rows[~name_matches(ev[F.NAME], AUTOTUNE_KERNEL, rows=rows)])  # one copy of the rows kept
+    kept = rows[~name_matches(ev[F.NAME], AUTOTUNE_KERNEL, rows=rows)]
+    ops = _rows(ev, kept)  # one copy of the rows kept, or none
     memcpy = name_matches(ops[F.NAME], _MEMCPY) | (ops[F.LINE_KIND] == "memcpy").to_numpy()
     coll = classify_names(ops[F.NAME], collective_kind, key=collective_kind)
     by_op = classify_names(ops[F.HLO_OP], collective_kind, key=collective_kind)
