@@ -294,6 +294,12 @@ def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
 _OP_KINDS = np.array(["compute", "memcpy", "collective"], dtype=object)
 
 
+def is_compute(frames: "TraceFrames", ops: "pd.DataFrame") -> np.ndarray:
+    """Which rows of ``ops`` (``device_ops``' frame) are compute ops, shared within a report (read-only)."""
+    held = once(frames, ("is_compute", id(ops)), lambda: (ops, (ops[OP_KIND] == "compute").to_numpy()))
+    return held[1] if held[0] is ops else (ops[OP_KIND] == "compute").to_numpy()
+
+
 def device_rows(frames: "TraceFrames", host: str | None = None) -> np.ndarray:
     """Which events are device ops of ``host`` (every host when ``None``), before noise is removed.
 

@@ -25,10 +25,10 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
-    OP_KIND,
     device_ops,
     hosts_of,
     intervals_of,
+    is_compute,
     row_groups,
     step_of,
     step_windows,
@@ -164,7 +164,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         steady_ns = max(steady_ns, wall_outside_compiles(lo, hi, compiles))
         ops = device_ops(frames, host, {host: compiles})
         step = step_of(ops[F.START_NS].to_numpy(np.int64), win)
-        rows = np.flatnonzero((ops[OP_KIND] == "compute").to_numpy() & (step >= 0))
+        rows = np.flatnonzero(is_compute(frames, ops) & (step >= 0))
         ops = ops.take(rows).assign(**{F.STEP: step[rows]})  # the compute ops in steps, one copy
         gaps, gap_module = _launch_gaps(ops, small_ns, gap_cap_ns)
         small = ops.loc[ops[F.DUR_NS] < small_ns]
