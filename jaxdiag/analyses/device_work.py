@@ -270,7 +270,7 @@ def _device_ops(
     if not compile_windows or not _windows_key(compile_windows):  # no window drops a row
         return _classified_ops(frames, host)
     ops = device_ops(frames, host)  # classified once, whichever windows drop rows from it
-    return ops.loc[~_autotune_in_compile(ops, compile_windows)]
+    return _rows(ops, ~_autotune_in_compile(ops, compile_windows))
 
 
 def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
