@@ -223,11 +223,17 @@ def assign_steps(events: "pd.DataFrame", steps: "pd.DataFrame") -> "np.ndarray":
     for host in dict.fromkeys(h for h in step_hosts.tolist() if h == h):  # each host's steps, by start
         mine = np.flatnonzero(step_hosts == host)
         mine = mine[np.argsort(step_starts[mine], kind="quicksort")]  # as ``sort_values`` orders them
-        rows = np.flatnonzero((hosts == host).to_numpy())
-        at = np.searchsorted(step_starts[mine], starts[rows], side="right") - 1
-        inside = at >= 0
-        inside[inside] &= starts[rows][inside] < step_ends[mine][at[inside]]
-        out[rows[inside]] = numbers[mine][at[inside]]
+        on_host = (hosts == host).to_numpy()
+        every = bool(on_host.all())  # one host: every row, without selecting them
+        rows = None if every else np.flatnonzero(on_host)
+        t = starts if every else starts[rows]
+        at = np.searchsorted(step_starts[mine], t, side="right") - 1
+        holding = np.maximum(at, 0)
+        found = np.where((at >= 0) & (t < step_ends[mine][holding]), numbers[mine][holding], -1)
+        if every:
+            out = found.astype(np.int64, copy=False)
+        else:
+            out[rows] = found
     return out
 
 
