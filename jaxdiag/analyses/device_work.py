@@ -109,7 +109,7 @@ def classify_names(
             if table.categories is not categories:  # another table now has that id
                 table = _CategoryTable(categories, fn)
         codes = category_codes(names)
-        return table.at(codes if rows is None else codes[rows], dtype)
+        return table.at(codes, dtype) if rows is None else table.at(codes[rows], dtype, shared=False)
     if rows is not None:
         names = names.iloc[rows]
     codes, uniques = pd.factorize(names, sort=False)
@@ -147,11 +147,9 @@ class _CategoryTable:
         self._done = np.zeros(n + 1, dtype=bool)
         self._done[n] = True
 
-    def at(self, codes: np.ndarray, dtype: Any = object) -> np.ndarray:
-        """The values of rows with these codes, as an array of ``dtype``."""
-        used = np.zeros(len(self._done), dtype=bool)
-        used[codes] = True
-        todo = np.flatnonzero(used & ~self._done)
+    def at(self, codes: np.ndarray, dtype: Any = object, shared: bool = True) -> np.ndarray:
+        """The values of rows with these codes, as an array of ``dtype`` (``shared``: a whole column's codes)."""
+        todo = np.flatnonzero(_codes_used(codes, len(self._done), shared) & ~self._done)
         if len(todo):
             if self._names is None:
                 self._names = _category_names(self.categories)
@@ -160,6 +158,21 @@ class _CategoryTable:
             self._values[todo] = np.fromiter(found, dtype=object, count=len(found))
             self._done[todo] = True
         return self._values.astype(dtype)[codes]
+
+
+def _codes_used(codes: np.ndarray, n: int, shared: bool) -> np.ndarray:
+    """Which of ``n`` codes occur in ``codes`` (-1 as the last); with ``shared``, kept within a report for
+    these codes (several classifiers read the same column)."""
+
+    def mark() -> tuple[np.ndarray, np.ndarray]:
+        used = np.zeros(n, dtype=bool)
+        used[codes] = True
+        return codes, used
+
+    if not shared:
+        return mark()[1]
+    held = in_scope(("codes_used", id(codes), n), mark)
+    return held[1] if held[0] is codes else mark()[1]
 
 
 def row_groups(column: "pd.Series") -> list[tuple[Any, np.ndarray]]:
