@@ -309,8 +309,13 @@ _OP_KINDS = np.array(["compute", "memcpy", "collective"], dtype=object)
 
 def is_compute(frames: "TraceFrames", ops: "pd.DataFrame") -> np.ndarray:
     """Which rows of ``ops`` (``device_ops``' frame) are compute ops, shared within a report (read-only)."""
-    held = once(frames, ("is_compute", id(ops)), lambda: (ops, (ops[OP_KIND] == "compute").to_numpy()))
-    return held[1] if held[0] is ops else (ops[OP_KIND] == "compute").to_numpy()
+    held = once(frames, ("is_compute", id(ops)), lambda: (ops, kind_is(ops, "compute")))
+    return held[1] if held[0] is ops else kind_is(ops, "compute")
+
+
+def kind_is(ops: "pd.DataFrame", kind: str) -> np.ndarray:
+    """``(ops[OP_KIND] == kind).to_numpy()``, compared as objects: a few times faster than on pandas text."""
+    return np.asarray(ops[OP_KIND].to_numpy(object) == kind, dtype=bool)
 
 
 def device_rows(frames: "TraceFrames", host: str | None = None) -> np.ndarray:
