@@ -273,7 +273,7 @@ def _host_waits(
     for cause, kind, detail, cover in layers:
         if remaining.size == 0:
             break
-        if not iv.overlaps(remaining, cover):  # most layers: a quick look spares the sweep
+        if not iv.unions_overlap(remaining, cover):  # most layers: a quick look spares the sweep (both are unions)
             continue
         part = iv.intersect(remaining, cover)
         if part.size:

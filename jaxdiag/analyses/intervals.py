@@ -85,7 +85,11 @@ def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``intersect(a, b)`` is not empty, found by binary search rather than a sweep."""
-    ua, ub = union(a), union(b)
+    return unions_overlap(union(a), union(b))
+
+
+def unions_overlap(ua: np.ndarray, ub: np.ndarray) -> bool:
+    """``overlaps`` of two sets that are unions already (sorted, disjoint), without merging them again."""
     if ua.size == 0 or ub.size == 0:
         return False
     # For each run of b, the first run of a that ends after it starts: they meet if it starts before b's run ends.
