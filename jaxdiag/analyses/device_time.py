@@ -11,7 +11,7 @@ out, as everywhere else.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.trace import frames as F
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: Ops listed in ``top_ops``.
 TOP_OPS = 20
@@ -45,10 +48,11 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
     if ops.empty:
         return DeviceTime((), ())
     step, scale = W.steps_and_device_share(frames, ops, inputs.host, inputs.steps)
-    hlo_op = ops[F.HLO_OP].astype(str)
     ms = ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale
-    module = ops[F.HLO_MODULE].astype(str).replace("", "(no module)").to_numpy(object)
-    op = np.where(hlo_op != "", hlo_op, ops[F.NAME].astype(str)).astype(object)
+    module = _texts(ops[F.HLO_MODULE])
+    module = np.where(module == "", "(no module)", module).astype(object)
+    hlo_op = _texts(ops[F.HLO_OP])
+    op = np.where(hlo_op != "", hlo_op, _texts(ops[F.NAME])).astype(object)
     if inputs.steps is not None:
         keep = step >= 0
         step, ms, module, op = step[keep], ms[keep], module[keep], op[keep]
@@ -94,3 +98,16 @@ def _positions(codes: np.ndarray, n: int) -> list[np.ndarray]:
     order = np.argsort(codes, kind="stable")
     ends = np.cumsum(np.bincount(codes, minlength=n))
     return [order[a:b] for a, b in zip(np.concatenate([[0], ends[:-1]]).tolist(), ends.tolist())]
+
+
+def _texts(column: "pd.Series") -> np.ndarray:
+    """``column.astype(str)`` as an object array; a categorical column with no missing value from its
+    categories' text (a few hundred strings) rather than each row's."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = W.category_codes(column)
+        categories = column.cat.categories
+        if (codes >= 0).all() and all(type(c) is str for c in categories.tolist()):
+            return np.asarray(categories.tolist() + [""], dtype=object).take(codes)
+    return np.asarray(column.astype(str).to_numpy(object), dtype=object)
