@@ -28,7 +28,7 @@ import numpy as np
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.device_work import COLLECTIVE, OP_KIND, device_ops, hosts_of, intervals_of, step_windows
+from jaxdiag.analyses.device_work import COLLECTIVE, device_ops, hosts_of, intervals_of, kind_is, step_windows
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,16 +87,16 @@ def per_device(ops: "pd.DataFrame") -> tuple[list[DeviceComm], int]:
 
 def _per_device(ops: "pd.DataFrame") -> tuple[list[DeviceComm], int]:
     out: list[DeviceComm] = []
-    if len(ops) and not (ops[OP_KIND] == "collective").any():  # no communication: only count the devices
+    if len(ops) and not kind_is(ops, "collective").any():  # no communication: only count the devices
         return out, _device_count(ops)
     groups = ops.groupby([F.HOST, F.PLANE, F.DEVICE], sort=True, observed=True) if len(ops) else []
     n_devices = 0
     for (host, plane, device), rows in groups:
         n_devices += 1
-        coll_rows = rows.loc[rows[OP_KIND] == "collective"]
+        coll_rows = rows.loc[kind_is(rows, "collective")]
         if coll_rows.empty:
             continue
-        compute = iv.union(intervals_of(rows.loc[rows[OP_KIND] == "compute"]))
+        compute = iv.union(intervals_of(rows.loc[kind_is(rows, "compute")]))
         kinds: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for kind, krows in coll_rows.groupby(COLLECTIVE, sort=True, observed=True):
             k_all = iv.union(intervals_of(krows))

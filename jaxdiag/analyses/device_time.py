@@ -11,7 +11,7 @@ out, as everywhere else.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.trace import frames as F
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: Ops listed in ``top_ops``.
 TOP_OPS = 20
@@ -45,34 +48,66 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
     if ops.empty:
         return DeviceTime((), ())
     step, scale = W.steps_and_device_share(frames, ops, inputs.host, inputs.steps)
-    hlo_op = ops[F.HLO_OP].astype(str)
-    ops = pd.DataFrame(  # only what is summed and grouped: each group is a frame of these four
-        {
-            "_step": step,
-            "_ms": ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale,
-            "_module": ops[F.HLO_MODULE].astype(str).replace("", "(no module)"),
-            "_op": np.where(hlo_op != "", hlo_op, ops[F.NAME].astype(str)),
-        },
-        index=ops.index,
-    )
+    ms = ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale
+    module = _texts(ops[F.HLO_MODULE])
+    module = np.where(module == "", "(no module)", module).astype(object)
+    hlo_op = _texts(ops[F.HLO_OP])
+    op = np.where(hlo_op != "", hlo_op, _texts(ops[F.NAME])).astype(object)
     if inputs.steps is not None:
-        ops = ops.loc[ops["_step"] >= 0]
+        keep = step >= 0
+        step, ms, module, op = step[keep], ms[keep], module[keep], op[keep]
+    # Groups by codes rather than sub-frames; pandas still sums each group (per step, and
+    # per op), so every total is added up as before, in the same order.
+    module_code, modules = pd.factorize(module, sort=False)
     by_module = []
-    for module, g in ops.groupby("_module", observed=True, sort=False):
-        per_step = g.groupby("_step")["_ms"].sum()
+    step_code, steps = pd.factorize(step, sort=True)
+    per_step = pd.Series(ms).groupby(module_code * max(len(steps), 1) + step_code).sum()
+    sums = dict(zip(per_step.index.tolist(), per_step.tolist()))
+    for m, rows in enumerate(_positions(module_code, len(modules))):
         by_module.append(
             {
-                "module": str(module),
-                "count": int(len(g)),
-                "total_ms": round(float(g["_ms"].sum()), 4),
-                "per_step": [{"step": int(s), "ms": round(float(ms), 4)} for s, ms in per_step.items() if s >= 0],
+                "module": str(modules[m]),
+                "count": int(len(rows)),
+                "total_ms": round(float(pd.Series(ms[rows]).sum()), 4),
+                "per_step": [
+                    {"step": int(steps[k]), "ms": round(float(sums[m * max(len(steps), 1) + k]), 4)}
+                    for k in np.unique(step_code[rows]).tolist()
+                    if steps[k] >= 0
+                ],
             }
         )
     by_module.sort(key=lambda m: -m["total_ms"])
-    top = ops.groupby(["_op", "_module"], observed=True, sort=False)["_ms"].agg(["count", "sum"])
+    op_code, ops_named = pd.factorize(op, sort=False)
+    pair, pairs = pd.factorize(op_code * max(len(modules), 1) + module_code, sort=False)
+    top = pd.Series(ms).groupby(pair, sort=False).agg(["count", "sum"])
     top = top.sort_values("sum", ascending=False).head(inputs.thresholds.top_ops)
     top_ops = tuple(
-        {"name": str(op), "module": str(module), "count": int(n), "total_ms": round(float(ms), 4)}
-        for (op, module), n, ms in zip(top.index, top["count"].tolist(), top["sum"].tolist())
+        {
+            "name": str(ops_named[pairs[k] // max(len(modules), 1)]),
+            "module": str(modules[pairs[k] % max(len(modules), 1)]),
+            "count": int(n),
+            "total_ms": round(float(total), 4),
+        }
+        for k, n, total in zip(top.index.tolist(), top["count"].tolist(), top["sum"].tolist())
     )
     return DeviceTime(tuple(by_module), top_ops)
+
+
+def _positions(codes: np.ndarray, n: int) -> list[np.ndarray]:
+    """For each code below ``n``, the positions that hold it, in order."""
+    order = np.argsort(codes, kind="stable")
+    ends = np.cumsum(np.bincount(codes, minlength=n))
+    return [order[a:b] for a, b in zip(np.concatenate([[0], ends[:-1]]).tolist(), ends.tolist())]
+
+
+def _texts(column: "pd.Series") -> np.ndarray:
+    """``column.astype(str)`` as an object array; a categorical column with no missing value from its
+    categories' text (a few hundred strings) rather than each row's."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = W.category_codes(column)
+        categories = column.cat.categories
+        if (codes >= 0).all() and all(type(c) is str for c in categories.tolist()):
+            return np.asarray(categories.tolist() + [""], dtype=object).take(codes)
+    return np.asarray(column.astype(str).to_numpy(object), dtype=object)

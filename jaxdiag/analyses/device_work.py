@@ -22,11 +22,19 @@ What counts as device work, from the real H100 and CPU captures:
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from jaxdiag.analyses.shared import in_scope, once
+from jaxdiag.analyses.categories import (  # noqa: F401 - offered here too, where the analyses import them from
+    category_codes,
+    classify_names,
+    isin,
+    name_matches,
+    row_groups,
+    strings_at,
+)
+from jaxdiag.analyses.shared import once
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,109 +90,6 @@ def collective_kind(name: str) -> str:
     return "send-recv" if _HLO_SEND_RECV.match(name) else ""
 
 
-def classify_names(
-    names: "pd.Series",
-    fn: Callable[[str], Any],
-    key: Hashable = None,
-    dtype: Any = object,
-    rows: np.ndarray | None = None,
-) -> np.ndarray:
-    """Apply ``fn`` to each distinct name once; traces repeat a few thousand names a million times.
-
-    A categorical column is classified through its categories, only those its rows
-    use. With a ``key`` naming ``fn`` (a pure function), a report's analyses share
-    the answers (see ``analyses.shared``): every selection of the events table
-    keeps its categories, so each name is classified once per report. The answers
-    come as an array of ``dtype`` (``bool`` for a test), for every row or for the
-    positions ``rows``.
-    """
-    import pandas as pd
-
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        categories = names.dtype.categories
-        if key is None:
-            table = _CategoryTable(categories, fn)
-        else:
-            table = in_scope(("classified", key, id(categories)), lambda: _CategoryTable(categories, fn))
-            if table.categories is not categories:  # another table now has that id
-                table = _CategoryTable(categories, fn)
-        codes = names.cat.codes.to_numpy()
-        return table.at(codes if rows is None else codes[rows], dtype)
-    if rows is not None:
-        names = names.iloc[rows]
-    codes, uniques = pd.factorize(names, sort=False)
-    values = np.array([fn(str(u)) for u in uniques.tolist()] + [fn("")], dtype=object)
-    return values.astype(dtype)[codes]  # code -1 (missing) maps to the trailing fn("")
-
-
-class _CategoryTable:
-    """``fn`` of a categorical column's categories, computed for each category when first needed."""
-
-    def __init__(self, categories: "pd.Index", fn: Callable[[str], Any]) -> None:
-        self.categories, self._fn = categories, fn
-        self._names: list[Any] | None = None
-        n = len(categories)
-        self._values = np.empty(n + 1, dtype=object)
-        self._values[n] = fn("")  # code -1 (missing)
-        self._done = np.zeros(n + 1, dtype=bool)
-        self._done[n] = True
-
-    def at(self, codes: np.ndarray, dtype: Any = object) -> np.ndarray:
-        """The values of rows with these codes, as an array of ``dtype``."""
-        used = np.zeros(len(self._done), dtype=bool)
-        used[codes] = True
-        todo = np.flatnonzero(used & ~self._done)
-        if len(todo):
-            if self._names is None:
-                self._names = [str(n) for n in self.categories.tolist()]
-            names, fn = self._names, self._fn
-            found = [fn(names[i]) for i in todo.tolist()]
-            self._values[todo] = np.fromiter(found, dtype=object, count=len(found))
-            self._done[todo] = True
-        return self._values.astype(dtype)[codes]
-
-
-def row_groups(column: "pd.Series") -> list[tuple[Any, np.ndarray]]:
-    """``(value, positions)`` of each value of ``column``, in order of first appearance, missing values left out.
-
-    What ``groupby(column, sort=False, observed=True)`` iterates over, as row
-    positions: selecting a few arrays by them costs less than a sub-frame per group.
-    """
-    import pandas as pd
-
-    codes, uniques = pd.factorize(column, sort=False)
-    order = np.argsort(codes, kind="stable")
-    ends = np.cumsum(np.bincount(codes[codes >= 0], minlength=len(uniques)))
-    first = int((codes < 0).sum())
-    ends += first
-    starts = np.concatenate([[first], ends[:-1]]).astype(np.int64)
-    return [(uniques[i], order[starts[i] : ends[i]]) for i in range(len(uniques))]
-
-
-def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:
-    """The values of a string column at positions ``rows``, as an object array.
-
-    For a few rows of many: a categorical column gives them through its codes,
-    without turning every row into an object first.
-    """
-    import pandas as pd
-
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.cat.codes.to_numpy()[rows]
-        if (codes >= 0).all():
-            return np.asarray(column.cat.categories, dtype=object)[codes]
-    return column.to_numpy(object)[rows]
-
-
-def name_matches(
-    names: "pd.Series", pattern: re.Pattern[str], *, at_start: bool = False, rows: np.ndarray | None = None
-) -> np.ndarray:
-    """Which names ``pattern`` finds (``search``; ``match`` with ``at_start``), as a bool array (at ``rows``)."""
-    test = pattern.match if at_start else pattern.search
-    key = (name_matches, pattern, at_start)
-    return classify_names(names, lambda n: test(n) is not None, key=key, dtype=bool, rows=rows)
-
-
 def host_events(frames: "TraceFrames", host: str | None = None) -> "pd.DataFrame":
     """Annotation and runtime rows of ``host`` (all hosts when ``None``), with ``end_ns``.
 
@@ -199,8 +104,18 @@ def _host_events(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     keep = ~isin(ev[F.CATEGORY], ("device", "python"))
     if host is not None:
         keep &= (ev[F.HOST] == host).to_numpy()
-    out = ev.loc[keep]
+    out = _rows(ev, keep)
     return out.assign(**{END_NS: out[F.START_NS] + out[F.DUR_NS]})
+
+
+def _rows(frame: "pd.DataFrame", keep: np.ndarray) -> "pd.DataFrame":
+    """The rows ``keep`` (a mask, or positions in order) selects; a slice, not a copy, when they are one
+    block (a host's rows are, in the events table's order), which pandas shares with the table until
+    either is written."""
+    rows = np.flatnonzero(keep) if keep.dtype == bool else keep
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return frame.iloc[int(rows[0]) : int(rows[-1]) + 1]
+    return frame.take(rows)
 
 
 def device_ops(
@@ -242,14 +157,15 @@ def _device_ops(
     if not compile_windows or not _windows_key(compile_windows):  # no window drops a row
         return _classified_ops(frames, host)
     ops = device_ops(frames, host)  # classified once, whichever windows drop rows from it
-    return ops.loc[~_autotune_in_compile(ops, compile_windows)]
+    return _rows(ops, ~_autotune_in_compile(ops, compile_windows))
 
 
 def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     """Device op rows of ``host`` without autotuning kernels, with ``end_ns``, ``op_kind`` and ``collective``."""
     ev = frames.events
     rows = np.flatnonzero(device_rows(frames, host))
-    ops = ev.take(rows[~name_matches(ev[F.NAME], AUTOTUNE_KERNEL, rows=rows)])  # one copy of the rows kept
+    kept = rows[~name_matches(ev[F.NAME], AUTOTUNE_KERNEL, rows=rows)]
+    ops = _rows(ev, kept)  # one copy of the rows kept, or none
     memcpy = name_matches(ops[F.NAME], _MEMCPY) | (ops[F.LINE_KIND] == "memcpy").to_numpy()
     coll = classify_names(ops[F.NAME], collective_kind, key=collective_kind)
     by_op = classify_names(ops[F.HLO_OP], collective_kind, key=collective_kind)
@@ -257,8 +173,23 @@ def _classified_ops(frames: "TraceFrames", host: str | None) -> "pd.DataFrame":
     # A collective line with an unrecognised kernel name is still communication.
     on_coll_line = (ops[F.LINE_KIND] == "collective").to_numpy() & (coll == "") & ~memcpy
     coll = np.where(on_coll_line, "collective", coll)
-    kind = np.where(coll != "", "collective", np.where(memcpy, "memcpy", "compute"))
+    # Strings as objects: pandas reads an object array of strings as text faster than a numpy one.
+    kind = _OP_KINDS.take(np.where(coll != "", 2, np.where(memcpy, 1, 0)))
     return ops.assign(**{END_NS: ops[F.START_NS] + ops[F.DUR_NS], OP_KIND: kind, COLLECTIVE: coll})
+
+
+_OP_KINDS = np.array(["compute", "memcpy", "collective"], dtype=object)
+
+
+def is_compute(frames: "TraceFrames", ops: "pd.DataFrame") -> np.ndarray:
+    """Which rows of ``ops`` (``device_ops``' frame) are compute ops, shared within a report (read-only)."""
+    held = once(frames, ("is_compute", id(ops)), lambda: (ops, kind_is(ops, "compute")))
+    return held[1] if held[0] is ops else kind_is(ops, "compute")
+
+
+def kind_is(ops: "pd.DataFrame", kind: str) -> np.ndarray:
+    """``(ops[OP_KIND] == kind).to_numpy()``, compared as objects: a few times faster than on pandas text."""
+    return np.asarray(ops[OP_KIND].to_numpy(object) == kind, dtype=bool)
 
 
 def device_rows(frames: "TraceFrames", host: str | None = None) -> np.ndarray:
@@ -276,18 +207,6 @@ def _device_rows(frames: "TraceFrames", host: str | None) -> np.ndarray:
     if host is not None:
         keep &= (ev[F.HOST] == host).to_numpy()
     return keep
-
-
-def isin(column: "pd.Series", values: Iterable[Any]) -> np.ndarray:
-    """``column.isin(values)`` as a bool array; for a categorical column, tested on its few categories."""
-    import pandas as pd
-
-    values = list(values)
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        hit = np.append(column.cat.categories.isin(values), False)  # code -1 (missing) is in no list of strings
-        if not any(v != v for v in values):  # NaN among the values: leave it to pandas
-            return hit[column.cat.codes.to_numpy()]
-    return column.isin(values).to_numpy()
 
 
 def _autotune_in_compile(ops: "pd.DataFrame", windows: dict[str, np.ndarray]) -> np.ndarray:
@@ -323,6 +242,8 @@ def step_windows(frames: "TraceFrames", host: str | None = None, steps: Sequence
     so that a capture without step markers is still analysed as a whole (unless
     ``steps`` asks for particular steps, which such a capture cannot have).
     """
+    if host is None and len(frames.hosts) == 1:  # the same windows as the one host's: share them
+        host = frames.hosts[0]
     key = ("step_windows", host, None if steps is None else tuple(steps))
     return once(frames, key, lambda: _step_windows(frames, host, steps))
 
@@ -332,6 +253,9 @@ def _step_windows(frames: "TraceFrames", host: str | None, steps: Sequence[int] 
 
     cols = [F.HOST, F.STEP, F.START_NS, "end_ns"]
     st = frames.steps
+    fast = _step_rows(st, hosts_of(frames, host), steps)
+    if fast is not None:
+        return st.take(fast)[cols].reset_index(drop=True)
     parts = []
     for h in hosts_of(frames, host):
         rows = st.loc[st[F.HOST] == h, cols] if len(st) else st.reindex(columns=cols).iloc[:0]
@@ -344,6 +268,32 @@ def _step_windows(frames: "TraceFrames", host: str | None, steps: Sequence[int] 
         return pd.DataFrame(columns=cols)
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values([F.HOST, F.START_NS], kind="stable").reset_index(drop=True)
+
+
+def _step_rows(steps_table: "pd.DataFrame", hosts: Iterable[str], steps: Sequence[int] | None) -> np.ndarray | None:
+    """Positions of ``_step_windows``' rows in the steps table, in its order, when every host has steps.
+
+    The same rows as selecting each host's, joining and sorting them, without a
+    frame for each: ``None`` when a host has none (it gets a whole-capture window).
+    """
+    hosts = list(hosts)
+    if not len(steps_table) or len(set(hosts)) != len(hosts):
+        return None
+    table_hosts = steps_table[F.HOST].to_numpy(object)
+    keep = np.zeros(len(steps_table), dtype=bool)
+    for h in hosts:
+        mine = table_hosts == h
+        if steps is None and not mine.any():
+            return None
+        keep |= mine
+    if steps is not None:
+        keep &= steps_table[F.STEP].isin(list(steps)).to_numpy()
+    rows = np.flatnonzero(keep)
+    if not len(rows) or not all(type(h) is str for h in table_hosts[rows]):
+        return None
+    starts = steps_table[F.START_NS].to_numpy()[rows]
+    _labels, host_order = np.unique(table_hosts[rows], return_inverse=True)
+    return rows[np.lexsort((starts, host_order.reshape(-1)))]
 
 
 def _whole_capture(frames: "TraceFrames", host: str) -> "pd.DataFrame":
@@ -386,8 +336,17 @@ def steps_and_device_share(
     """Each op's step (-1 outside the analysed steps), and one over the devices of its host.
 
     Summing op time times that share gives device time per device: a bill of work, in
-    which overlapping ops add up (busy time is ``step_breakdown``'s).
+    which overlapping ops add up (busy time is ``step_breakdown``'s). Shared within a
+    report for the same ``ops`` (the analyses pass ``device_ops``' frame), so read-only.
     """
+    key = ("steps_and_device_share", id(ops), host, None if steps is None else tuple(steps))
+    held = once(frames, key, lambda: (ops, _steps_and_device_share(frames, ops, host, steps)))
+    return held[1] if held[0] is ops else _steps_and_device_share(frames, ops, host, steps)
+
+
+def _steps_and_device_share(
+    frames: "TraceFrames", ops: "pd.DataFrame", host: str | None, steps: Sequence[int] | None
+) -> tuple[np.ndarray, np.ndarray]:
     windows = step_windows(frames, host, steps)
     step = np.full(len(ops), -1, dtype=np.int64)
     starts = ops[F.START_NS].to_numpy(dtype=np.int64)

@@ -128,10 +128,10 @@ def _step_window(frames: Any, host: str, step: int) -> tuple[int, int] | None:
     st = frames.steps
     if st is None or not len(st):
         return None
-    mine = st.loc[(st[F.HOST] == host) & (st[F.STEP] == step)]
-    if mine.empty:
+    mine = np.flatnonzero((st[F.HOST] == host).to_numpy() & (st[F.STEP] == step).to_numpy())
+    if not len(mine):
         return None
-    return int(mine[F.START_NS].min()), int(mine["end_ns"].max())
+    return int(st[F.START_NS].to_numpy()[mine].min()), int(st["end_ns"].to_numpy()[mine].max())
 
 
 def _linked_rows(kind: str, evidence: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> list[str]:

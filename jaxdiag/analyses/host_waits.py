@@ -37,6 +37,7 @@ from jaxdiag.analyses.device_work import (
     host_events,
     hosts_of,
     intervals_of,
+    isin,
     name_matches,
     step_of,
     step_windows,
@@ -209,7 +210,7 @@ def _sync_steps(frames: "TraceFrames", host: str, win: "pd.DataFrame") -> set[in
     ev = host_events(frames, host)
     starts = [ev[F.START_NS].to_numpy(np.int64)[_reads_back(frames, host)]]
     ops = np.flatnonzero(device_rows(frames, host))
-    copies = ops[name_matches(frames.events[F.NAME], _D2H_COPY, at_start=True)[ops]]
+    copies = ops[name_matches(frames.events[F.NAME], _D2H_COPY, at_start=True, rows=ops)]
     starts.append(frames.events[F.START_NS].to_numpy(np.int64)[copies])
     steps = step_of(np.concatenate(starts), win)
     return {int(s) for s in steps if s >= 0}
@@ -238,7 +239,7 @@ def _host_waits(
     names = ev[F.NAME]
     sync = near & _reads_back(frames, host)
     dispatch = near & classify_names(names, _dispatches, key=_dispatches, dtype=bool) & ~sync
-    is_ann = near & (ev[F.CATEGORY] == "annotation").to_numpy() & ~sync & ~dispatch & ~names.isin(step_names).to_numpy()
+    is_ann = near & (ev[F.CATEGORY] == "annotation").to_numpy() & ~sync & ~dispatch & ~isin(names, step_names)
     durs = ev[F.DUR_NS].to_numpy(np.int64)
     # Only rows that touch an idle stretch can explain one (the stretches left only shrink):
     # covering the others would change no layer's share.
@@ -267,17 +268,18 @@ def _host_waits(
             layers.append((DISPATCH, DISPATCH, name, cover(disp[rows])))
     layers.append((DISPATCH, DISPATCH, "", cover(disp)))
     out: list[Wait] = []
+    bounds = _Bounds.of(win)
     remaining = idle
     for cause, kind, detail, cover in layers:
         if remaining.size == 0:
             break
-        if not iv.overlaps(remaining, cover):  # most layers: a quick look spares the sweep
+        if not iv.unions_overlap(remaining, cover):  # most layers: a quick look spares the sweep (both are unions)
             continue
         part = iv.intersect(remaining, cover)
         if part.size:
-            out += _pieces(host, win, part, cause, kind, detail)
+            out += _pieces(host, bounds, part, cause, kind, detail)
             remaining = iv.subtract(remaining, part)
-    out += _pieces(host, win, remaining, UNATTRIBUTED, UNATTRIBUTED, "")
+    out += _pieces(host, bounds, remaining, UNATTRIBUTED, UNATTRIBUTED, "")
     return sorted(out, key=lambda w: w.start_ns)
 
 
@@ -289,13 +291,38 @@ def _shortest_first(keys: np.ndarray, durs: np.ndarray) -> list[tuple[str, np.nd
     return [(str(distinct[i]), groups[i]) for i in sorted(range(len(distinct)), key=median.__getitem__)]
 
 
-def _pieces(host: str, win: "pd.DataFrame", part: np.ndarray, cause: str, kind: str, detail: str) -> list[Wait]:
+@dataclasses.dataclass(frozen=True)
+class _Bounds:
+    """One host's step windows as arrays, read from the frame once for every layer's pieces."""
+
+    edges: np.ndarray  # every window's start and end, sorted, once each
+    starts: np.ndarray  # the windows by start (as ``step_of`` orders them)
+    ends: np.ndarray
+    steps: np.ndarray
+
+    @classmethod
+    def of(cls, win: "pd.DataFrame") -> "_Bounds":
+        starts, ends = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
+        order = np.argsort(starts, kind="stable")
+        steps = win[F.STEP].to_numpy(np.int64)[order]
+        return cls(np.unique(np.concatenate([starts, ends])), starts[order], ends[order], steps)
+
+    def step_of(self, times: np.ndarray) -> np.ndarray:
+        """``device_work.step_of(times, win)``."""
+        if not len(self.starts):
+            return np.full(times.shape, -1, dtype=np.int64)
+        i = np.searchsorted(self.starts, times, side="right") - 1
+        ok = (i >= 0) & (times < self.ends[np.maximum(i, 0)])
+        return np.where(ok, self.steps[np.maximum(i, 0)], -1)
+
+
+def _pieces(host: str, bounds: _Bounds, part: np.ndarray, cause: str, kind: str, detail: str) -> list[Wait]:
     """``part``'s stretches as waits, each in the step whose window holds it.
 
     Steps tile the run, so an idle stretch merged across a boundary (intervals that
     touch are one) is cut there: its time after the boundary is the next step's.
     """
-    edges = np.unique(np.concatenate([win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)]))
+    edges = bounds.edges
     first = np.searchsorted(edges, part[:, 0], side="right")
     crossing = np.flatnonzero(np.searchsorted(edges, part[:, 1], side="left") > first)
     if len(crossing):
@@ -306,8 +333,8 @@ def _pieces(host: str, win: "pd.DataFrame", part: np.ndarray, cause: str, kind: 
             points = np.concatenate([[s], inner, [e]])
             cut[i] = np.stack([points[:-1], points[1:]], axis=1)
         part = np.concatenate(cut)
-    steps = step_of(part[:, 0], win)
-    return [Wait(host, int(st), int(s), int(e), cause, kind, detail) for (s, e), st in zip(part, steps)]
+    steps = bounds.step_of(np.asarray(part[:, 0], dtype=np.int64))
+    return [Wait(host, st, s, e, cause, kind, detail) for (s, e), st in zip(part.tolist(), steps.tolist())]
 
 
 def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -> tuple[Finding, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -25,10 +25,10 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
-    OP_KIND,
     device_ops,
     hosts_of,
     intervals_of,
+    is_compute,
     row_groups,
     step_of,
     step_windows,
@@ -163,9 +163,9 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
         steady_ns = max(steady_ns, wall_outside_compiles(lo, hi, compiles))
         ops = device_ops(frames, host, {host: compiles})
-        ops = ops.loc[ops[OP_KIND] == "compute"]
-        ops = ops.assign(**{F.STEP: step_of(ops[F.START_NS].to_numpy(np.int64), win)})
-        ops = ops.loc[ops[F.STEP] >= 0]
+        step = step_of(ops[F.START_NS].to_numpy(np.int64), win)
+        rows = np.flatnonzero(is_compute(frames, ops) & (step >= 0))
+        ops = ops.take(rows).assign(**{F.STEP: step[rows]})  # the compute ops in steps, one copy
         gaps, gap_module = _launch_gaps(ops, small_ns, gap_cap_ns)
         small = ops.loc[ops[F.DUR_NS] < small_ns]
         parts.append(small)
@@ -282,6 +282,26 @@ def _op_label(row_name: str, hlo_op: str, framework_op: str) -> str:
     return _NUMBERED.sub("", hlo_op)
 
 
+def _label_memo() -> Callable[[str, str, str], str]:
+    """``_op_label``, each framework op and each name it strips of numbers looked at once (keys share them)."""
+    framework: dict[str, str | None] = {}
+    unnumbered: dict[str, str] = {}
+
+    def label(row_name: str, hlo_op: str, framework_op: str) -> str:
+        if framework_op not in framework:
+            useful = framework_op and not _USELESS_FRAMEWORK_OP.match(framework_op)
+            framework[framework_op] = _JIT_PREFIX.sub("", framework_op) if useful else None
+        found = framework[framework_op]
+        if found is not None:
+            return found
+        name = row_name if not hlo_op or hlo_op.startswith("command_buffer") else hlo_op
+        if name not in unnumbered:
+            unnumbered[name] = _NUMBERED.sub("", name)
+        return unnumbered[name]
+
+    return label
+
+
 def _labels(small: "pd.DataFrame") -> np.ndarray:
     """``_op_label`` of each row, computed once per distinct (name, HLO op, framework op): ops repeat every step."""
     import pandas as pd
@@ -296,7 +316,8 @@ def _labels(small: "pd.DataFrame") -> np.ndarray:
     keys, inverse = np.unique(key, return_inverse=True)
     rest, f = np.divmod(keys, len(framework_ops))
     n, h = np.divmod(rest, len(hlo_ops))
-    labels = [_op_label(names[i], hlo_ops[j], framework_ops[k]) for i, j, k in zip(n.tolist(), h.tolist(), f.tolist())]
+    label = _label_memo()
+    labels = [label(names[i], hlo_ops[j], framework_ops[k]) for i, j, k in zip(n.tolist(), h.tolist(), f.tolist())]
     return np.asarray(labels, dtype=object)[inverse.reshape(-1)]
 
 

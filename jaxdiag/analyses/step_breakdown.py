@@ -25,7 +25,7 @@ the one the others waited for; ``StepRow.host`` names it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,8 +33,11 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.device_work import device_ops, hosts_of, intervals_of, step_windows
+from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,10 +104,8 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
     ops = device_ops(frames, host, {host: compiles})
     busy = iv.union(intervals_of(ops))
     busy_ns = iv.covered_in_windows(busy, lo, hi)
-    per_dev = [
-        iv.covered_in_windows(iv.union(intervals_of(rows)), lo, hi)
-        for _, rows in ops.groupby([F.PLANE, F.DEVICE], sort=True, observed=True)
-    ]
+    spans = intervals_of(ops)
+    per_dev = [iv.covered_in_windows(iv.union(spans.take(rows, axis=0)), lo, hi) for rows in _device_groups(ops)]
     n_devices = len(per_dev)
     busy_mean_ns = np.mean(per_dev, axis=0) if per_dev else np.zeros(len(lo))
     idle = iv.gaps(busy, int(lo.min()), int(hi.max()), int(inputs.thresholds.host_wait_min_us * 1000))
@@ -138,3 +139,22 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
             )
         )
     return rows
+
+
+def _device_groups(ops: "pd.DataFrame") -> list[np.ndarray]:
+    """Positions of each device's ops, devices by plane and ordinal (``groupby([plane, device], sort=True)``'s
+    groups, without a frame for each)."""
+    import pandas as pd
+
+    column = ops[F.PLANE]
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        plane = category_codes(column)  # categories in their order, as groupby sorts them
+    else:
+        plane = pd.factorize(column, sort=True)[0]
+    device = ops[F.DEVICE].to_numpy()
+    named = np.flatnonzero(plane >= 0)  # a missing plane is no group
+    if not len(named):
+        return []
+    order = named[np.lexsort((device[named], plane[named]))]  # stable: each group's rows stay in order
+    p, d = plane[order], device[order]
+    return np.split(order, np.flatnonzero((p[1:] != p[:-1]) | (d[1:] != d[:-1])) + 1)

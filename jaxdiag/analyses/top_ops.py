@@ -237,7 +237,15 @@ def _groups(ops: Any) -> tuple[np.ndarray, list[str], list[str], list[str]]:
 def _programs(group: np.ndarray, pid: np.ndarray, wanted: list[int]) -> dict[int, tuple[int, ...]]:
     """The program ids (XLA module ids) each wanted group ran under."""
     rows = np.isin(group, wanted) & (pid >= 0)
-    pairs = np.unique(np.stack([group[rows], pid[rows]], axis=1), axis=0) if rows.any() else np.zeros((0, 2), int)
+    g, p = group[rows], pid[rows]
+    if not len(g):
+        pairs = np.zeros((0, 2), int)
+    elif int(g.max()) < 2**31 and int(p.max()) < 2**31:  # one number per pair: sorting pairs of numbers costs more
+        span = int(p.max()) + 1
+        key = np.unique(g.astype(np.int64) * span + p)
+        pairs = np.stack([key // span, key % span], axis=1)
+    else:
+        pairs = np.unique(np.stack([g, p], axis=1), axis=0)
     out: dict[int, list[int]] = {}
     for g, p in pairs.tolist():
         out.setdefault(int(g), []).append(int(p))

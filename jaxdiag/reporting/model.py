@@ -245,6 +245,11 @@ def _empty(name: str) -> Any:
     return section.empty() if section is not None else {}
 
 
+#: Types ``clean`` returns as they are, and those it looks at one by one only when a float.
+_KEPT = frozenset({str, int, bool, type(None)})
+_NUMBERS = frozenset({int, float, bool, type(None)})
+
+
 def clean(value: Any) -> Any:
     """Replace NaN/inf with ``None`` (JSON has no NaN) and numpy scalars with Python ones."""
     kind = type(value)
@@ -254,6 +259,13 @@ def clean(value: Any) -> Any:
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): clean(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        kinds = set(map(type, value))
+        if kinds <= _KEPT:  # a timeline's arrays: thousands of ints, nothing to replace
+            return list(value)
+        if kinds <= _NUMBERS:
+            return [v if type(v) is not float or math.isfinite(v) else None for v in value]
+        return [clean(v) for v in value]
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):

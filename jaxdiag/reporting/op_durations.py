@@ -22,19 +22,19 @@ def build(inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> dict[str, An
     """Bins of the durations (µs) of the device compute ops in the report's steps."""
     import numpy as np
 
-    from jaxdiag.analyses.device_work import OP_KIND, device_ops
+    from jaxdiag.analyses.device_work import device_ops, is_compute
     from jaxdiag.trace import frames as F
 
     threshold = float(inputs.thresholds.small_op_us)
     empty = {"threshold_us": threshold, "bins_per_decade": BINS_PER_DECADE, "edges_us": [], "counts": []}
     ops = device_ops(inputs.frames)
-    ops = ops.loc[ops[OP_KIND] == "compute"]
+    keep = is_compute(inputs.frames, ops)
     steps = {int(s["step"]) for s in sections.get("steps") or [] if s.get("step") is not None}
     if steps:
-        ops = ops.loc[ops[F.STEP].isin(steps)]
-    if ops.empty:
+        keep = keep & ops[F.STEP].isin(steps).to_numpy()
+    if not keep.any():
         return empty
-    durations_us = ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e3
+    durations_us = ops[F.DUR_NS].to_numpy(dtype=np.float64)[keep] / 1e3
     edges, counts = histogram(durations_us, threshold or 1.0, BINS_PER_DECADE)
     return {**empty, "edges_us": edges, "counts": counts}
 

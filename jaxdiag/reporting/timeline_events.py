@@ -259,17 +259,23 @@ def _ms(value: Any) -> float:
 
 def window(frames: Any, step: int | None, host: str | None) -> tuple[str, int, int] | None:
     """``(host, start_ns, end_ns)`` of ``step`` (on the host where it took longest), or of the whole capture."""
+    import numpy as np
+
     from jaxdiag.trace import frames as F
 
     st = frames.steps
     if step is not None:
-        rows = st.loc[st[F.STEP] == step] if len(st) else st
-        if host is not None and len(rows):
-            rows = rows.loc[rows[F.HOST] == host]
-        if rows.empty:
+        if not len(st):
             return None
-        r = rows.loc[(rows["end_ns"] - rows[F.START_NS]).idxmax()]
-        return str(r[F.HOST]), int(r[F.START_NS]), int(r["end_ns"])
+        mine = (st[F.STEP] == step).to_numpy()
+        if host is not None:
+            mine &= (st[F.HOST] == host).to_numpy()
+        rows = np.flatnonzero(mine)
+        if not len(rows):
+            return None
+        starts, ends = st[F.START_NS].to_numpy()[rows], st["end_ns"].to_numpy()[rows]
+        r = int(np.argmax(ends - starts))  # the first of the longest
+        return str(st[F.HOST].to_numpy()[rows[r]]), int(starts[r]), int(ends[r])
     host = host or (frames.hosts[0] if frames.hosts else None)
     ev = frames.events.loc[frames.events[F.HOST] == host]
     if ev.empty:
@@ -281,10 +287,11 @@ def _drawn_rows(frames: Any, host: str) -> "tuple[np.ndarray, np.ndarray, np.nda
     """Positions, starts and ends of the annotation and device events of ``host`` (every window picks from these)."""
     import numpy as np
 
+    from jaxdiag.analyses.device_work import isin
     from jaxdiag.trace import frames as F
 
     ev = frames.events
-    keep = (ev[F.HOST] == host).to_numpy() & ev[F.CATEGORY].isin(("annotation", "device")).to_numpy()
+    keep = (ev[F.HOST] == host).to_numpy() & isin(ev[F.CATEGORY], ("annotation", "device"))
     rows = np.flatnonzero(keep)
     start = ev[F.START_NS].to_numpy(np.int64)[rows]
     return rows, start, start + ev[F.DUR_NS].to_numpy(np.int64)[rows]

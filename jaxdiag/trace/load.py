@@ -242,10 +242,19 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     columns[STEP] = np.full(len(start), -1, dtype=np.int64)
     columns[CATEGORY] = strings("category")
     events = pd.DataFrame(columns, columns=list(EVENT_COLUMNS))
-    order = np.lexsort((start, segment))
-    if len(order) and (order != np.arange(len(order))).any():
+    if not _in_order(segment, start):  # lines come in order from a reader: a check spares the sort
+        order = np.lexsort((start, segment))
         events = events.take(order).reset_index(drop=True)
     return events
+
+
+def _in_order(segment: "np.ndarray", start: "np.ndarray") -> bool:
+    """Whether rows are already by segment, each segment by start (``np.lexsort((start, segment))``, being
+    stable, would leave them where they are)."""
+    if len(segment) < 2:
+        return True
+    same = segment[1:] == segment[:-1]
+    return bool((segment[1:] >= segment[:-1]).all() and (~same | (start[1:] >= start[:-1])).all())
 
 
 def _coded_categorical(coded: Sequence[Coded]) -> "pd.Categorical":

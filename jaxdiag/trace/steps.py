@@ -22,6 +22,7 @@ started in it ends, so it is not cut short when the device runs behind the host.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -59,9 +60,11 @@ READ_BACK = re.compile(_READ_BACK_ANYWHERE + r"|^D2H")
 _READ_BACK_SEARCH = re.compile(_READ_BACK_ANYWHERE)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def reads_back(name: str) -> bool:
     """Whether ``READ_BACK`` finds ``name``: the same test in half the time (an anchored branch stops
-    ``re`` from skipping ahead to the branches' first letters)."""
+    ``re`` from skipping ahead to the branches' first letters). Remembered: finding the steps asks it
+    of a host's event names, and the report's host waits ask it of the same names again."""
     return name.startswith("D2H") or _READ_BACK_SEARCH.search(name) is not None
 
 
@@ -155,13 +158,13 @@ def tile(
         marks = np.zeros(0, dtype=np.int64)
         launches = np.zeros(0, dtype=np.int64)
         if read_back and len(host_rows):
-            names = events[NAME]
-            is_read = _flag(names, host_rows, reads_back)
-            is_launch = _flag(names, host_rows, _LAUNCH.match)
+            flag = _Flags(events[NAME], host_rows)
+            is_read = flag(reads_back)
+            is_launch = flag(_LAUNCH.match)
             is_mark = (
                 (events[CATEGORY] == "annotation").to_numpy()[host_rows]
                 & ~is_read
-                & ~(is_launch | _flag(names, host_rows, frozenset(step_names).__contains__))
+                & ~(is_launch | flag(frozenset(step_names).__contains__))
             )
             starts = all_starts[host_rows]
             reads = np.stack([starts[is_read], starts[is_read] + all_durs[host_rows][is_read]], axis=1)
@@ -223,11 +226,17 @@ def assign_steps(events: "pd.DataFrame", steps: "pd.DataFrame") -> "np.ndarray":
     for host in dict.fromkeys(h for h in step_hosts.tolist() if h == h):  # each host's steps, by start
         mine = np.flatnonzero(step_hosts == host)
         mine = mine[np.argsort(step_starts[mine], kind="quicksort")]  # as ``sort_values`` orders them
-        rows = np.flatnonzero((hosts == host).to_numpy())
-        at = np.searchsorted(step_starts[mine], starts[rows], side="right") - 1
-        inside = at >= 0
-        inside[inside] &= starts[rows][inside] < step_ends[mine][at[inside]]
-        out[rows[inside]] = numbers[mine][at[inside]]
+        on_host = (hosts == host).to_numpy()
+        every = bool(on_host.all())  # one host: every row, without selecting them
+        rows = None if every else np.flatnonzero(on_host)
+        t = starts if every else starts[rows]
+        at = np.searchsorted(step_starts[mine], t, side="right") - 1
+        holding = np.maximum(at, 0)
+        found = np.where((at >= 0) & (t < step_ends[mine][holding]), numbers[mine][holding], -1)
+        if every:
+            out = found.astype(np.int64, copy=False)
+        else:
+            out[rows] = found
     return out
 
 
@@ -251,17 +260,33 @@ def _busy_runs(starts: "np.ndarray", durs: "np.ndarray") -> "np.ndarray":
     return np.stack([starts[firsts], ends[lasts]], axis=1)
 
 
-def _flag(names: "pd.Series", rows: "np.ndarray", test: "Callable[[str], object]") -> "np.ndarray":
-    """Whether ``test`` is true of the names at positions ``rows``, as a bool array, testing each distinct name once."""
-    import numpy as np
-    import pandas as pd
+class _Flags:
+    """Tests of the names at positions ``rows``, each as a bool array, testing each distinct name those rows hold once."""
 
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        categories = names.cat.categories.tolist()
-        flags = np.fromiter(map(test, map(str, categories)), dtype=bool, count=len(categories))
-        codes = names.cat.codes.to_numpy()[rows]
-        return np.where(codes >= 0, flags[np.maximum(codes, 0)] if len(flags) else False, False)
-    return np.fromiter((test(str(n)) for n in names.iloc[rows]), dtype=bool, count=len(rows))
+    def __init__(self, names: "pd.Series", rows: "np.ndarray") -> None:
+        import numpy as np
+        import pandas as pd
+
+        self._names, self._rows = names, rows
+        self._codes: np.ndarray | None = None
+        if isinstance(names.dtype, pd.CategoricalDtype):
+            categories = names.cat.categories
+            codes = np.asarray(names.cat.codes.to_numpy()[rows], dtype=np.intp)
+            used = np.zeros(len(categories) + 1, dtype=bool)
+            used[codes] = True  # code -1 (missing) marks the last place, which no test reads
+            self._used = np.flatnonzero(used[:-1])
+            listed = categories.tolist()
+            self._strings = [str(listed[i]) for i in self._used.tolist()]
+            self._codes = codes
+
+    def __call__(self, test: "Callable[[str], object]") -> "np.ndarray":
+        import numpy as np
+
+        if self._codes is None:
+            return np.fromiter((test(str(n)) for n in self._names.iloc[self._rows]), dtype=bool, count=len(self._rows))
+        flags = np.zeros(len(self._names.cat.categories) + 1, dtype=bool)  # the last place: missing names, False
+        flags[self._used] = np.fromiter(map(test, self._strings), dtype=bool, count=len(self._strings))
+        return flags[self._codes]
 
 
 def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, int, int]], tuple[str, ...]]:
@@ -344,8 +369,28 @@ def _executions(device_events: "pd.DataFrame", module: str) -> list[tuple[int, i
 
 
 def _table(rows: Sequence[tuple[str, int, str, int, int]]) -> "pd.DataFrame":
+    """The steps table: ``rows`` by host and start, hosts and names as objects, the rest ``int64``.
+
+    Built from columns: a frame of a dozen rows costs more to convert and sort in
+    pandas than in Python.
+    """
+    import numpy as np
     import pandas as pd
 
-    table = pd.DataFrame(list(rows), columns=list(STEP_COLUMNS))
-    table = table.astype({STEP: "int64", START_NS: "int64", "end_ns": "int64", HOST: "object", "step_name": "object"})
-    return table.sort_values([HOST, START_NS], kind="stable").reset_index(drop=True)
+    rows = [tuple(r) for r in rows]
+    if not all(len(r) == 5 and type(r[0]) is str for r in rows):  # what only pandas sorts the same way
+        table = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+        table = table.astype(
+            {STEP: "int64", START_NS: "int64", "end_ns": "int64", HOST: "object", "step_name": "object"}
+        )
+        return table.sort_values([HOST, START_NS], kind="stable").reset_index(drop=True)
+    rows.sort(key=lambda r: (r[0], int(r[3])))
+    columns = list(zip(*rows)) if rows else [()] * 5
+    dtypes = (object, np.int64, object, np.int64, np.int64)
+    return pd.DataFrame(  # a Series of dtype object stays one (an array of strings would be read as text)
+        {
+            name: pd.Series(np.array(values, dtype=dtype), dtype=dtype)
+            for name, values, dtype in zip(STEP_COLUMNS, columns, dtypes)
+        },
+        columns=list(STEP_COLUMNS),
+    )

@@ -238,3 +238,17 @@ def test_no_step_holds_more_waits_than_its_wall_time(cpu_frames):
     walls = dict(zip(steps["step"], (steps["end_ns"] - steps["start_ns"]) / 1e6))
     for step, waits in r.by_step().items():
         assert sum(waits.values()) <= walls[step] + 1e-6
+
+
+def test_step_windows_as_arrays_find_the_step_as_device_work_does(h100_transformer) -> None:
+    import numpy as np
+
+    from jaxdiag.analyses.device_work import step_of, step_windows
+
+    frames = h100_transformer.frames
+    win = step_windows(frames, frames.hosts[0])
+    bounds = host_waits._Bounds.of(win)
+    lo, hi = int(win["start_ns"].min()), int(win["end_ns"].max())
+    times = np.concatenate([np.linspace(lo - 10, hi + 10, 997).astype(np.int64), win["start_ns"].to_numpy(), [hi]])
+    assert bounds.step_of(times).tolist() == step_of(times, win).tolist()
+    assert host_waits._Bounds.of(win.iloc[:0]).step_of(times).tolist() == [-1] * len(times)

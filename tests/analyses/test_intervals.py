@@ -104,3 +104,17 @@ def test_operations_match_the_grid_model(xs, ys, lo, hi):
     assert (as_mask(iv.clip(x, lo, hi)) == (mx & window)).all()
     assert (covered(iv.gaps(x, lo, hi).tolist()) == (~mx & window)).all()
     assert iv.covered_in_windows(x, np.array([lo]), np.array([hi]))[0] == (mx & window).sum()
+
+
+def test_spans_inside_the_runs_change_no_subtraction() -> None:
+    from jaxdiag.analyses.compile_spans import _not_within
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        starts = rng.integers(0, 1000, rng.integers(0, 60))
+        spans = np.stack([starts, starts + rng.integers(-5, 120, len(starts))], axis=1)
+        begins = rng.integers(0, 1000, rng.integers(0, 8))
+        runs = iv.union(np.stack([begins, begins + rng.integers(0, 200, len(begins))], axis=1))
+        kept = _not_within(spans, runs)
+        assert len(kept) <= len(spans)
+        assert iv.subtract(kept, runs).tolist() == iv.subtract(spans, runs).tolist()

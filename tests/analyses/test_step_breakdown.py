@@ -172,3 +172,13 @@ def test_h100_transformer(h100_transformer):
         assert r.device_busy_ms < 3.0  # a small model: the device works ~1-2 ms a step
         assert r.host_wait_ms >= 3.0  # at least the 3 ms load_batch sleep
     assert rows[5].compile_ms > 0.99 * rows[5].wall_ms and rows[8].compile_ms > 0.99 * rows[8].wall_ms
+
+
+def test_device_groups_are_groupbys_groups(h100_transformer, cpu_collective_frames) -> None:
+    from jaxdiag.analyses.device_work import device_ops
+    from jaxdiag.trace import frames as F
+
+    for loaded in (h100_transformer, cpu_collective_frames):
+        ops = device_ops(loaded.frames)
+        expected = [rows.index.tolist() for _, rows in ops.groupby([F.PLANE, F.DEVICE], sort=True, observed=True)]
+        assert [ops.index[g].tolist() for g in step_breakdown._device_groups(ops)] == expected

@@ -110,6 +110,45 @@ def test_assign_steps_uses_half_open_spans_per_host() -> None:
     assert assign_steps(events, steps.iloc[:0]).tolist() == [-1] * 6
 
 
+def test_a_lone_host_gets_its_steps_as_several_hosts_do() -> None:
+    events = pd.DataFrame({"host": ["a"] * 5, "start_ns": [-1, 0, 9, 10, 25]})
+    steps = pd.DataFrame(
+        {"host": ["a", "a"], "step": [7, 8], "step_name": "train", "start_ns": [10, 0], "end_ns": [20, 10]}
+    )
+    assert assign_steps(events, steps).tolist() == [-1, 8, 8, 7, -1]
+    mixed = pd.concat([events, pd.DataFrame({"host": ["b"], "start_ns": [0]})], ignore_index=True)
+    assert assign_steps(mixed, steps).tolist() == [-1, 8, 8, 7, -1, -1]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [],
+        [("h1", 2, "train", 30, 40), ("h0", 1, "train", 10, 20), ("h1", 0, "train", 30, 35), ("h0", 0, "x", 0, 10)],
+        [("h", np.int64(3), "train", np.int64(5), 9)],
+    ],
+)
+def test_steps_table_is_by_host_then_start_with_its_dtypes(rows) -> None:
+    from jaxdiag.trace.steps import _table
+
+    table = _table(rows)
+    expected = pd.DataFrame(list(rows), columns=list(STEP_COLUMNS)).astype(
+        {"step": "int64", "start_ns": "int64", "end_ns": "int64", "host": "object", "step_name": "object"}
+    )
+    expected = expected.sort_values(["host", "start_ns"], kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(table, expected)
+    assert isinstance(table.index, pd.RangeIndex)
+
+
+def test_events_come_by_line_then_start_whatever_order_the_reader_gave() -> None:
+    kernels = [Kernel(0, "b", 300, 10), Kernel(0, "a", 100, 10), Kernel(0, "c", 200, 10)]
+    cols = read_xspace(gpu_xspace(kernels=kernels), "h", source="x")
+    events = events_frame([cols])
+    for _, line in events.groupby(["plane", "line"], observed=True):
+        assert np.all(np.diff(line["start_ns"].to_numpy()) >= 0)
+    assert isinstance(events.index, pd.RangeIndex)
+
+
 def test_real_cpu_trace_without_annotations_falls_back_to_module_runs(cpu_trace_dir) -> None:
     frames = load(cpu_trace_dir.logdir)
     found = find_steps(frames.events)  # as if the capture had no StepTraceAnnotation
