@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import re
 from collections import defaultdict
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jaxdiag import config
 
@@ -377,15 +377,15 @@ def _table(rows: Sequence[tuple[str, int, str, int, int]]) -> "pd.DataFrame":
     import numpy as np
     import pandas as pd
 
-    rows = [tuple(r) for r in rows]
-    if not all(len(r) == 5 and type(r[0]) is str for r in rows):  # what only pandas sorts the same way
-        table = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+    listed: list[tuple[Any, ...]] = [tuple(r) for r in rows]
+    if not all(len(r) == 5 and type(r[0]) is str for r in listed):  # what only pandas sorts the same way
+        table = pd.DataFrame(listed, columns=list(STEP_COLUMNS))
         table = table.astype(
             {STEP: "int64", START_NS: "int64", "end_ns": "int64", HOST: "object", "step_name": "object"}
         )
         return table.sort_values([HOST, START_NS], kind="stable").reset_index(drop=True)
-    rows.sort(key=lambda r: (r[0], int(r[3])))
-    columns = list(zip(*rows)) if rows else [()] * 5
+    listed.sort(key=lambda r: (r[0], int(r[3])))
+    columns = list(zip(*listed)) if listed else [()] * 5
     dtypes = (object, np.int64, object, np.int64, np.int64)
     return pd.DataFrame(  # a Series of dtype object stays one (an array of strings would be read as text)
         {
