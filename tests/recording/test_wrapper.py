@@ -297,6 +297,7 @@ def test_listener_failure_warns_once_and_the_call_proceeds(monkeypatch):
 
 def test_name_matching_fallback_records_traced_compiles(monkeypatch):
     """Without the pjit internals, compiles that trace are still recorded, by name."""
+    listener.install()  # as the first jaxdiag.jit does, so that a test run alone finds the internals too
     monkeypatch.setattr(listener, "_internals", dataclasses.replace(listener._internals, cache_miss=None))
     assert listener.mode() == "names"
     f = jaxdiag.jit(lambda x, n: x * n, static_argnums=1)
@@ -315,6 +316,7 @@ def test_name_matching_fallback_records_traced_compiles(monkeypatch):
 def test_name_matching_fallback_still_raises_over_budget(monkeypatch):
     from jaxdiag.errors import CompileBudgetExceeded
 
+    listener.install()  # as the first jaxdiag.jit does, so that a test run alone finds the internals too
     monkeypatch.setattr(listener, "_internals", dataclasses.replace(listener._internals, cache_miss=None))
     f = jaxdiag.jit(lambda x: x + 1, max_compiles=1, on_exceed="raise")
     f(jnp.ones(1))
