@@ -237,6 +237,7 @@ def test_bad_arguments_are_config_errors(bad):
 
 
 def test_without_the_pjit_internals_names_counts_and_durations_are_recorded(monkeypatch):
+    listener.install()  # as watch() does, so that a test run alone finds the internals too
     monkeypatch.setattr(listener, "_internals", dataclasses.replace(listener._internals, cache_miss=None))
     assert listener.mode() == "names"
 

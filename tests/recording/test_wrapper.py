@@ -365,6 +365,7 @@ def test_internal_failure_never_fails_the_call_even_under_warnings_as_errors(mon
 
 
 def test_internals_of_this_jax_are_found():
+    listener.install()
     assert listener.mode() == "frames"
     assert listener._internals.cached_compilation is not None
     assert len(listener._internals.stoppers) == 5
