@@ -40,18 +40,40 @@ class Coded:
         return cls(codes, values)
 
     @classmethod
+    def sharing(cls, columns: Sequence[Sequence[str]]) -> list["Coded"]:
+        """``columns`` coded into one list of values, which they all hold: it pickles once, and
+        ``joined`` looks it up once for all of them."""
+        import numpy as np
+
+        values: list[str] = []
+        position: dict[str, int] = {}
+        codes = []
+        for strings in columns:
+            constant = bool(strings) and strings.count(strings[0]) == len(strings)  # a line's category
+            for value in strings[:1] if constant else dict.fromkeys(strings):
+                if value not in position:
+                    position[value] = len(values)
+                    values.append(value)
+            if constant:
+                codes.append(np.full(len(strings), position[strings[0]], dtype=np.int32))
+            else:
+                codes.append(np.fromiter(map(position.__getitem__, strings), dtype=np.int32, count=len(strings)))
+        code_type = _code_type(len(values))
+        return [cls(c.astype(code_type), values) for c in codes]
+
+    @classmethod
     def joined(cls, parts: Sequence["StringColumn"]) -> "Coded":
         """The columns ``parts``, one after another, coded."""
         import numpy as np
 
         coded = [part if isinstance(part, Coded) else Coded.of(part) for part in parts]
+        lists = {id(c.values): c.values for c in coded}  # parts coded together share theirs (``sharing``)
+        firsts = dict(zip(lists, itertools.accumulate((len(v) for v in lists.values()), initial=0)))
         position: dict[str, int] = {}
-        every = list(itertools.chain.from_iterable(c.values for c in coded))  # each part's values, in turn
+        every = list(itertools.chain.from_iterable(lists.values()))  # each list of values, in turn
         where = np.fromiter((position.setdefault(v, len(position)) for v in every), dtype=np.int64, count=len(every))
-        lengths = [len(c.codes) for c in coded]
-        firsts = np.cumsum([0] + [len(c.values) for c in coded[:-1]])  # where each part's values begin in ``every``
         codes = np.concatenate([c.codes for c in coded] + [np.zeros(0, np.uint8)], dtype=np.int64)
-        codes += np.repeat(firsts, lengths)
+        codes += np.repeat([firsts[id(c.values)] for c in coded], [len(c.codes) for c in coded])
         return cls(where[codes].astype(_code_type(len(position))), list(position))
 
     def __len__(self) -> int:
@@ -186,6 +208,18 @@ class HostColumns:
         for other in others:
             self.meta.update(other.meta)
             self.python_frames += other.python_frames
+
+    @staticmethod
+    def pack_together(pieces: Sequence["HostColumns"]) -> None:
+        """``pack`` each of ``pieces`` (one task's), their string columns coded into shared values (``Coded.sharing``)."""
+        for column in STRING_COLUMNS:
+            lists = [getattr(p, column) for p in pieces if not isinstance(getattr(p, column), Coded)]
+            shared = iter(Coded.sharing(lists))
+            for piece in pieces:
+                if not isinstance(getattr(piece, column), Coded):
+                    setattr(piece, column, next(shared))
+        for piece in pieces:
+            piece.pack()
 
     def pack(self) -> "HostColumns":
         """Code the string columns (``Coded``) and put the device and program numbers in the smallest numpy

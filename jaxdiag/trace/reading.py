@@ -371,15 +371,13 @@ def _read_task(
     f = _File(Path(path), _map(Path(path)), planes, lines)
     _kept_bytes += sum(planes[p].size for p in {p for p, _ in units})
     pieces = _read_units(f, units, keep=_PARSED if _kept_bytes <= _KEEP_BYTES else None)
-    for piece in pieces or ():
-        piece.pack()  # a few bytes per event to send, and to join
+    HostColumns.pack_together(pieces or [])  # a few bytes per event to send, and to join
     return pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _packed(pieces: list[HostColumns] | None) -> list[HostColumns] | None:
     """Pieces read here, packed as a worker's are (``HostColumns.pack``): joined with those, they cost no more."""
-    for piece in pieces or ():
-        piece.pack()
+    HostColumns.pack_together(pieces or [])
     return pieces
 
 

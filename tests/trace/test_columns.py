@@ -69,3 +69,30 @@ def test_pack_keeps_device_and_program_numbers_in_small_integers() -> None:
     cols.pack()
     assert cols.device.dtype == np.int8 and cols.program_id.dtype == np.int64
     assert cols.integers("device") == [3, 5] and cols.integers("program_id") == [-1, 1 << 40]
+
+
+def test_pieces_packed_together_share_their_values_and_join_as_apart() -> None:
+    from jaxdiag.trace.columns import Coded
+
+    def piece(names: list[str]) -> HostColumns:
+        cols = HostColumns("h")
+        cols.add_host_events(names, [0.0] * len(names), [1.0] * len(names), "runtime")
+        return cols
+
+    together = [piece(["a", "b"]), piece(["b", "c", "c"]), piece([])]
+    apart = [piece(["a", "b"]), piece(["b", "c", "c"]), piece([])]
+    HostColumns.pack_together(together)
+    for cols in apart:
+        cols.pack()
+    assert together[0].name.values is together[1].name.values == ["a", "b", "c"]
+    assert [p.strings("name") for p in together] == [["a", "b"], ["b", "c", "c"], []]
+    assert Coded.joined([p.name for p in together]).strings() == Coded.joined([p.name for p in apart]).strings()
+    assert Coded.joined([together[1].name, apart[0].name, together[0].name]).strings() == [
+        "b",
+        "c",
+        "c",
+        "a",
+        "b",
+        "a",
+        "b",
+    ]
