@@ -198,11 +198,8 @@ class Reading:
 
     def _joined(self, f: _File, tasks: list[tuple[_Task, Any]]) -> HostColumns | None:
         """``f`` from its tasks' pieces; ``None`` to read it whole here (for its own error)."""
-        import pickle
-
         units: dict[Unit, HostColumns] = {}
-        for task, payload in tasks:
-            got = pickle.loads(payload) if isinstance(payload, bytes) else payload
+        for task, got in tasks:
             if got is None:  # the worker failed or died: read it here, where an error reads as without workers
                 got = _read_units(f, task.units)
             if got is None:
@@ -287,7 +284,7 @@ class Reading:
             future.add_done_callback(functools.partial(_feed_again, weakref.ref(self)))
 
     def _take(self, numbers: list[int]) -> list[tuple[int, Any]]:
-        """The pieces of these tasks (pickled when a worker read them; ``None`` when it failed).
+        """The pieces of these tasks (``None`` for a task a worker failed).
 
         This process reads the ones no worker has taken, smallest first, while the
         workers go on from the largest: they meet in the middle, once this process's
@@ -296,6 +293,8 @@ class Reading:
         """
         with self._handed:
             self._taking = True
+        import pickle
+
         got: dict[int, Any] = {}
         for number in reversed(numbers):
             if self._claim(number):
@@ -312,9 +311,11 @@ class Reading:
                         got[number] = _packed(_read_units(self._files[task.file], task.units))
                     continue
                 try:
-                    got[number] = future.result()
+                    payload = future.result()
                 except Exception:  # a worker that died (BrokenProcessPool) or failed: read here
-                    got[number] = None
+                    payload = None
+                # Unpickled now, while the workers may still be reading what comes after it.
+                got[number] = pickle.loads(payload) if isinstance(payload, bytes) else payload
         return [(n, got[n]) for n in numbers]
 
     def _claim(self, number: int) -> bool:
