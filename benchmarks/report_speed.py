@@ -70,7 +70,8 @@ def _ours(path: Path) -> list[str]:
     return [sys.executable, "-m", "jaxdiag", "report", str(path), "--json", "-o", os.devnull]
 
 
-def _find_xplane(path: Path) -> Path:
+def find_xplane(path: Path) -> Path:
+    """``path`` if a file, else the last ``.xplane.pb`` under it."""
     if path.is_file():
         return path
     files = sorted(path.rglob("*.xplane.pb"))
@@ -207,7 +208,7 @@ def main() -> None:
     if trace is None:
         print("no trace given and ../shared/fixtures is absent: skipping the XProf comparison")
     else:
-        compare_with_xprof(_find_xplane(trace), args.repeat)
+        compare_with_xprof(find_xplane(trace), args.repeat)
     if not args.no_scaling:
         scaling()
 

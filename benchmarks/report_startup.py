@@ -34,8 +34,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TRACE = ROOT.parent / "shared" / "fixtures" / "h100_transformer"
+from report_speed import DEFAULT_TRACE, find_xplane  # a script beside this one
+
 MODULES = (
     "jaxdiag.cli.app",
     "jaxdiag.cli.report_run",
@@ -110,15 +110,6 @@ TIMED = textwrap.dedent(
 )
 
 
-def _find_xplane(path: Path) -> Path:
-    if path.is_file():
-        return path
-    found = sorted(path.rglob("*.xplane.pb"))
-    if not found:
-        raise SystemExit(f"{path}: no .xplane.pb file")
-    return found[0]
-
-
 def stages(trace: Path, repeat: int) -> None:
     """Median CPU (and wall) milliseconds from process start to each stage."""
     runs: list[dict[str, tuple[float, float]]] = []
@@ -171,7 +162,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.trace.exists():
         raise SystemExit(f"{args.trace}: no such trace (give one, or see ../shared/fixtures)")
-    trace = _find_xplane(args.trace)
+    trace = find_xplane(args.trace)
     print(f"trace: {trace}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     stages(trace, args.repeat)
     import_times(trace, args.repeat, tuple(args.module or MODULES))
