@@ -30,14 +30,7 @@ class Coded:
     @classmethod
     def of(cls, strings: Sequence[str]) -> "Coded":
         """``strings`` coded."""
-        import numpy as np
-
-        if not strings or strings.count(strings[0]) == len(strings):  # one value throughout: a line's category
-            return cls(np.zeros(len(strings), dtype=np.uint8), list(strings[:1]))
-        values = list(dict.fromkeys(strings))
-        position = {value: i for i, value in enumerate(values)}
-        codes = np.fromiter(map(position.__getitem__, strings), dtype=_code_type(len(values)), count=len(strings))
-        return cls(codes, values)
+        return cls.sharing([strings])[0]
 
     @classmethod
     def sharing(cls, columns: Sequence[Sequence[str]]) -> list["Coded"]:
@@ -212,6 +205,8 @@ class HostColumns:
     @staticmethod
     def pack_together(pieces: Sequence["HostColumns"]) -> None:
         """``pack`` each of ``pieces`` (one task's), their string columns coded into shared values (``Coded.sharing``)."""
+        import numpy as np
+
         for column in STRING_COLUMNS:
             lists = [getattr(p, column) for p in pieces if not isinstance(getattr(p, column), Coded)]
             shared = iter(Coded.sharing(lists))
@@ -219,22 +214,16 @@ class HostColumns:
                 if not isinstance(getattr(piece, column), Coded):
                     setattr(piece, column, next(shared))
         for piece in pieces:
-            piece.pack()
+            for column in _INTEGER_COLUMNS:
+                numbers = np.asarray(getattr(piece, column), dtype=np.int64)
+                if len(numbers) and -(1 << 7) <= numbers.min() and numbers.max() < 1 << 7:
+                    numbers = numbers.astype(np.int8)  # the device ordinals; -1: none, as most programs are
+                setattr(piece, column, numbers)
 
     def pack(self) -> "HostColumns":
         """Code the string columns (``Coded``) and put the device and program numbers in the smallest numpy
         integers that hold them, in place: once no reader adds to them. Returns ``self``."""
-        import numpy as np
-
-        for column in STRING_COLUMNS:
-            values = getattr(self, column)
-            if not isinstance(values, Coded):
-                setattr(self, column, Coded.of(values))
-        for column in _INTEGER_COLUMNS:
-            numbers = np.asarray(getattr(self, column), dtype=np.int64)
-            if len(numbers) and -(1 << 7) <= numbers.min() and numbers.max() < 1 << 7:
-                numbers = numbers.astype(np.int8)  # the device ordinals; -1: none, as most programs are
-            setattr(self, column, numbers)
+        HostColumns.pack_together([self])
         return self
 
     def strings(self, column: str) -> list[str]:

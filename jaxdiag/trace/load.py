@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace.columns import Coded
+from jaxdiag.trace.columns import Coded, StringColumn
 from jaxdiag.trace.discover import Discovered, discover
 from jaxdiag.trace.frames import (
     CATEGORY,
@@ -206,7 +206,7 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     def strings(column: str) -> "pd.Categorical":
         got = [getattr(p, column) for p in parts]
         if any(isinstance(g, Coded) for g in got):
-            return _coded_categorical([g if isinstance(g, Coded) else Coded.of(g) for g in got])
+            return _coded_categorical(got)
         if len(got) == 1:  # one host file: its list as it is
             return _segment_categorical(got[0], [count for _plane, _line, _kind, count in parts[0].segments])
         return _categorical([value for g in got for value in g])
@@ -257,20 +257,21 @@ def _in_order(segment: "np.ndarray", start: "np.ndarray") -> bool:
     return bool((segment[1:] >= segment[:-1]).all() and (~same | (start[1:] >= start[:-1])).all())
 
 
-def _coded_categorical(coded: Sequence[Coded]) -> "pd.Categorical":
+def _coded_categorical(parts: Sequence[StringColumn]) -> "pd.Categorical":
     """The categorical ``_categorical`` makes of these columns one after another, from their codes."""
     import numpy as np
     import pandas as pd
 
+    coded = parts[0] if len(parts) == 1 and isinstance(parts[0], Coded) else Coded.joined(parts)
     try:
-        values = sorted(set().union(*(c.values for c in coded)))
-        if values:
-            position = {value: i for i, value in enumerate(values)}
-            codes = [np.asarray([position[v] for v in c.values], dtype=np.int32)[c.codes] for c in coded if len(c)]
-            return pd.Categorical.from_codes(np.concatenate(codes), categories=pd.Index(values))
+        order = sorted(range(len(coded.values)), key=coded.values.__getitem__)
+        if order:
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            return pd.Categorical.from_codes(rank[coded.codes], categories=pd.Index([coded.values[i] for i in order]))
     except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
         pass
-    return _categorical([value for c in coded for value in c.strings()])
+    return _categorical(coded.strings())
 
 
 def _categorical(values: list[str]) -> "pd.Categorical":
