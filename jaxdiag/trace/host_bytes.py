@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any, Iterable
 
 from jaxdiag.trace import line_bytes, wire
-from jaxdiag.trace.device_bytes import event_stats
+from jaxdiag.trace.stat_bytes import event_stats
 from jaxdiag.trace.host_plane import PYTHON_THREAD_STATS, is_runtime_thread
 from jaxdiag.trace.line_bytes import EVENTS, METADATA_ID, LineEvents, Unexpected
 
