@@ -123,12 +123,17 @@ def row_groups(column: "pd.Series") -> list[tuple[Any, np.ndarray]]:
     import pandas as pd
 
     codes, uniques = pd.factorize(column, sort=False)
+    return [(uniques[i], rows) for i, rows in enumerate(positions_by_code(codes, len(uniques)))]
+
+
+def positions_by_code(codes: np.ndarray, n: int) -> list[np.ndarray]:
+    """For each code below ``n``, the positions that hold it, in order (a missing value, -1, is in none)."""
     order = np.argsort(codes, kind="stable")
-    ends = np.cumsum(np.bincount(codes[codes >= 0], minlength=len(uniques)))
+    ends = np.cumsum(np.bincount(codes[codes >= 0], minlength=n))
     first = int((codes < 0).sum())
     ends += first
     starts = np.concatenate([[first], ends[:-1]]).astype(np.int64)
-    return [(uniques[i], order[starts[i] : ends[i]]) for i in range(len(uniques))]
+    return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:

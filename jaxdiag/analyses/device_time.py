@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.categories import positions_by_code
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.trace import frames as F
 
@@ -63,7 +64,7 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
     step_code, steps = pd.factorize(step, sort=True)
     per_step = pd.Series(ms).groupby(module_code * max(len(steps), 1) + step_code).sum()
     sums = dict(zip(per_step.index.tolist(), per_step.tolist()))
-    for m, rows in enumerate(_positions(module_code, len(modules))):
+    for m, rows in enumerate(positions_by_code(module_code, len(modules))):
         by_module.append(
             {
                 "module": str(modules[m]),
@@ -91,13 +92,6 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
         for k, n, total in zip(top.index.tolist(), top["count"].tolist(), top["sum"].tolist())
     )
     return DeviceTime(tuple(by_module), top_ops)
-
-
-def _positions(codes: np.ndarray, n: int) -> list[np.ndarray]:
-    """For each code below ``n``, the positions that hold it, in order."""
-    order = np.argsort(codes, kind="stable")
-    ends = np.cumsum(np.bincount(codes, minlength=n))
-    return [order[a:b] for a, b in zip(np.concatenate([[0], ends[:-1]]).tolist(), ends.tolist())]
 
 
 def _texts(column: "pd.Series") -> np.ndarray:
