@@ -21,6 +21,7 @@ What counts as device work, from the real H100 and CPU captures:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Iterable, Sequence
 
@@ -310,17 +311,32 @@ def _whole_capture(frames: "TraceFrames", host: str) -> "pd.DataFrame":
 
 def step_of(starts: np.ndarray, windows: "pd.DataFrame") -> np.ndarray:
     """The step whose window holds each time in ``starts`` (one host's windows), else -1."""
-    starts = np.asarray(starts, dtype=np.int64)
-    if len(windows) == 0:
-        return np.full(starts.shape, -1, dtype=np.int64)
-    ws = windows[F.START_NS].to_numpy(dtype=np.int64)
-    we = windows["end_ns"].to_numpy(dtype=np.int64)
-    order = np.argsort(ws, kind="stable")
-    ws, we = ws[order], we[order]
-    nums = windows[F.STEP].to_numpy(dtype=np.int64)[order]
-    i = np.searchsorted(ws, starts, side="right") - 1
-    ok = (i >= 0) & (starts < we[np.maximum(i, 0)])
-    return np.where(ok, nums[np.maximum(i, 0)], -1)
+    return StepWindows.of(windows).step_of(starts)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepWindows:
+    """One host's step windows as arrays, by start: read from the frame once, for many lookups."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    steps: np.ndarray
+
+    @classmethod
+    def of(cls, windows: "pd.DataFrame") -> "StepWindows":
+        starts = windows[F.START_NS].to_numpy(dtype=np.int64)
+        order = np.argsort(starts, kind="stable")
+        ends = windows["end_ns"].to_numpy(dtype=np.int64)
+        return cls(starts[order], ends[order], windows[F.STEP].to_numpy(dtype=np.int64)[order])
+
+    def step_of(self, times: np.ndarray) -> np.ndarray:
+        """The step whose window holds each of ``times``, else -1."""
+        times = np.asarray(times, dtype=np.int64)
+        if not len(self.starts):
+            return np.full(times.shape, -1, dtype=np.int64)
+        i = np.searchsorted(self.starts, times, side="right") - 1
+        ok = (i >= 0) & (times < self.ends[np.maximum(i, 0)])
+        return np.where(ok, self.steps[np.maximum(i, 0)], -1)
 
 
 def hosts_of(frames: "TraceFrames", host: str | None) -> Iterable[str]:

@@ -37,6 +37,7 @@ from jaxdiag.analyses.device_work import (
     host_events,
     hosts_of,
     intervals_of,
+    StepWindows,
     isin,
     name_matches,
     step_of,
@@ -293,27 +294,15 @@ def _shortest_first(keys: np.ndarray, durs: np.ndarray) -> list[tuple[str, np.nd
 
 @dataclasses.dataclass(frozen=True)
 class _Bounds:
-    """One host's step windows as arrays, read from the frame once for every layer's pieces."""
+    """One host's step windows, read from the frame once for every layer's pieces."""
 
     edges: np.ndarray  # every window's start and end, sorted, once each
-    starts: np.ndarray  # the windows by start (as ``step_of`` orders them)
-    ends: np.ndarray
-    steps: np.ndarray
+    windows: StepWindows
 
     @classmethod
     def of(cls, win: "pd.DataFrame") -> "_Bounds":
         starts, ends = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
-        order = np.argsort(starts, kind="stable")
-        steps = win[F.STEP].to_numpy(np.int64)[order]
-        return cls(np.unique(np.concatenate([starts, ends])), starts[order], ends[order], steps)
-
-    def step_of(self, times: np.ndarray) -> np.ndarray:
-        """``device_work.step_of(times, win)``."""
-        if not len(self.starts):
-            return np.full(times.shape, -1, dtype=np.int64)
-        i = np.searchsorted(self.starts, times, side="right") - 1
-        ok = (i >= 0) & (times < self.ends[np.maximum(i, 0)])
-        return np.where(ok, self.steps[np.maximum(i, 0)], -1)
+        return cls(np.unique(np.concatenate([starts, ends])), StepWindows.of(win))
 
 
 def _pieces(host: str, bounds: _Bounds, part: np.ndarray, cause: str, kind: str, detail: str) -> list[Wait]:
@@ -333,7 +322,7 @@ def _pieces(host: str, bounds: _Bounds, part: np.ndarray, cause: str, kind: str,
             points = np.concatenate([[s], inner, [e]])
             cut[i] = np.stack([points[:-1], points[1:]], axis=1)
         part = np.concatenate(cut)
-    steps = bounds.step_of(np.asarray(part[:, 0], dtype=np.int64))
+    steps = bounds.windows.step_of(part[:, 0])
     return [Wait(host, st, s, e, cause, kind, detail) for (s, e), st in zip(part.tolist(), steps.tolist())]
 
 

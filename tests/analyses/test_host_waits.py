@@ -240,15 +240,18 @@ def test_no_step_holds_more_waits_than_its_wall_time(cpu_frames):
         assert sum(waits.values()) <= walls[step] + 1e-6
 
 
-def test_step_windows_as_arrays_find_the_step_as_device_work_does(h100_transformer) -> None:
+def test_step_windows_as_arrays_find_the_step_each_time_lies_in(h100_transformer) -> None:
+    """The windows host waits reads once (``_Bounds``) find, for each time, the window that holds it."""
     import numpy as np
 
-    from jaxdiag.analyses.device_work import step_of, step_windows
+    from jaxdiag.analyses.device_work import step_windows
 
     frames = h100_transformer.frames
     win = step_windows(frames, frames.hosts[0])
     bounds = host_waits._Bounds.of(win)
     lo, hi = int(win["start_ns"].min()), int(win["end_ns"].max())
     times = np.concatenate([np.linspace(lo - 10, hi + 10, 997).astype(np.int64), win["start_ns"].to_numpy(), [hi]])
-    assert bounds.step_of(times).tolist() == step_of(times, win).tolist()
-    assert host_waits._Bounds.of(win.iloc[:0]).step_of(times).tolist() == [-1] * len(times)
+    rows = list(zip(win["start_ns"].tolist(), win["end_ns"].tolist(), win["step"].tolist()))
+    expected = [next((step for s, e, step in rows if s <= t < e), -1) for t in times.tolist()]
+    assert bounds.windows.step_of(times).tolist() == expected
+    assert host_waits._Bounds.of(win.iloc[:0]).windows.step_of(times).tolist() == [-1] * len(times)
