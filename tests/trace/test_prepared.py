@@ -178,3 +178,22 @@ def test_divide_by_1000_truncates_toward_zero_as_cpp_does() -> None:
 
     got = line_bytes.divide_by_1000(np.array([1999, -1999, 0, 1000, -1000, 999], dtype=np.int64))
     assert got.tolist() == [1, -1, 0, 1, -1, 0]
+
+
+def test_frames_are_told_alike_by_two_bytes_or_by_whole_varints(shared_fixtures: Path) -> None:
+    """Frame ids under 16384 are looked up by two bytes; with a larger id among them every id is decoded
+    whole: the same events are frames either way."""
+    import numpy as np
+
+    data = _xplane(shared_fixtures / "h100_mlp").read_bytes()
+    _, layout = _layout(data)
+    view = memoryview(data)
+    names, _ = line_bytes.plane_metadata(b"".join(view[a:b] for a, b, line in layout.chunks if line < 0))
+    frames = host_bytes._frame_ids(names)
+    assert len(frames) and frames[-1] < 1 << 14
+    longest = max(layout.chunks, key=lambda c: c[1] - c[0] if c[2] >= 0 else -1)
+    array, located = line_bytes.locate_lines(view, [longest])
+    events = located[longest[2]]
+    by_two_bytes = host_bytes._frame_mask(array, events, frames)
+    whole = host_bytes._frame_mask(array, events, np.append(frames, 1 << 20))  # an id no event has
+    assert by_two_bytes.sum() > 10_000 and (by_two_bytes == whole).all()
