@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from jaxdiag.trace.versions import versions_text
+
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.reporting.model import Report
 
@@ -72,7 +74,9 @@ def _summary(report: "Report") -> str:
     parts = [
         "<h1>jaxdiag report</h1>",
         f"<p class='meta'>{_e(src.get('run_dir'))} · hosts: {_e(', '.join(src.get('hosts', [])))}"
-        f" · devices: {len(src.get('devices') or [])} · steps from: {_e(src.get('step_source'))}</p>",
+        f" · devices: {len(src.get('devices') or [])} · steps from: {_e(src.get('step_source'))}"
+        + (f" · made by: {_e(made_by)}" if (made_by := versions_text(src.get("versions") or {})) else "")
+        + "</p>",
         _throughput(report.throughput or {}),
         "<h2>Findings, by time lost</h2>",
     ]

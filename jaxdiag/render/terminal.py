@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
+from jaxdiag.trace.versions import versions_text
+
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
@@ -75,6 +77,11 @@ def _header(report: "Report", console: "Console") -> None:
         + (f" ({', '.join(names)})" if names else "")
         + f"   steps from: {src.get('step_source', '?')}"
     )
+    made_by = versions_text(src.get("versions") or {})
+    if made_by:
+        from rich.markup import escape
+
+        console.print(f"made by: {escape(made_by)}")
     for skipped in src.get("skipped") or []:
         console.print(f"[yellow]skipped {skipped.get('file')}: {skipped.get('reason')}[/yellow]")
     tp = report.throughput or {}

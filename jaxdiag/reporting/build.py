@@ -16,6 +16,7 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
 from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds, using
 from jaxdiag.reporting import sections as registry
 from jaxdiag.reporting.model import REPORT_FIELDS, Report
+from jaxdiag.trace.versions import capture_versions, untested_jax
 
 #: Compile logs written next to the trace (by ``jaxdiag.configure(log_dir=...)``
 #: pointed at the run or the logdir) are joined to the timeline's compiles.
@@ -166,7 +167,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
             if section.view is not None:
                 sections[section.name] = clean(section.run(inputs, sections)[0])
     findings: list[Finding] = [f for r in results.values() for f in r.findings]
-    notes = tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes)
+    notes = tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes) + _version_notes(frames.meta)
     findings += [
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="") for n in notes
     ]
@@ -225,7 +226,14 @@ def _source(frames: Any) -> dict[str, Any]:
         "skipped": [{"file": str(f), "reason": r} for f, r in frames.skipped],
         "step_source": frames.step_source,
         "meta": {k: v for k, v in frames.meta.items() if isinstance(v, (str, int, float, bool))},
+        "versions": capture_versions(frames.meta),
     }
+
+
+def _version_notes(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """A note when the trace's JAX lies outside the tested releases (``trace.versions``)."""
+    untested = untested_jax(capture_versions(meta))
+    return (untested,) if untested else ()
 
 
 def _beside_trace(
