@@ -217,6 +217,11 @@ def test_output_shardings():
     texts = J.read_output_shardings(compiled.runtime_executable())
     assert texts is not None and len(texts) == 1
     assert texts[0] == "{replicated}" if n == 1 else texts[0].startswith("{devices=")
+    # The parameters' too: from JAX 0.12 the optimized HLO text no longer carries them.
+    x = jax.device_put(jnp.ones(n * 2), sharding)
+    params = J.read_parameter_shardings(jax.jit(lambda x: x + 2).lower(x).compile().runtime_executable())
+    assert params is not None and len(params) == 1
+    assert params[0] == "{replicated}" if n == 1 else params[0].startswith("{devices=")
 
 
 def test_xspace_reader(tmp_path):

@@ -89,7 +89,11 @@ CAPABILITIES: dict[str, Capability] = {
             "PjitInfo.static_argnums/static_argnames/in_shardings_leaves/out_shardings_leaves",
             "whether jit was given shardings is unknown",
         ),
-        Capability("output_shardings", "jaxlib.xla_client.HloSharding.from_proto", "compiled output shardings unknown"),
+        Capability(
+            "output_shardings",
+            "jaxlib.xla_client.HloSharding.from_proto (of an executable's get_output_shardings/get_parameter_shardings)",
+            "compiled output shardings unknown, and input shardings too from JAX 0.12 (its optimized HLO leaves them out)",
+        ),
         Capability(
             "xspace_reader",
             "jaxlib._profile_data.ProfileData.from_serialized_xspace",
@@ -478,6 +482,16 @@ def hide_frames(filename: str) -> bool:
 def read_output_shardings(executable: Any) -> list[str] | None:
     """The text of each output sharding of a compiled executable (``None``: unknown)."""
     protos = executable.get_output_shardings()
+    from_proto = output_shardings()
+    if not protos or from_proto is None:
+        return None
+    return [str(from_proto(p)) for p in protos]
+
+
+def read_parameter_shardings(executable: Any) -> list[str] | None:
+    """The text of each entry parameter's sharding of a compiled executable, by parameter number (``None``: unknown)."""
+    get = getattr(executable, "get_parameter_shardings", None)
+    protos = get() if get is not None else None
     from_proto = output_shardings()
     if not protos or from_proto is None:
         return None

@@ -12,6 +12,8 @@ something wrong. Kept in a module of its own to keep the door's first module sho
 
 from __future__ import annotations
 
+import enum
+import functools
 import types
 from typing import Any
 
@@ -95,7 +97,8 @@ def fun_sourceinfo(jit_info: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-#: ``jit_info`` fields that are jit options, with their defaults; each names its own cache.
+#: ``jit_info`` fields that are jit options, with their defaults where a plain ``jax.jit`` has no
+#: such field (``_plain_jit_info``); each names its own cache.
 _JIT_OPTION_DEFAULTS: dict[str, Any] = {
     "static_argnums": (),
     "static_argnames": (),
@@ -119,7 +122,9 @@ def jit_options(jit_info: Any) -> str | None:
         return None
     parts: list[str] = []
     try:
-        for name, default in _JIT_OPTION_DEFAULTS.items():
+        plain = _plain_jit_info()
+        for name, fallback in _JIT_OPTION_DEFAULTS.items():
+            default = getattr(plain, name, fallback)
             value = getattr(jit_info, name, default)
             if name.endswith("_argnames") and parts and parts[-1].startswith(name[:-5] + "nums="):
                 continue  # jit derives the names from the positions given
@@ -135,7 +140,28 @@ def jit_options(jit_info: Any) -> str | None:
     return ", ".join(parts)
 
 
+@functools.cache
+def _plain_jit_info() -> Any:
+    """The ``jit_info`` of ``jax.jit`` with no options: what this JAX stores for each default.
+
+    JAX 0.12 stores ``inline=False`` as ``jax.Inline.AUTO``, so a fixed table of defaults
+    would call every jit object's inlining a chosen option.
+    """
+    try:
+        import jax
+
+        return jax.jit(_plain)._jit_info
+    except Exception:
+        return None
+
+
+def _plain(x: Any) -> Any:
+    return x
+
+
 def _option_text(value: Any) -> str:
+    if isinstance(value, enum.Enum):  # jax.Inline.AUTO, not <Inline.AUTO: 'auto'>
+        return f"{type(value).__name__}.{value.name}"
     text = repr(tuple(value) if isinstance(value, list) else value)
     return text if len(text) <= 200 else text[:197] + "..."
 

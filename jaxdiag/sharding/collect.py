@@ -58,6 +58,7 @@ def _collect(pending: Any, executable: Callable[[], Any]) -> dict[str, Any] | No
         mesh=mesh,
         devices=devices,
         out_shardings=_output_shardings(ex),
+        in_shardings=_parameter_shardings(ex),
         user_in=user_in,
         user_out=user_out,
     )
@@ -71,6 +72,7 @@ def build_facts(
     mesh: Any = None,
     devices: Sequence[Any] = (),
     out_shardings: Sequence[HloSharding] | None = None,
+    in_shardings: Sequence[HloSharding] | None = None,
     user_in: bool = False,
     user_out: bool = False,
 ) -> ShardingFacts:
@@ -83,6 +85,8 @@ def build_facts(
       mesh: the ``jax.sharding.Mesh`` the program runs on (``None``: one axis over ``devices``).
       devices: the executable's devices, in device-assignment order.
       out_shardings: the compiled output shardings, parsed; ``None`` when unknown.
+      in_shardings: the compiled shardings of the entry parameters, parsed, by parameter
+        number; ``None`` when unknown (then the HLO text's, which JAX 0.12 leaves out).
       user_in, user_out: whether jit was given ``in_shardings``/``out_shardings``.
     """
     module = hlo.parse_module(hlo_text) if hlo_text else None
@@ -99,7 +103,7 @@ def build_facts(
         mesh_f = specs.device_mesh_facts(devices) if devices else MeshFacts(("devices",), (n,), inferred=True)
         positions = None
     geo = MeshGeometry(mesh_f.axis_names, mesh_f.axis_sizes, positions)
-    inputs = _inputs(module, leaves, geo, user_in)
+    inputs = _inputs(module, leaves, geo, user_in, in_shardings)
     if module is None:
         return ShardingFacts("", mesh_f, inputs, (), (), hlo=False)
     outputs = _outputs(module, geo, out_shardings, user_out)
@@ -107,7 +111,11 @@ def build_facts(
 
 
 def _inputs(
-    module: hlo.HloModule | None, leaves: Sequence[tuple[str, str, Any]], geo: MeshGeometry, user_in: bool
+    module: hlo.HloModule | None,
+    leaves: Sequence[tuple[str, str, Any]],
+    geo: MeshGeometry,
+    user_in: bool,
+    compiled: Sequence[HloSharding] | None = None,
 ) -> tuple[LeafSharding, ...]:
     params = module.entry_params() if module is not None else []
     paired = _pair(leaves, params)
@@ -119,7 +127,7 @@ def _inputs(
         if p is None:
             out.append(dataclasses.replace(live, chosen_by=chosen_by))
             continue
-        hs = hlo.entry_param_sharding(p)
+        hs = hlo.entry_param_sharding(p, compiled)
         # A committed array's own spec is exact; otherwise read what the compiled program expects.
         spec = live.spec if live.chosen_by == "user" and live.spec is not None else geo.spec_of(hs)
         out.append(
@@ -197,4 +205,11 @@ def _output_shardings(ex: Any) -> list[HloSharding] | None:
     if ex is None:
         return None
     texts = jax_internals.read_output_shardings(ex)
+    return None if texts is None else [parse_sharding(t) for t in texts]
+
+
+def _parameter_shardings(ex: Any) -> list[HloSharding] | None:
+    if ex is None:
+        return None
+    texts = jax_internals.read_parameter_shardings(ex)
     return None if texts is None else [parse_sharding(t) for t in texts]

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import math
 import re
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from jaxdiag.sharding.tiles import HloSharding, MeshGeometry, parse_sharding, replica_groups, source_target_pairs
 
@@ -444,8 +444,16 @@ def _run_counts(module: HloModule) -> dict[str, tuple[int, bool]]:
     return counts
 
 
-def entry_param_sharding(ins: Instr) -> HloSharding:
-    """The parsed ``sharding=`` of an entry parameter (replicated when absent)."""
+def entry_param_sharding(ins: Instr, compiled: Sequence[HloSharding] | None = None) -> HloSharding:
+    """The sharding of an entry parameter: the executable's own (``compiled``, one per parameter
+    number, when known), else the ``sharding=`` the HLO text gives it, else replicated.
+
+    The executable's come first: from JAX 0.12 on, the optimized HLO text leaves the entry
+    parameters' shardings out, and absent no longer means replicated.
+    """
+    number = int(ins.operands[0]) if ins.operands and ins.operands[0].isdigit() else -1
+    if compiled is not None and 0 <= number < len(compiled):
+        return compiled[number]
     return parse_sharding(ins.attr("sharding", "{replicated}"))
 
 

@@ -81,3 +81,14 @@ def test_exception_in_profiled_code_propagates_and_trace_is_kept(tmp_path):
     assert read_sidecars(run_dir) is not None
     with jaxdiag.profile(tmp_path, run="after"):  # the profiler was released
         _work()
+
+
+def test_the_leak_check_sees_a_session_left_running_on_this_jax(tmp_path):
+    from tests.capturing.conftest import stop_a_running_session
+
+    assert stop_a_running_session() is False
+    jax.profiler.start_trace(str(tmp_path))
+    jnp.ones(3).block_until_ready()
+    assert stop_a_running_session() is True  # found and stopped
+    assert stop_a_running_session() is False
+    assert list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))

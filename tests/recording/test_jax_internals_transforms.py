@@ -45,6 +45,10 @@ def test_jit_options_text_from_jit_info() -> None:
     assert text == "static_argnums=(1,), donate_argnums=(0,), keep_unused=True"
     assert internals_reads.jit_options(jax.jit(lambda x: x)._jit_info) == ""
     assert internals_reads.jit_options(None) is None
+    # JAX 0.12 stores inline=False as jax.Inline.AUTO: a default all the same; inline=True is an option.
+    assert internals_reads.jit_options(jax.jit(lambda x: x, inline=False)._jit_info) == ""
+    inline = internals_reads.jit_options(jax.jit(lambda x: x, inline=True)._jit_info)
+    assert inline in ("inline=True", "inline=Inline.JAX_LATE")
 
 
 def test_vmap_of_jaxdiag_jit_records_the_batched_program() -> None:
