@@ -150,7 +150,7 @@ def _plain_jit_info() -> Any:
     try:
         import jax
 
-        return jax.jit(_plain)._jit_info
+        return getattr(jax.jit(_plain), "_jit_info", None)
     except Exception:
         return None
 
