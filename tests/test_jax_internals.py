@@ -309,6 +309,55 @@ def test_distributed_state():
     assert J.distributed_client() is None  # tests/recording/test_host_check.py reaches a real one
 
 
+def test_transformed_compiles():
+    from jaxdiag.jax_internals import transforms
+
+    code = J.transformed_compiles()
+    assert code is not None and code is transforms.impl_cache_miss_code()
+
+    def loss(w, x):
+        return jnp.sum(jnp.sin(w * x))
+
+    f = jax.jit(loss)
+    w, x = jnp.ones(3), jnp.ones(3)
+    frames = _frames_during_compile(lambda: jax.grad(f)(w, x), code)
+    frames += _frames_during_compile(lambda: jax.vmap(f, in_axes=(None, 0))(w, jnp.ones((2, 3))), code)
+    calls = [transforms.impl_call(frame) for frame in frames]
+    # JAX 0.11 merged ClosedJaxpr into Jaxpr: the source is read from either.
+    assert [c[1:] for c in calls] == [
+        (f._jit_info.fun_sourceinfo, t) for t in ("grad-forward", "grad-backward", "vmap")
+    ]
+    assert transforms.batch_dims(frames[-1]) == (None, 0)
+
+
+def test_config_states():
+    from jax._src import config
+
+    names = J.config_states()
+    if names is None:  # JAX 0.8 keeps no names for the states in jit's cache key
+        assert not hasattr(config, "trace_context_names") and tuple(jax.__version_info__) < (0, 9)
+        return
+    assert {"jax_enable_x64", "jax_default_matmul_precision"} <= set(names)
+    if hasattr(config, "remat3"):  # JAX 0.11 on: its new remat and custom_vjp are states that recompile
+        assert {"jax_remat3", "jax_custom_vjp3"} <= set(names)
+
+
+def test_jit_trace_cache():
+    from jaxdiag.jax_internals import transforms
+
+    assert J.jit_trace_cache() is not None
+
+    def f(x, n):
+        return x * n
+
+    j = jax.jit(f, static_argnums=1)
+    j(jnp.ones(2), 3)
+    j(jnp.ones(5), 3)
+    assert transforms.earlier_traces(f) == 2
+    calls = transforms.cached_calls(f, j._jit_info)
+    assert sorted((a[0].shape, a[1]) for a, _ in calls) == [((2,), 3), ((5,), 3)]  # JAX 0.8 lists newest first
+
+
 def test_missing_capability_is_said_once_with_what_is_lost(monkeypatch):
     monkeypatch.setattr(errors, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:
@@ -324,5 +373,7 @@ def test_this_jax_has_every_capability():
     # Older jaxlib aborts on a corrupt XSpace; parse_xspace then asks a forked child first.
     libraries = {"equinox_jit_frame": "equinox", "flax_nnx_jit_frame": "flax", "flax_nnx_static_fields": "flax"}
     absent = {cap for cap, lib in libraries.items() if importlib.util.find_spec(lib) is None}
-    assert set(J.missing()) - absent <= {"xspace_reader_raises"}
+    # JAX 0.8 names no config states of jit's cache key (test_config_states checks it lacks them).
+    older = {"config_states"} if tuple(jax.__version_info__) < (0, 9) else set()
+    assert set(J.missing()) - absent <= {"xspace_reader_raises"} | older
     assert J.available("jit_call_frame") and J.available("xspace_reader")

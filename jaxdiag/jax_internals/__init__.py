@@ -125,6 +125,23 @@ CAPABILITIES: dict[str, Capability] = {
             "the run-time host check (watch(check_hosts=...)) cannot reach the other processes",
         ),
         Capability(
+            "transformed_compiles",
+            "jax._src.pjit._pjit_call_impl's call_impl_cache_miss frame (args, jaxpr's debug_info) and the jit_p "
+            "rules _pjit_linearize/_pjit_transpose_fancy/_pjit_batcher on its stack",
+            "compiles made by jax.grad or jax.vmap of a jitted function are not tied to it or labelled with "
+            "their transformation",
+        ),
+        Capability(
+            "config_states",
+            "jax._src.config.trace_context_names/trace_context (the config states in jit's cache key)",
+            "a recompile caused by a jax config change (jax_enable_x64, matmul precision...) is not named",
+        ),
+        Capability(
+            "jit_trace_cache",
+            "jax._src.pjit._infer_params_cached.cache_keys() (the traces jit holds)",
+            "a watch() entered late cannot say what changed since the traces made before it",
+        ),
+        Capability(
             "flax_nnx_static_fields",
             "a flax nnx module's _pytree__nodes",
             "static attributes of nnx modules are not named in recompile causes",
@@ -384,6 +401,33 @@ def distributed_state() -> Any:
     except Exception:
         return None
     return state if hasattr(state, "client") else None
+
+
+@functools.cache
+def transformed_compiles() -> types.CodeType | None:
+    """The code of ``call_impl_cache_miss``, where a transformed ``jit_p`` compiles, when the rules
+    that say which transformation bound it are there too (``transforms.transform_rules``)."""
+    from jaxdiag.jax_internals import transforms
+
+    code = transforms.impl_cache_miss_code()
+    return code if code is not None and transforms.transform_rules() is not None else None
+
+
+@functools.cache
+def config_states() -> tuple[str, ...] | None:
+    """The names of the config states in jit's cache key (JAX 0.9 on names them)."""
+    from jaxdiag.jax_internals import transforms
+
+    state = transforms.config_state()
+    return tuple(state) if state else None
+
+
+@functools.cache
+def jit_trace_cache() -> Callable[[], Any] | None:
+    """``cache_keys`` of jit's trace cache."""
+    from jaxdiag.jax_internals import transforms
+
+    return transforms.jit_trace_cache()
 
 
 _PROBES: dict[str, Callable[[], Any]] = {name: globals()[name] for name in CAPABILITIES}

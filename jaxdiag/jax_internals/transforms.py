@@ -55,11 +55,34 @@ def impl_call(frame: types.FrameType) -> tuple[tuple[Any, ...], str | None, str]
     try:
         local = frame.f_locals
         args = tuple(local["args"])
-        info = getattr(getattr(local["jaxpr"], "jaxpr", None), "debug_info", None)
+        jaxpr = local["jaxpr"]  # a ClosedJaxpr before JAX 0.11, which merged it into Jaxpr
+        info = getattr(jaxpr, "debug_info", None) or getattr(getattr(jaxpr, "jaxpr", None), "debug_info", None)
         source = getattr(info, "func_src_info", None)
         return args, source if isinstance(source, str) else None, transform_of(frame)
     except Exception:
         return None
+
+
+def transform_rules() -> dict[str, str] | None:
+    """The ``jit_p`` rules of this JAX that ``transform_of`` looks for, by name, with what each
+    says (``None`` when a transformation has none: its compiles would read ``transformed``)."""
+    try:
+        from jax._src import pjit
+    except Exception:
+        return None
+    found = {name: kind for name, kind in _TRANSFORM_FRAMES.items() if callable(getattr(pjit, name, None))}
+    return found if {"grad-forward", "grad-backward", "vmap"} <= set(found.values()) else None
+
+
+def jit_trace_cache() -> Any:
+    """``cache_keys`` of jit's trace cache, which ``earlier_traces`` and ``cached_calls`` read (``None``: none)."""
+    try:
+        from jax._src import pjit
+
+        keys = pjit._infer_params_cached.cache_keys
+    except Exception:
+        return None
+    return keys if callable(keys) else None
 
 
 def transform_of(frame: types.FrameType) -> str:

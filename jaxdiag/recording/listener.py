@@ -175,6 +175,7 @@ def install() -> None:
             (found.cached_compilation is None, "compiled_executable"),
             (found.timed_exit is None, "stage_exceptions"),
             (jax_internals.pmap_call_frame() is None, "pmap_call_frame"),
+            (found.cache_miss is not None and jax_internals.transformed_compiles() is None, "transformed_compiles"),
         ):
             if lost:
                 jax_internals.warn_lost(capability)
