@@ -1,0 +1,45 @@
+"""When a step is slow: longer than a factor times the rolling median of recent steady steps.
+
+The median is recomputed every few steps from a bounded history (a sort of at
+most ``window`` numbers), so a step pays a comparison and an append.
+"""
+
+from __future__ import annotations
+
+import collections
+
+
+class SlowSteps:
+    """Rolling median of steady steps, and the test ``wall_ms > factor x median``.
+
+    Args:
+      factor: how many times the median a step must take to be slow.
+      window: how many recent steady steps the median is taken over.
+      min_history: steps needed before any step is called slow.
+      refresh: recompute the median every this many added steps.
+      min_excess_ms: a slow step also exceeds the median by at least this much, so
+        that a blip of a sub-millisecond step (a busy machine) is not called slow.
+    """
+
+    def __init__(
+        self, factor: float, window: int = 50, min_history: int = 10, refresh: int = 5, min_excess_ms: float = 0.0
+    ) -> None:
+        self.factor = float(factor)
+        self.min_excess_ms = float(min_excess_ms)
+        self.history: collections.deque[float] = collections.deque(maxlen=max(3, int(window)))
+        self.min_history = max(1, int(min_history))
+        self.refresh = max(1, int(refresh))
+        self.median_ms: float | None = None
+        self._added = 0
+
+    def add(self, wall_ms: float) -> None:
+        self.history.append(wall_ms)
+        self._added += 1
+        if len(self.history) >= self.min_history and (self.median_ms is None or self._added % self.refresh == 0):
+            values = sorted(self.history)
+            mid = len(values) // 2
+            self.median_ms = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    def is_slow(self, wall_ms: float) -> bool:
+        median = self.median_ms
+        return median is not None and wall_ms > self.factor * median and wall_ms - median >= self.min_excess_ms

@@ -1,0 +1,533 @@
+"""``jaxdiag.monitor``: watch a long run, capture when it goes wrong, say who a hang waits for.
+
+    with jaxdiag.monitor("logs/run1"):
+        for batch in data:
+            state = train_step(state, batch)      # @jaxdiag.step, cap.step(), or found (below)
+
+Steps come from the marks the program already has (``@jaxdiag.step``,
+``cap.step()``, or ``mon.step()``); without any, from the calls of the dominant
+jitted function: the user function with the costliest first compile, timed
+through a wrapper put in place of the module global that names it (a function
+held only in a local variable cannot be timed this way: the monitor says so). Each
+step's end appends one line to the metrics stream (``stream``), compiles are
+recorded as ``jaxdiag.watch()`` records them, and at each step end the monitor
+decides, from numbers it already has, whether to capture the next steps
+(``windows``). Work that talks to other processes (triggers, progress, step
+times) runs on a background thread (``peers``), and a hang watchdog on another
+(``watchdog``): a step never waits on either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+from jaxdiag.errors import ConfigError
+from jaxdiag.monitoring.anomaly import SlowSteps
+from jaxdiag.monitoring.stream import SCHEMA, StreamWriter
+from jaxdiag.monitoring.windows import WindowKeeper, device_ms_by_step
+
+#: Exit status of a process the watchdog ends (``exit_on_hang``): EX_TEMPFAIL, "try again".
+HANG_EXIT_STATUS = 75
+_MB = 1 << 20
+_SEQUENCE = [0]  # monitors started in this process: the key-value namespace of each, alike on every process
+
+
+class Monitor:
+    """A monitor of one training loop; see ``jaxdiag.monitor`` for the arguments."""
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str],
+        *,
+        slow_factor: float = 3.0,
+        min_slow_ms: float = 20.0,
+        median_of: int = 50,
+        warmup_steps: int = 10,
+        capture_steps: int = 5,
+        every: int | None = None,
+        max_windows: int = 5,
+        disk_budget_mb: float = 2048,
+        reports: bool = True,
+        hang_after_s: float | None = 600.0,
+        exit_on_hang: bool = False,
+        peer_every: int = 20,
+        straggler_factor: float = 1.5,
+        flush_every: int = 10,
+        interval_s: float = 1.0,
+        lead_steps: int = 10,
+        name: str = "train",
+    ) -> None:
+        for label, value in (("slow_factor", slow_factor), ("straggler_factor", straggler_factor)):
+            if not (isinstance(value, (int, float)) and value > 1):
+                raise ConfigError(f"jaxdiag.monitor({label}=...) must be a number above 1, got {value!r}")
+        for label, value in (
+            ("median_of", median_of),
+            ("capture_steps", capture_steps),
+            ("max_windows", max_windows),
+            ("peer_every", peer_every),
+            ("flush_every", flush_every),
+            ("lead_steps", lead_steps),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"jaxdiag.monitor({label}=...) must be a positive integer, got {value!r}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ConfigError(f"jaxdiag.monitor(warmup_steps=...) must be 0 or more, got {warmup_steps!r}")
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise ConfigError(f"jaxdiag.monitor(every=...) must be a positive integer or None, got {every!r}")
+        if hang_after_s is not None and not (isinstance(hang_after_s, (int, float)) and hang_after_s > 0):
+            raise ConfigError(f"jaxdiag.monitor(hang_after_s=...) must be positive or None, got {hang_after_s!r}")
+        if not (isinstance(interval_s, (int, float)) and interval_s > 0):
+            raise ConfigError(f"jaxdiag.monitor(interval_s=...) must be positive, got {interval_s!r}")
+        self.logdir = Path(logdir)
+        if not (isinstance(min_slow_ms, (int, float)) and min_slow_ms >= 0):
+            raise ConfigError(f"jaxdiag.monitor(min_slow_ms=...) must be 0 or more, got {min_slow_ms!r}")
+        self.slow = SlowSteps(slow_factor, median_of, min_history=min(10, median_of), min_excess_ms=min_slow_ms)
+        self.warmup_steps = warmup_steps
+        self.capture_steps = capture_steps
+        self.every = every
+        self.max_windows = max_windows
+        self.budget_bytes = int(disk_budget_mb * _MB)
+        self.reports = reports
+        self.hang_after_s = hang_after_s
+        self.exit_on_hang = exit_on_hang
+        self.peer_every = peer_every
+        self.straggler_factor = float(straggler_factor)
+        self.flush_every = flush_every
+        self.interval_s = float(interval_s)
+        self.lead_steps = lead_steps
+        self.name = name
+        # --- state read by the background threads (plain attributes: each write is atomic) ---
+        self.last_step: int | None = None  # the last step that ended
+        self.entered: int | None = None  # the step running now (begun, not ended)
+        self.entered_call: str | None = None  # the jitted function whose call is the step, when known
+        self.last_end_unix: float | None = None
+        self.last_progress = time.monotonic()  # when a step last ended (or the monitor started)
+        self.last_compile: dict[str, Any] | None = None
+        self.recent: list[tuple[int, float, float | None, float]] = []  # (step, wall, gap, compile) ms, bounded
+        self.process_index = 0
+        self.process_count = 1
+        self.host = socket.gethostname()
+        # --- the step thread's own ---
+        self._n = -1
+        self._begin: float | None = None
+        self._prev_end: float | None = None
+        self._compiles: list[Any] = []  # records since the last step end, appended by the listener
+        self._scheduled: list[tuple[int, str]] = []  # (first step, reason), from this process or process 0
+        self._quiet_until = -1  # no slow-step trigger before this step (a window just ran)
+        self._annotation: Any = None
+        self._window_steps: dict[int, int] = {}  # step -> window number
+        self._started = False
+        self._stream: StreamWriter | None = None
+        self._windows: WindowKeeper | None = None
+        self._watch: Any = None
+        self._collector: Any = None
+        self._peers: Any = None
+        self._watchdog: Any = None
+        self._calls: Any = None
+        self._lock = threading.Lock()
+        self.windows: list[dict[str, Any]] = []  # every window event, in order
+        self.stream_path: Path | None = None
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> "Monitor":
+        if self._started:
+            return self
+        from jaxdiag.capturing import step_hooks
+        from jaxdiag.recording import compile_log
+        from jaxdiag.recording.watch import watch
+
+        try:
+            self.logdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{self.logdir}: cannot write the monitor's folder ({exc.strerror or exc})") from None
+        self.process_index, self.process_count = _process()
+        self._stream = StreamWriter(self.logdir, self.process_index, self.flush_every)
+        self.stream_path = self._stream.path
+        self._windows = WindowKeeper(
+            self.logdir / "windows",
+            steps=self.capture_steps,
+            max_windows=self.max_windows,
+            budget_bytes=self.budget_bytes,
+            reports=self.reports,
+            process_index=self.process_index,
+            process_count=self.process_count,
+        )
+        self._stream.event(
+            {
+                "event": "start",
+                "schema": SCHEMA,
+                "t": time.time(),
+                "host": self.host,
+                "pid": os.getpid(),
+                "process": self.process_index,
+                "processes": self.process_count,
+                "warmup_steps": self.warmup_steps,
+                "slow_factor": self.slow.factor,
+                "capture_steps": self.capture_steps,
+            }
+        )
+        self._watch = watch()
+        self._watch.__enter__()
+        self._collector = _CompileTap(self)
+        compile_log.LOG.add_collector(self._collector)
+        step_hooks.add_listener(self)
+        _SEQUENCE[0] += 1
+        if self.process_count > 1:
+            from jaxdiag.monitoring.peers import Peers
+
+            self._peers = Peers.connect(self, f"jaxdiag/monitor/m{_SEQUENCE[0]}")
+        if self.hang_after_s is not None:
+            from jaxdiag.monitoring.watchdog import Watchdog
+
+            self._watchdog = Watchdog(self)
+            self._watchdog.start()
+        self.last_progress = time.monotonic()
+        self._prev_end = time.perf_counter()
+        self._started = True
+        return self
+
+    def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        from jaxdiag.capturing import step_hooks
+        from jaxdiag.recording import compile_log
+
+        step_hooks.remove_listener(self)
+        if self._calls is not None:
+            self._calls.restore()
+            self._calls = None
+        self._end_annotation()
+        if self._windows is not None and self._windows.open:
+            self._window_closed(self._windows.stop(self._n))
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self._peers is not None:
+            self._peers.stop()
+        compile_log.LOG.remove_collector(self._collector)
+        if self._watch is not None:
+            self._watch.__exit__(None, None, None)
+        assert self._stream is not None and self._windows is not None
+        self._reports_done(self._windows.wait_reports(timeout_s=120.0))
+        self._stream.event({"event": "stop", "t": time.time(), "last_step": self.last_step})
+        self._stream.close()
+
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- steps -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def step(self) -> Iterator[int]:
+        """Mark one step of a loop that has no other mark; yields its number."""
+        n = self._n + 1
+        self.step_begin(n)
+        try:
+            yield n
+        finally:
+            self.step_end(n)
+
+    def step_begin(self, n: int | None = None, *, call: str | None = None) -> None:
+        """A step begins (``step_hooks`` listener; also called by ``step()`` and the call wrapper)."""
+        if call is None and self._calls is not None:  # the program marks its steps: time those
+            self._calls.restore()
+            self._calls = None
+        elif call is not None and self.entered is not None:  # the call that compiled, seen only as it began
+            self.step_end()
+        self._begin = time.perf_counter()
+        self.entered = self._n + 1 if n is None else n
+        self.entered_call = call
+
+    def step_end(self, n: int | None = None) -> None:
+        """A step ended: time it, write its line, decide whether to capture the next steps."""
+        end = time.perf_counter()
+        if not self._started:
+            return
+        n = self._n + 1 if n is None else n
+        self._n = n
+        prev = self._prev_end if self._prev_end is not None else end
+        wall_ms = (end - prev) * 1e3
+        begin = self._begin
+        gap_ms = None if begin is None or begin < prev else (begin - prev) * 1e3
+        self._begin = None
+        compiles, self._compiles = self._compiles, []
+        line: dict[str, Any] = {"step": n, "t": time.time(), "wall_ms": round(wall_ms, 4)}
+        if gap_ms is not None:
+            line["gap_ms"] = round(gap_ms, 4)
+        reason = None
+        if compiles:
+            line["compile_ms"] = round(sum(r.compile_s for r in compiles) * 1e3, 3)
+            line["compiles"] = [r.function for r in compiles]
+            recompiled = [r for r in compiles if _is_recompile(r)]
+            if recompiled and n >= self.warmup_steps:
+                line["recompile"] = True
+                reason = _recompile_reason(n, recompiled)
+        window = self._windows
+        assert window is not None and self._stream is not None
+        in_window = window.open
+        if in_window:
+            line["window"] = window.count
+            self._window_steps[n] = window.count
+        self._stream.step(line)
+        self.last_step, self.entered, self.entered_call = n, None, None
+        self.last_end_unix = line["t"]
+        self.last_progress = time.monotonic()
+        recent = self.recent
+        recent.append((n, wall_ms, gap_ms, line.get("compile_ms", 0.0)))
+        if len(recent) > 4 * self.peer_every:
+            del recent[: len(recent) - 2 * self.peer_every]
+        if not in_window and not compiles:
+            if reason is None and n >= self.warmup_steps and n >= self._quiet_until and self.slow.is_slow(wall_ms):
+                reason = _slow_reason(n, wall_ms, gap_ms, self.slow)
+            else:
+                self.slow.add(wall_ms)
+        if reason is None and self.every is not None and n + 1 >= self.warmup_steps and (n + 1) % self.every == 0:
+            self._scheduled.append((n + 1, f"scheduled capture (every {self.every} steps) from step {n + 1}"))
+        elif reason is not None and not in_window and not self._scheduled:
+            if self._peers is not None:
+                self._peers.propose(n, reason)
+            else:
+                self._scheduled.append((n + 1, reason))
+        self._windows_at(n)
+        if self._peers is not None and (n + 1) % self.peer_every == 0:
+            self._peers.stats_due(n)
+        self._prev_end = time.perf_counter()
+
+    def schedule(self, first_step: int, reason: str) -> None:
+        """Capture from ``first_step`` on (called by ``peers`` with process 0's decision)."""
+        with self._lock:
+            self._scheduled.append((first_step, reason))
+
+    # --- windows ---------------------------------------------------------------------
+    def _windows_at(self, n: int) -> None:
+        """After step ``n``: close a window that has its steps; open one due at step ``n + 1``."""
+        window = self._windows
+        assert window is not None and self._stream is not None
+        if window.open and n >= (window.last_step() or n):
+            self._end_annotation()
+            self._window_closed(window.stop(n))
+            self._quiet_until = n + 1 + self.capture_steps
+        if not window.open and self._scheduled:
+            with self._lock:
+                self._scheduled.sort()
+                first, reason = self._scheduled[0]
+                if first > n + 1:
+                    return
+                self._scheduled.pop(0)
+                self._scheduled = [s for s in self._scheduled if s[0] > n + self.capture_steps]
+            if first < n + 1:
+                reason += f" (started {n + 1 - first} step(s) late, at step {n + 1})"
+            if window.start(n + 1, reason):
+                self._annotate(n + 1)
+        elif window.open:
+            self._annotate(n + 1)
+        if window.reports and window.building and (n + 1) % self.flush_every == 0:
+            self._reports_done(window.finished_reports())
+
+    def _reports_done(self, run_dirs: list[Path]) -> None:
+        assert self._stream is not None and self._windows is not None
+        for run_dir in run_dirs:
+            self._device_times(run_dir)
+        if run_dirs:
+            for removed in self._windows.prune():
+                self._stream.event({"event": "window_dropped", "t": time.time(), "run_dir": removed})
+
+    def _window_closed(self, event: dict[str, Any] | None) -> None:
+        assert self._stream is not None and self._windows is not None
+        if event is None:
+            return
+        self.windows.append(event)
+        self._stream.event(event)
+        for removed in self._windows.prune():
+            self._stream.event({"event": "window_dropped", "t": time.time(), "run_dir": removed})
+
+    def _device_times(self, run_dir: Path) -> None:
+        assert self._stream is not None
+        by_step = device_ms_by_step(run_dir)
+        if by_step:
+            self._stream.event(
+                {"event": "device_time", "run_dir": str(run_dir), "device_ms": {str(k): v for k, v in by_step.items()}}
+            )
+
+    def _annotate(self, n: int) -> None:
+        """Open step ``n``'s annotation now: a captured step runs from the end of the one before."""
+        import jax
+
+        self._end_annotation()
+        self._annotation = jax.profiler.StepTraceAnnotation(self.name, step_num=n)
+        self._annotation.__enter__()
+
+    def _end_annotation(self) -> None:
+        if self._annotation is not None:
+            annotation, self._annotation = self._annotation, None
+            annotation.__exit__(None, None, None)
+
+    # --- compiles (from the listener, on the compiling thread) -------------------------
+    def compiled(self, record: Any) -> None:
+        self._compiles.append(record)
+        from jaxdiag.recording.host_check import entry
+
+        try:
+            fp = entry(record)["fp"]
+        except Exception:  # noqa: BLE001
+            fp = None
+        self.last_compile = {"function": record.function, "compile": record.compile_index, "fp": fp}
+        if self._calls is None and self.entered is None and self.last_step is None and record.origin != "jax-internal":
+            from jaxdiag.monitoring.calls import CallSteps
+
+            self._calls = CallSteps.find(self, record)
+            if self._calls is not None:  # the call compiling now is the first step
+                self.entered, self.entered_call = self._n + 1, record.function
+        elif self._calls is not None and self._calls.wants(record):
+            self._calls.restore()
+            from jaxdiag.monitoring.calls import CallSteps
+
+            self._calls = CallSteps.find(self, record)
+
+
+class _CompileTap:
+    """A compile-log collector handing each record to the monitor (``CompileLog.add_collector``)."""
+
+    def __init__(self, monitor: Monitor) -> None:
+        self.records = _Discard()
+        self.monitor = monitor
+
+    def on_record(self, record: Any) -> None:
+        try:
+            self.monitor.compiled(record)
+        except Exception as exc:  # noqa: BLE001 - never the user's compile
+            _warn(f"jaxdiag.monitor: a compile was not seen: {type(exc).__name__}: {exc}")
+
+
+class _Discard(list):  # type: ignore[type-arg]
+    def append(self, item: Any) -> None:
+        pass
+
+
+def _is_recompile(record: Any) -> bool:
+    return record.compile_index > 1 and record.origin != "jax-internal"
+
+
+def _recompile_reason(n: int, records: list[Any]) -> str:
+    parts = []
+    for r in records[:3]:
+        cause = r.explanation.summary if r.explanation is not None else "cause unknown"
+        parts.append(f"`{r.function}` recompiled (compile {r.compile_index}, {r.compile_s * 1e3:.0f} ms): {cause}")
+    return f"recompile after warm-up at step {n}: " + "; ".join(parts)
+
+
+def _slow_reason(n: int, wall_ms: float, gap_ms: float | None, slow: SlowSteps) -> str:
+    median = slow.median_ms or 0.0
+    text = f"slow step {n}: {wall_ms:.1f} ms, {wall_ms / median:.1f}x the rolling median {median:.2f} ms"
+    if gap_ms is not None:
+        text += (
+            f"; {gap_ms:.1f} ms of it before the step began (data loading or work between steps), "
+            f"{wall_ms - gap_ms:.1f} ms in the step"
+        )
+    return text
+
+
+def _process() -> tuple[int, int]:
+    """This process's index and the process count (1 process when ``jax.distributed`` is not running)."""
+    try:
+        from jaxdiag import jax_internals
+
+        if jax_internals.distributed_client() is None:
+            return 0, 1
+        import jax
+
+        return jax.process_index(), jax.process_count()
+    except Exception:  # noqa: BLE001
+        return 0, 1
+
+
+def _warn(message: str) -> None:
+    try:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def monitor(
+    logdir: str | os.PathLike[str],
+    *,
+    slow_factor: float = 3.0,
+    min_slow_ms: float = 20.0,
+    median_of: int = 50,
+    warmup_steps: int = 10,
+    capture_steps: int = 5,
+    every: int | None = None,
+    max_windows: int = 5,
+    disk_budget_mb: float = 2048,
+    reports: bool = True,
+    hang_after_s: float | None = 600.0,
+    exit_on_hang: bool = False,
+    peer_every: int = 20,
+    straggler_factor: float = 1.5,
+    flush_every: int = 10,
+    interval_s: float = 1.0,
+    lead_steps: int = 10,
+    name: str = "train",
+) -> Monitor:
+    """Watch a training loop: time each step, capture when it goes wrong, catch hangs and stragglers.
+
+    A context manager (``with jaxdiag.monitor(dir):``) and a start/stop object
+    (``mon = jaxdiag.monitor(dir).start()`` ... ``mon.stop()``).
+
+    Args:
+      logdir: where the metrics stream, capture windows and hang files go.
+      slow_factor: a step slower than this times the rolling median is captured.
+      min_slow_ms: ... and slower than the median by at least this many ms (a busy
+        machine stretches a 1 ms step to 4 ms now and then; that is no anomaly).
+      median_of: how many recent steady steps the median is taken over.
+      warmup_steps: steps before any capture trigger (first compiles, warm caches).
+      capture_steps: how many steps each window captures.
+      every: also capture a window every this many steps (``None``: only on anomalies).
+      max_windows, disk_budget_mb: keep at most this many windows and this much
+        disk; the oldest are removed first.
+      reports: build each window's report beside it (process 0, a child process).
+      hang_after_s: the watchdog's deadline: no step ending for this long is a hang
+        (``None``: no watchdog).
+      exit_on_hang: end the process with ``HANG_EXIT_STATUS`` (75) once the hang is
+        written down, for an orchestrator to restart the job.
+      peer_every: publish step times to the other processes every this many steps.
+      straggler_factor: a process whose moving average exceeds the others' median by
+        this factor, three publications running, is named a straggler.
+      flush_every: write the stream every this many steps.
+      interval_s: how often the background threads look at the other processes.
+      lead_steps: in a multi-process run, how many steps ahead a capture is scheduled
+        so that every process captures the same steps.
+      name: the step annotation name in capture windows.
+
+    Raises:
+      ConfigError: a setting out of range, or ``logdir`` cannot be written (on start).
+    """
+    return Monitor(
+        logdir,
+        slow_factor=slow_factor,
+        min_slow_ms=min_slow_ms,
+        median_of=median_of,
+        warmup_steps=warmup_steps,
+        capture_steps=capture_steps,
+        every=every,
+        max_windows=max_windows,
+        disk_budget_mb=disk_budget_mb,
+        reports=reports,
+        hang_after_s=hang_after_s,
+        exit_on_hang=exit_on_hang,
+        peer_every=peer_every,
+        straggler_factor=straggler_factor,
+        flush_every=flush_every,
+        interval_s=interval_s,
+        lead_steps=lead_steps,
+        name=name,
+    )
