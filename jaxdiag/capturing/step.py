@@ -65,7 +65,7 @@ class StepFunction:
             self._annotation = jax.profiler.StepTraceAnnotation(self.name, step_num=n)
             self._annotation.__enter__()
         if step_hooks.LISTENERS:
-            step_hooks.began(n)
+            step_hooks.began(n, self)
         try:
             out = self.jitted(*args, **kwargs)
         except BaseException:
@@ -74,7 +74,7 @@ class StepFunction:
         finally:
             self.step_num = n + 1
         if step_hooks.LISTENERS:
-            step_hooks.ended(n)
+            step_hooks.ended(n, self)
         if capturing and window is not None and window.capture is not None:
             window.capture.record_step(
                 n,

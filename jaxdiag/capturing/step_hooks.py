@@ -2,7 +2,7 @@
 
 ``jaxdiag.monitor`` times the steps the program already marks, rather than asking
 for a second mark. A listener is an object with ``step_begin(n)`` and
-``step_end(n)``; with none registered a step pays one truthiness test of a list.
+``step_end(n)``, each also given the object that marks the step; with none registered a step pays one truthiness test of a list.
 Listeners must not raise (a failure is swallowed: instrumentation never breaks
 the user's step).
 """
@@ -26,17 +26,17 @@ def remove_listener(listener: Any) -> None:
         LISTENERS.remove(listener)
 
 
-def began(n: int) -> None:
+def began(n: int, source: Any) -> None:
     for listener in tuple(LISTENERS):
         try:
-            listener.step_begin(n)
+            listener.step_begin(n, source)
         except Exception:  # noqa: BLE001 - never the user's exception
             pass
 
 
-def ended(n: int) -> None:
+def ended(n: int, source: Any) -> None:
     for listener in tuple(LISTENERS):
         try:
-            listener.step_end(n)
+            listener.step_end(n, source)
         except Exception:  # noqa: BLE001
             pass

@@ -103,7 +103,7 @@ class StepCapture:
         capturing = self.window.open_if_due(n)
         annotation = jax.profiler.StepTraceAnnotation(self.name, step_num=n) if capturing else contextlib.nullcontext()
         if step_hooks.LISTENERS:
-            step_hooks.began(n)
+            step_hooks.began(n, self)
         try:
             with annotation:
                 yield n
@@ -113,7 +113,7 @@ class StepCapture:
         finally:
             self.step_num = n + 1
         if step_hooks.LISTENERS:
-            step_hooks.ended(n)
+            step_hooks.ended(n, self)
         if capturing and self.window.capture is not None:
             self.window.capture.record_step(n, tokens=tokens, samples=samples, flops=flops)
         if self.window.due_to_close(n + 1):

@@ -37,11 +37,11 @@ class TimedCall:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         monitor = self._monitor
-        monitor.step_begin(call=self._name)
+        monitor.step_begin(None, self, call=self._name)
         try:
             return self.__wrapped__(*args, **kwargs)
         finally:
-            monitor.step_end()
+            monitor.step_end(None, self)
 
     def __getattr__(self, name: str) -> Any:  # .lower, .trace, .clear_cache, ...
         return getattr(self.__dict__["__wrapped__"], name)

@@ -36,6 +36,7 @@ from jaxdiag.monitoring.windows import WindowKeeper, device_ms_by_step
 #: Exit status of a process the watchdog ends (``exit_on_hang``): EX_TEMPFAIL, "try again".
 HANG_EXIT_STATUS = 75
 _MB = 1 << 20
+_MARK = "monitor.step"  # the source of ``Monitor.step()`` marks
 _SEQUENCE = [0]  # monitors started in this process: the key-value namespace of each, alike on every process
 
 
@@ -131,6 +132,7 @@ class Monitor:
         self._peers: Any = None
         self._watchdog: Any = None
         self._calls: Any = None
+        self._source: Any = None  # what marks the steps timed (see ``step_begin``)
         self._lock = threading.Lock()
         self.windows: list[dict[str, Any]] = []  # every window event, in order
         self.stream_path: Path | None = None
@@ -206,7 +208,10 @@ class Monitor:
             self._calls = None
         self._end_annotation()
         if self._windows is not None and self._windows.open:
-            self._window_closed(self._windows.stop(self._n))
+            if (self._windows.start_step or 0) > self._n:  # opened for a step that never came
+                self._windows.discard()
+            else:
+                self._window_closed(self._windows.stop(self._n))
         if self._watchdog is not None:
             self._watchdog.stop()
         if self._peers is not None:
@@ -229,30 +234,42 @@ class Monitor:
     @contextlib.contextmanager
     def step(self) -> Iterator[int]:
         """Mark one step of a loop that has no other mark; yields its number."""
-        n = self._n + 1
-        self.step_begin(n)
+        self.step_begin()
         try:
-            yield n
+            yield self._n + 1
         finally:
-            self.step_end(n)
-
-    def step_begin(self, n: int | None = None, *, call: str | None = None) -> None:
-        """A step begins (``step_hooks`` listener; also called by ``step()`` and the call wrapper)."""
-        if call is None and self._calls is not None:  # the program marks its steps: time those
-            self._calls.restore()
-            self._calls = None
-        elif call is not None and self.entered is not None:  # the call that compiled, seen only as it began
             self.step_end()
+
+    def step_begin(self, n: int | None = None, source: Any = None, *, call: str | None = None) -> None:
+        """A step begins (``step_hooks`` listener; also ``step()`` and the call wrapper).
+
+        Steps are numbered by the monitor, from 0, whatever numbers their marks carry.
+        The first mark seen is the one timed: marks nested in it (a ``@jaxdiag.step``
+        call inside ``cap.step()``) are ignored, and marks of the program take the
+        place of the call wrapper. A step begun while the one before never ended (it
+        raised; or it is the call that compiled, when the wrapper was put in place)
+        ends first.
+        """
+        source = _MARK if source is None else source
+        if self._source is None or (call is None and self._calls is not None and self._source is self._calls.wrapper):
+            if self._calls is not None and call is None:  # the program marks its steps: time those
+                self._calls.restore()
+                self._calls = None
+            self._source = source
+        if source is not self._source:
+            return
+        if self.entered is not None:
+            self.step_end(source=source)
         self._begin = time.perf_counter()
-        self.entered = self._n + 1 if n is None else n
+        self.entered = self._n + 1
         self.entered_call = call
 
-    def step_end(self, n: int | None = None) -> None:
+    def step_end(self, n: int | None = None, source: Any = None) -> None:
         """A step ended: time it, write its line, decide whether to capture the next steps."""
         end = time.perf_counter()
-        if not self._started:
+        if not self._started or (_MARK if source is None else source) is not self._source:
             return
-        n = self._n + 1 if n is None else n
+        n = self._n + 1
         self._n = n
         prev = self._prev_end if self._prev_end is not None else end
         wall_ms = (end - prev) * 1e3
@@ -306,6 +323,11 @@ class Monitor:
         """Capture from ``first_step`` on (called by ``peers`` with process 0's decision)."""
         with self._lock:
             self._scheduled.append((first_step, reason))
+
+    def peer_event(self, event: dict[str, Any]) -> None:
+        """Write an event seen by a background thread (a straggler) into the stream."""
+        if self._stream is not None:
+            self._stream.event(event)
 
     # --- windows ---------------------------------------------------------------------
     def _windows_at(self, n: int) -> None:
@@ -386,12 +408,14 @@ class Monitor:
 
             self._calls = CallSteps.find(self, record)
             if self._calls is not None:  # the call compiling now is the first step
+                self._source = self._calls.wrapper
                 self.entered, self.entered_call = self._n + 1, record.function
         elif self._calls is not None and self._calls.wants(record):
             self._calls.restore()
             from jaxdiag.monitoring.calls import CallSteps
 
             self._calls = CallSteps.find(self, record)
+            self._source = None if self._calls is None else self._calls.wrapper
 
 
 class _CompileTap:

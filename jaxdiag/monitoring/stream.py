@@ -52,12 +52,18 @@ class StreamWriter:
         self._failed = False
 
     def step(self, line: dict[str, Any]) -> None:
-        self._lines.append(json.dumps(line, separators=(",", ":"), allow_nan=False, default=str))
-        if len(self._lines) >= self.flush_every:
+        text = json.dumps(line, separators=(",", ":"), allow_nan=False, default=str)
+        with self._lock:
+            self._lines.append(text)
+            due = len(self._lines) >= self.flush_every
+        if due:
             self.flush()
 
     def event(self, line: dict[str, Any]) -> None:
-        self._lines.append(json.dumps(line, separators=(",", ":"), default=str))
+        """Write ``line`` now (from any thread)."""
+        text = json.dumps(line, separators=(",", ":"), default=str)
+        with self._lock:
+            self._lines.append(text)
         self.flush()
 
     def flush(self) -> None:

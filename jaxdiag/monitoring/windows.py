@@ -108,6 +108,14 @@ class WindowKeeper:
             self._report(run_dir)
         return event
 
+    def discard(self) -> None:
+        """Stop the running capture and remove it (it holds no step)."""
+        capture, self.capture = self.capture, None
+        try:
+            shutil.rmtree(capture.stop(), ignore_errors=True)
+        except Exception:  # noqa: BLE001
+            pass
+
     def _report(self, run_dir: Path) -> None:
         """Build the window's report in a child process at low priority (see the module doc)."""
         code = (
