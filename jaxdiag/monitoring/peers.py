@@ -6,9 +6,11 @@ A background thread, every ``interval_s``, publishes this process's progress
 step itself only appends to lists this thread reads: it never waits on the store.
 
 - **Triggers.** A process that sees an anomaly proposes a window; process 0 decides
-  (one window for proposals that would overlap) and publishes its first step,
-  ``lead_steps`` ahead, so that every process captures the same steps; every
-  process follows the decisions in order.
+  (one window for proposals that would overlap) and publishes its first step, ahead
+  of the furthest process by ``lead_steps`` or by four intervals of this thread in
+  steps, whichever is more, so that every process hears of it in time and captures
+  the same steps; every process follows the decisions in order. A process that
+  hears of a window too late starts it at its next step, and the reason says so.
 - **Stragglers.** Once every process has published its times for the same steps,
   each process compares them: a process whose mean step, or whose mean time before
   entering the step (data loading, host work), exceeds the others' median by more
@@ -22,6 +24,7 @@ step itself only appends to lists this thread reads: it never waits on the store
 from __future__ import annotations
 
 import collections
+import math
 import statistics
 import threading
 import time
@@ -129,7 +132,7 @@ class Peers:
             self._seen_proposals.add(key)
             if not isinstance(step, int) or step <= self._decided_until:
                 continue
-            first = furthest + m.lead_steps
+            first = furthest + self._lead()
             process = key.partition("-")[0]
             self.store.set(
                 f"window/{self._decisions:06d}",
@@ -137,6 +140,15 @@ class Peers:
             )
             self._decisions += 1
             self._decided_until = first + m.capture_steps
+
+    def _lead(self) -> int:
+        """Steps ahead of the furthest process: ``lead_steps``, or more where that is under four of
+        this thread's intervals (the others must hear of the window before they reach it)."""
+        m = self.monitor
+        median = m.slow.median_ms
+        if not median:
+            return m.lead_steps
+        return max(m.lead_steps, math.ceil(4 * m.interval_s * 1e3 / median))
 
     def _follow(self) -> None:
         decisions = self.store.folder("window")

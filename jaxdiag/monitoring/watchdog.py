@@ -32,16 +32,18 @@ from typing import Any
 
 from jaxdiag.monitoring.store import bounded
 
-#: Files under these folders are not the program's own code (where a process waits is told in its code).
-_NOT_USER = tuple(
-    p
-    for p in {
-        sysconfig.get_paths().get("stdlib"),
-        sysconfig.get_paths().get("purelib"),
+
+def _library_folders() -> tuple[str, ...]:
+    """Folders whose files are not the program's own code: the standard library, installed packages, jaxdiag."""
+    paths = sysconfig.get_paths()
+    folders = {
+        paths.get("stdlib"),
+        paths.get("purelib"),
+        paths.get("platlib"),
         os.path.dirname(os.path.dirname(__file__)),
     }
-    if p
-)
+    folders.update(p for p in sys.path if "site-packages" in p or "dist-packages" in p)
+    return tuple(sorted(f for f in folders if f))
 
 
 class Watchdog:
@@ -227,10 +229,8 @@ def where_main_thread_is() -> str | None:
     stack = traceback.extract_stack(frame)
     if not stack:
         return None
-    user = next(
-        (f for f in reversed(stack) if not f.filename.startswith(_NOT_USER) and not f.filename.startswith("<frozen")),
-        None,
-    )
+    libraries = _library_folders() + ("<frozen",)
+    user = next((f for f in reversed(stack) if not f.filename.startswith(libraries)), None)
     inner = stack[-1]
     if user is None:
         return f"{inner.filename}:{inner.lineno} ({inner.name})"
