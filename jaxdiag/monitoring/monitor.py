@@ -199,6 +199,7 @@ class Monitor:
         if not self._started:
             return
         self._started = False
+        stopped = time.time()
         from jaxdiag.capturing import step_hooks
         from jaxdiag.recording import compile_log
 
@@ -221,7 +222,7 @@ class Monitor:
             self._watch.__exit__(None, None, None)
         assert self._stream is not None and self._windows is not None
         self._reports_done(self._windows.wait_reports(timeout_s=120.0))
-        self._stream.event({"event": "stop", "t": time.time(), "last_step": self.last_step})
+        self._stream.event({"event": "stop", "t": stopped, "last_step": self.last_step})
         self._stream.close()
 
     def __enter__(self) -> "Monitor":
@@ -287,6 +288,7 @@ class Monitor:
             recompiled = [r for r in compiles if _is_recompile(r)]
             if recompiled and n >= self.warmup_steps:
                 line["recompile"] = True
+                line["recompiled"] = [r.function for r in recompiled]
                 reason = _recompile_reason(n, recompiled)
         window = self._windows
         assert window is not None and self._stream is not None

@@ -4,11 +4,12 @@ Each line is one object. A step line has ``step`` (its number), ``t`` (when it
 ended, seconds since the epoch), ``wall_ms`` (from the end of the step before,
 so the data loading and work between steps belong to the step they feed),
 ``gap_ms`` (the part of it before the step began; absent when only ends are
-known), ``compile_ms`` and ``compiles`` (the functions that compiled during it,
-``recompile`` when one was a recompile after warm-up), ``device_ms`` (where a
-capture window measured it) and ``window`` (the capture window it was in). Other
-lines have an ``event``: ``start`` (host, process, settings), ``window`` (a
-capture closed: why, its steps, its folder), ``window_dropped``, ``straggler``,
+known), ``compile_ms`` and ``compiles`` (the functions that compiled during it;
+``recompile`` and ``recompiled`` when one was a recompile after warm-up) and
+``window`` (the capture window it was in). Other lines have an ``event``:
+``start`` (host, process, settings), ``window`` (a capture closed: why, its steps,
+its folder), ``window_dropped``, ``device_time`` (device busy time per step of a
+window, from its report: the device time the monitor knows), ``straggler``,
 ``hang``, ``stop``.
 
 Lines are buffered and written every few steps (and at once for events), so a
