@@ -35,7 +35,9 @@ class SlowSteps:
     def add(self, wall_ms: float) -> None:
         self.history.append(wall_ms)
         self._added += 1
-        if len(self.history) >= self.min_history and (self.median_ms is None or self._added % self.refresh == 0):
+        if self._added % self.refresh == 0 or (self.median_ms is None and len(self.history) >= self.min_history):
+            if len(self.history) < self.min_history:
+                return
             values = sorted(self.history)
             mid = len(values) // 2
             self.median_ms = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2

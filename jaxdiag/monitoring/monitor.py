@@ -20,6 +20,7 @@ times) runs on a background thread (``peers``), and a hang watchdog on another
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -123,7 +124,6 @@ class Monitor:
         self._scheduled: list[tuple[int, str]] = []  # (first step, reason), from this process or process 0
         self._quiet_until = -1  # no slow-step trigger before this step (a window just ran)
         self._annotation: Any = None
-        self._window_steps: dict[int, int] = {}  # step -> window number
         self._started = False
         self._stream: StreamWriter | None = None
         self._windows: WindowKeeper | None = None
@@ -277,46 +277,50 @@ class Monitor:
         begin = self._begin
         gap_ms = None if begin is None or begin < prev else (begin - prev) * 1e3
         self._begin = None
-        compiles, self._compiles = self._compiles, []
-        line: dict[str, Any] = {"step": n, "t": time.time(), "wall_ms": round(wall_ms, 4)}
+        t = time.time()
+        # The line is formatted by hand: json.dumps would be most of what a step pays.
+        line = f'{{"step":{n},"t":{t:.6f},"wall_ms":{wall_ms:.4f}'
         if gap_ms is not None:
-            line["gap_ms"] = round(gap_ms, 4)
+            line += f',"gap_ms":{gap_ms:.4f}'
         reason = None
+        compile_ms = 0.0
+        compiles = self._compiles
         if compiles:
-            line["compile_ms"] = round(sum(r.compile_s for r in compiles) * 1e3, 3)
-            line["compiles"] = [r.function for r in compiles]
+            self._compiles = []
+            compile_ms = sum(r.compile_s for r in compiles) * 1e3
+            line += f',"compile_ms":{compile_ms:.3f},"compiles":{json.dumps([r.function for r in compiles])}'
             recompiled = [r for r in compiles if _is_recompile(r)]
             if recompiled and n >= self.warmup_steps:
-                line["recompile"] = True
-                line["recompiled"] = [r.function for r in recompiled]
+                line += f',"recompile":true,"recompiled":{json.dumps([r.function for r in recompiled])}'
                 reason = _recompile_reason(n, recompiled)
         window = self._windows
         assert window is not None and self._stream is not None
         in_window = window.open
         if in_window:
-            line["window"] = window.count
-            self._window_steps[n] = window.count
-        self._stream.step(line)
+            line += f',"window":{window.count}'
+        self._stream.step_text(line + "}")
         self.last_step, self.entered, self.entered_call = n, None, None
-        self.last_end_unix = line["t"]
+        self.last_end_unix = t
         self.last_progress = time.monotonic()
         recent = self.recent
-        recent.append((n, wall_ms, gap_ms, line.get("compile_ms", 0.0)))
+        recent.append((n, wall_ms, gap_ms, compile_ms))
         if len(recent) > 4 * self.peer_every:
             del recent[: len(recent) - 2 * self.peer_every]
         if not in_window and not compiles:
-            if reason is None and n >= self.warmup_steps and n >= self._quiet_until and self.slow.is_slow(wall_ms):
+            if n >= self.warmup_steps and n >= self._quiet_until and self.slow.is_slow(wall_ms):
                 reason = _slow_reason(n, wall_ms, gap_ms, self.slow)
             else:
                 self.slow.add(wall_ms)
-        if reason is None and self.every is not None and n + 1 >= self.warmup_steps and (n + 1) % self.every == 0:
-            self._scheduled.append((n + 1, f"scheduled capture (every {self.every} steps) from step {n + 1}"))
+        every = self.every
+        if reason is None and every is not None and n + 1 >= self.warmup_steps and (n + 1) % every == 0:
+            self._scheduled.append((n + 1, f"scheduled capture (every {every} steps) from step {n + 1}"))
         elif reason is not None and not in_window and not self._scheduled:
             if self._peers is not None:
                 self._peers.propose(n, reason)
             else:
                 self._scheduled.append((n + 1, reason))
-        self._windows_at(n)
+        if in_window or self._scheduled or window.building:
+            self._windows_at(n)
         if self._peers is not None and (n + 1) % self.peer_every == 0:
             self._peers.stats_due(n)
         self._prev_end = time.perf_counter()

@@ -53,7 +53,10 @@ class StreamWriter:
         self._failed = False
 
     def step(self, line: dict[str, Any]) -> None:
-        text = json.dumps(line, separators=(",", ":"), allow_nan=False, default=str)
+        self.step_text(json.dumps(line, separators=(",", ":"), allow_nan=False, default=str))
+
+    def step_text(self, text: str) -> None:
+        """Append one line already formatted as JSON; written every ``flush_every`` lines."""
         with self._lock:
             self._lines.append(text)
             due = len(self._lines) >= self.flush_every
