@@ -135,7 +135,8 @@ class Monitor:
         self._source: Any = None  # what marks the steps timed (see ``step_begin``)
         self._lock = threading.Lock()
         self.windows: list[dict[str, Any]] = []  # every window event, in order
-        self.stream_path: Path | None = None
+        self.stream_path: Path | None = None  # known once the first step has ended
+        self._started_unix = 0.0
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> "Monitor":
@@ -149,6 +150,30 @@ class Monitor:
             self.logdir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"{self.logdir}: cannot write the monitor's folder ({exc.strerror or exc})") from None
+        self._started_unix = time.time()
+        self._watch = watch()
+        self._watch.__enter__()
+        self._collector = _CompileTap(self)
+        compile_log.LOG.add_collector(self._collector)
+        step_hooks.add_listener(self)
+        _SEQUENCE[0] += 1
+        if self.hang_after_s is not None:
+            from jaxdiag.monitoring.watchdog import Watchdog
+
+            self._watchdog = Watchdog(self)
+            self._watchdog.start()
+        self.last_progress = time.monotonic()
+        self._prev_end = time.perf_counter()
+        self._started = True
+        return self
+
+    def _attach(self) -> None:
+        """Open the stream and, in a ``jax.distributed`` run, join the others: at the first step's end.
+
+        Not at start: under ``jaxdiag run --monitor`` the monitor starts before the script
+        calls ``jax.distributed.initialize``, and only then is this process's index known
+        (its stream's name, and whether process 0's duties are its own).
+        """
         self.process_index, self.process_count = _process()
         self._stream = StreamWriter(self.logdir, self.process_index, self.flush_every)
         self.stream_path = self._stream.path
@@ -165,7 +190,7 @@ class Monitor:
             {
                 "event": "start",
                 "schema": SCHEMA,
-                "t": time.time(),
+                "t": self._started_unix,
                 "host": self.host,
                 "pid": os.getpid(),
                 "process": self.process_index,
@@ -175,31 +200,18 @@ class Monitor:
                 "capture_steps": self.capture_steps,
             }
         )
-        self._watch = watch()
-        self._watch.__enter__()
-        self._collector = _CompileTap(self)
-        compile_log.LOG.add_collector(self._collector)
-        step_hooks.add_listener(self)
-        _SEQUENCE[0] += 1
         if self.process_count > 1:
             from jaxdiag.monitoring.peers import Peers
 
             self._peers = Peers.connect(self, f"jaxdiag/monitor/m{_SEQUENCE[0]}")
-        if self.hang_after_s is not None:
-            from jaxdiag.monitoring.watchdog import Watchdog
-
-            self._watchdog = Watchdog(self)
-            self._watchdog.start()
-        self.last_progress = time.monotonic()
-        self._prev_end = time.perf_counter()
-        self._started = True
-        return self
 
     def stop(self) -> None:
         if not self._started:
             return
         self._started = False
         stopped = time.time()
+        if self._stream is None:
+            self._attach()
         from jaxdiag.capturing import step_hooks
         from jaxdiag.recording import compile_log
 
@@ -270,6 +282,8 @@ class Monitor:
         end = time.perf_counter()
         if not self._started or (_MARK if source is None else source) is not self._source:
             return
+        if self._stream is None:
+            self._attach()
         n = self._n + 1
         self._n = n
         prev = self._prev_end if self._prev_end is not None else end

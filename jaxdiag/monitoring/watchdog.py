@@ -77,6 +77,10 @@ class Watchdog:
 
     def fire(self) -> dict[str, Any]:
         m = self.monitor
+        if m._stream is None:  # no step has ended yet: which process this is was not asked
+            from jaxdiag.monitoring.monitor import _process
+
+            m.process_index, m.process_count = _process()
         mine = {
             "process": m.process_index,
             "host": m.host,
