@@ -45,17 +45,19 @@ WORKER = PRELUDE + textwrap.dedent(
 )
 
 
-def _run(tmp_path: Path, mode: str, n: int = 2, timeout_s: float = 240) -> list[tuple[int, str]]:
-    """Run ``WORKER`` in ``n`` processes; each one's exit status and output (killed past ``timeout_s``)."""
+def _run(
+    tmp_path: Path, mode: str, n: int = 2, timeout_s: float = 240, worker: str = WORKER, runner: tuple[str, ...] = ()
+) -> list[tuple[int, str]]:
+    """Run ``worker`` in ``n`` processes; each one's exit status and output (killed past ``timeout_s``)."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(worker)
     port = str(free_port())
     procs = []
     try:
         for i in range(n):
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, str(script), str(i), port, str(n), str(tmp_path / "mon"), mode],
+                    [sys.executable, *runner, str(script), str(i), port, str(n), str(tmp_path / "mon"), mode],
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
@@ -125,3 +127,33 @@ def test_a_slow_step_on_one_process_makes_every_process_capture_the_same_steps(t
     assert window["reason"].startswith("slow step 30: ")  # both saw it; process 0 decided one window
     run = Path(window["run_dir"])
     assert sorted(p.name.rsplit("-", 1)[-1] for p in run.glob("*.xplane.pb")) == ["p0.xplane.pb", "p1.xplane.pb"]
+
+
+UNCHANGED = PRELUDE + textwrap.dedent(
+    """
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    @jax.jit
+    def train_step(x):
+        return (x @ x).sum()
+
+    for i in range(30):
+        loss = train_step(np.ones((32, 32), np.float32) * i)
+        float(np.asarray(multihost_utils.process_allgather(loss)).sum())
+    jax.distributed.shutdown()
+    """
+)
+
+
+def test_run_monitor_on_processes_that_initialize_distributed_themselves(tmp_path):
+    runner = ("-m", "jaxdiag", "run", "--no-summary", "--monitor", str(tmp_path / "mon"))
+    results = _run(tmp_path, "plain", worker=UNCHANGED, runner=runner)
+    outputs = "\n-----\n".join(out for _, out in results)
+    assert [status for status, _ in results] == [0, 0], outputs
+    for process in (0, 1):  # one stream each, named by the index the script's initialize gave
+        (path,) = (tmp_path / "mon").glob(f"metrics-*-p{process}.jsonl")
+        lines, _ = read_stream(path)
+        (start,) = [line for line in lines if line.get("event") == "start"]
+        assert (start["process"], start["processes"]) == (process, 2)
+        assert [line["step"] for line in lines if "event" not in line] == list(range(30))
