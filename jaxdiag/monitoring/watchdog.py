@@ -163,7 +163,7 @@ def judge(
             state[p] = {**peers[p], "answered": False}
         else:
             state[p] = {"answered": False, "unknown": True}
-    reached = [s.get("step") for s in state.values() if isinstance(s.get("step"), int)]
+    reached = [int(s["step"]) for s in state.values() if isinstance(s.get("step"), int)]
     furthest = max(reached) if reached else None
     in_next = any(s.get("entered") is not None and s.get("entered") == (furthest or 0) + 1 for s in state.values())
     behind = []
