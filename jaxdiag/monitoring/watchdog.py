@@ -202,7 +202,9 @@ def judge(
         at = s.get("where") or "(did not answer)"
         step = s.get("entered") if s.get("entered") is not None else s.get("step")
         waiting.append(f"process {p} (host {s.get('host')}) waits in step {step} at {at}")
-    if behind:
+    if count == 1:
+        head = f"jaxdiag.monitor: hang: {stalled}"
+    elif behind:
         head = f"jaxdiag.monitor: hang on process {me}: {stalled}. Not arrived: " + "; ".join(lines)
     else:
         head = (

@@ -125,3 +125,22 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="cannot write"):
         jaxdiag.monitor(tmp_path / "file" / "sub").start()
+
+
+def test_a_stalled_step_is_written_down_with_where_it_waits(tmp_path):
+    with jaxdiag.monitor(tmp_path, hang_after_s=1.0, reports=False) as mon:
+        for i in range(4):
+            with mon.step():
+                if i == 2:
+                    time.sleep(3.0)  # STALL: no step ends for longer than the deadline
+    line = next(n for n, text in enumerate(open(__file__).read().splitlines(), 1) if "# STALL:" in text)
+    verdict = json.loads(next(tmp_path.glob("hang-*-p0.json")).read_text())
+    assert verdict["not_arrived"] == [] and verdict["stalled_s"] >= 1.0
+    assert (
+        f"waits in step 2 at {__file__}:{line} (test_a_stalled_step_is_written_down_with_where_it_waits)"
+        in verdict["message"]
+    )
+    stacks = next(tmp_path.glob("hang-*-p0.txt")).read_text()
+    assert f'File "{__file__}", line {line}' in stacks  # faulthandler's dump of the main thread
+    assert [e["event"] for e in _lines(mon) if e.get("event") == "hang"] == ["hang"]  # once per stall
+    assert [s["step"] for s in _lines(mon) if "event" not in s] == [0, 1, 2, 3]  # and the run went on
