@@ -370,6 +370,8 @@ class Monitor:
                 reason += f" (started {n + 1 - first} step(s) late, at step {n + 1})"
             if window.start(n + 1, reason):
                 self._annotate(n + 1)
+            else:  # the program's own capture has the profiler, or it would not start
+                self._stream.event({"event": "window_skipped", "t": time.time(), "step": n + 1, "reason": reason})
         elif window.open:
             self._annotate(n + 1)
         if window.reports and window.building and (n + 1) % self.flush_every == 0:

@@ -8,7 +8,7 @@ known), ``compile_ms`` and ``compiles`` (the functions that compiled during it;
 ``recompile`` and ``recompiled`` when one was a recompile after warm-up) and
 ``window`` (the capture window it was in). Other lines have an ``event``:
 ``start`` (host, process, settings), ``window`` (a capture closed: why, its steps,
-its folder), ``window_dropped``, ``device_time`` (device busy time per step of a
+its folder), ``window_dropped``, ``window_skipped`` (the profiler was busy), ``device_time`` (device busy time per step of a
 window, from its report: the device time the monitor knows), ``straggler``,
 ``hang``, ``stop``.
 

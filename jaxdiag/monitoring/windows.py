@@ -4,7 +4,8 @@ Each window is a run of ``capturing.profile.Capture`` under ``<logdir>/windows``
 (``plugins/profile/<run>/``), its sidecar tagged with why it was captured
 (``captured_because``, which ``jaxdiag report`` shows). Once it closes, process 0
 builds its report beside it (``report.json``) in a child process at low priority, so
-the training loop is not slowed by the analyses; and the oldest windows are
+the training loop is not slowed by the analyses (the child waits, at most a minute,
+for every process's host file to land in the run folder); and the oldest windows are
 removed while there are more than ``max_windows`` or they take more than the disk
 budget.
 """
@@ -119,15 +120,19 @@ class WindowKeeper:
     def _report(self, run_dir: Path) -> None:
         """Build the window's report in a child process at low priority (see the module doc)."""
         code = (
-            "import os, sys\n"
+            "import os, sys, time, pathlib\n"
             "try:\n    os.nice(10)\nexcept OSError:\n    pass\n"
+            # the other processes' host files land in the run folder as they stop: wait for them, boundedly
+            "until = time.monotonic() + 60\n"
+            "while len(list(pathlib.Path(sys.argv[1]).glob('*.xplane.pb'))) < int(sys.argv[3]) "
+            "and time.monotonic() < until:\n    time.sleep(0.5)\n"
             "from jaxdiag.cli.app import main\n"
             "sys.exit(main(['report', sys.argv[1], '--json', '-o', sys.argv[2]]))\n"
         )
         try:
             with open(run_dir / "report.log", "wb") as log:
                 child = subprocess.Popen(
-                    [sys.executable, "-c", code, str(run_dir), str(run_dir / REPORT_NAME)],
+                    [sys.executable, "-c", code, str(run_dir), str(run_dir / REPORT_NAME), str(self.process_count)],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=log,

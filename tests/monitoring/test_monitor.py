@@ -144,3 +144,12 @@ def test_a_stalled_step_is_written_down_with_where_it_waits(tmp_path):
     assert f'File "{__file__}", line {line}' in stacks  # faulthandler's dump of the main thread
     assert [e["event"] for e in _lines(mon) if e.get("event") == "hang"] == ["hang"]  # once per stall
     assert [s["step"] for s in _lines(mon) if "event" not in s] == [0, 1, 2, 3]  # and the run went on
+
+
+def test_a_window_due_while_the_program_profiles_is_skipped_and_said(tmp_path):
+    with jaxdiag.monitor(tmp_path / "mon", every=5, warmup_steps=1, reports=False, hang_after_s=None) as mon:
+        with jaxdiag.profile(tmp_path / "own"):  # the program's own capture has the profiler
+            _loop(mon, 8)
+    lines = _lines(mon)
+    assert [e["step"] for e in lines if e.get("event") == "window_skipped"] == [5]
+    assert not [e for e in lines if e.get("event") == "window"]
