@@ -7,6 +7,7 @@ most ``window`` numbers), so a step pays a comparison and an append.
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 
 class SlowSteps:
@@ -45,3 +46,27 @@ class SlowSteps:
     def is_slow(self, wall_ms: float) -> bool:
         median = self.median_ms
         return median is not None and wall_ms > self.factor * median and wall_ms - median >= self.min_excess_ms
+
+
+def is_recompile(record: Any) -> bool:
+    """A compile of one of the program's functions after its first (JAX's own helpers aside)."""
+    return record.compile_index > 1 and record.origin != "jax-internal"
+
+
+def recompile_reason(n: int, records: list[Any]) -> str:
+    parts = []
+    for r in records[:3]:
+        cause = r.explanation.summary if r.explanation is not None else "cause unknown"
+        parts.append(f"`{r.function}` recompiled (compile {r.compile_index}, {r.compile_s * 1e3:.0f} ms): {cause}")
+    return f"recompile after warm-up at step {n}: " + "; ".join(parts)
+
+
+def slow_reason(n: int, wall_ms: float, gap_ms: float | None, slow: SlowSteps) -> str:
+    median = slow.median_ms or 0.0
+    text = f"slow step {n}: {wall_ms:.1f} ms, {wall_ms / median:.1f}x the rolling median {median:.2f} ms"
+    if gap_ms is not None:
+        text += (
+            f"; {gap_ms:.1f} ms of it before the step began (data loading or work between steps), "
+            f"{wall_ms - gap_ms:.1f} ms in the step"
+        )
+    return text

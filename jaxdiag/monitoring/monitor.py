@@ -15,6 +15,9 @@ decides, from numbers it already has, whether to capture the next steps
 (``windows``). Work that talks to other processes (triggers, progress, step
 times) runs on a background thread (``peers``), and a hang watchdog on another
 (``watchdog``): a step never waits on either.
+
+The module is longer than most: the step's path and the state the background
+threads read live in one object, so that a step touches one object's attributes.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from jaxdiag.errors import ConfigError
-from jaxdiag.monitoring.anomaly import SlowSteps
+from jaxdiag.monitoring.anomaly import SlowSteps, is_recompile, recompile_reason, slow_reason
 from jaxdiag.monitoring.stream import SCHEMA, StreamWriter
 from jaxdiag.monitoring.windows import WindowKeeper, device_ms_by_step
 
@@ -42,7 +45,33 @@ _SEQUENCE = [0]  # monitors started in this process: the key-value namespace of 
 
 
 class Monitor:
-    """A monitor of one training loop; see ``jaxdiag.monitor`` for the arguments."""
+    """A monitor of one training loop (made by ``jaxdiag.monitor``).
+
+    Args:
+      logdir: where the metrics stream, capture windows and hang files go.
+      slow_factor: a step slower than this times the rolling median is captured.
+      min_slow_ms: ... and slower than the median by at least this many ms (a busy
+        machine stretches a 1 ms step to 4 ms now and then; that is no anomaly).
+      median_of: how many recent steady steps the median is taken over.
+      warmup_steps: steps before any capture trigger (first compiles, warm caches).
+      capture_steps: how many steps each window captures.
+      every: also capture a window every this many steps (``None``: only on anomalies).
+      max_windows, disk_budget_mb: keep at most this many windows and this much
+        disk; the oldest are removed first.
+      reports: build each window's report beside it (process 0, a child process).
+      hang_after_s: the watchdog's deadline: no step ending for this long is a hang
+        (``None``: no watchdog).
+      exit_on_hang: end the process with ``HANG_EXIT_STATUS`` (75) once the hang is
+        written down, for an orchestrator to restart the job.
+      peer_every: publish step times to the other processes every this many steps.
+      straggler_factor: a process whose moving average exceeds the others' median by
+        this factor, three publications running, is named a straggler.
+      flush_every: write the stream every this many steps.
+      interval_s: how often the background threads look at the other processes.
+      lead_steps: in a multi-process run, at least how many steps ahead a capture is
+        scheduled, so that every process captures the same steps.
+      name: the step annotation name in capture windows.
+    """
 
     def __init__(
         self,
@@ -303,10 +332,10 @@ class Monitor:
             self._compiles = []
             compile_ms = sum(r.compile_s for r in compiles) * 1e3
             line += f',"compile_ms":{compile_ms:.3f},"compiles":{json.dumps([r.function for r in compiles])}'
-            recompiled = [r for r in compiles if _is_recompile(r)]
+            recompiled = [r for r in compiles if is_recompile(r)]
             if recompiled and n >= self.warmup_steps:
                 line += f',"recompile":true,"recompiled":{json.dumps([r.function for r in recompiled])}'
-                reason = _recompile_reason(n, recompiled)
+                reason = recompile_reason(n, recompiled)
         window = self._windows
         assert window is not None and self._stream is not None
         in_window = window.open
@@ -322,7 +351,7 @@ class Monitor:
             del recent[: len(recent) - 2 * self.peer_every]
         if not in_window and not compiles:
             if n >= self.warmup_steps and n >= self._quiet_until and self.slow.is_slow(wall_ms):
-                reason = _slow_reason(n, wall_ms, gap_ms, self.slow)
+                reason = slow_reason(n, wall_ms, gap_ms, self.slow)
             else:
                 self.slow.add(wall_ms)
         every = self.every
@@ -459,29 +488,6 @@ class _Discard(list):  # type: ignore[type-arg]
         pass
 
 
-def _is_recompile(record: Any) -> bool:
-    return record.compile_index > 1 and record.origin != "jax-internal"
-
-
-def _recompile_reason(n: int, records: list[Any]) -> str:
-    parts = []
-    for r in records[:3]:
-        cause = r.explanation.summary if r.explanation is not None else "cause unknown"
-        parts.append(f"`{r.function}` recompiled (compile {r.compile_index}, {r.compile_s * 1e3:.0f} ms): {cause}")
-    return f"recompile after warm-up at step {n}: " + "; ".join(parts)
-
-
-def _slow_reason(n: int, wall_ms: float, gap_ms: float | None, slow: SlowSteps) -> str:
-    median = slow.median_ms or 0.0
-    text = f"slow step {n}: {wall_ms:.1f} ms, {wall_ms / median:.1f}x the rolling median {median:.2f} ms"
-    if gap_ms is not None:
-        text += (
-            f"; {gap_ms:.1f} ms of it before the step began (data loading or work between steps), "
-            f"{wall_ms - gap_ms:.1f} ms in the step"
-        )
-    return text
-
-
 def _process() -> tuple[int, int]:
     """This process's index and the process count (1 process when ``jax.distributed`` is not running)."""
     try:
@@ -503,77 +509,15 @@ def _warn(message: str) -> None:
         pass
 
 
-def monitor(
-    logdir: str | os.PathLike[str],
-    *,
-    slow_factor: float = 3.0,
-    min_slow_ms: float = 20.0,
-    median_of: int = 50,
-    warmup_steps: int = 10,
-    capture_steps: int = 5,
-    every: int | None = None,
-    max_windows: int = 5,
-    disk_budget_mb: float = 2048,
-    reports: bool = True,
-    hang_after_s: float | None = 600.0,
-    exit_on_hang: bool = False,
-    peer_every: int = 20,
-    straggler_factor: float = 1.5,
-    flush_every: int = 10,
-    interval_s: float = 1.0,
-    lead_steps: int = 10,
-    name: str = "train",
-) -> Monitor:
+def monitor(logdir: str | os.PathLike[str], **settings: Any) -> Monitor:
     """Watch a training loop: time each step, capture when it goes wrong, catch hangs and stragglers.
 
     A context manager (``with jaxdiag.monitor(dir):``) and a start/stop object
-    (``mon = jaxdiag.monitor(dir).start()`` ... ``mon.stop()``).
-
-    Args:
-      logdir: where the metrics stream, capture windows and hang files go.
-      slow_factor: a step slower than this times the rolling median is captured.
-      min_slow_ms: ... and slower than the median by at least this many ms (a busy
-        machine stretches a 1 ms step to 4 ms now and then; that is no anomaly).
-      median_of: how many recent steady steps the median is taken over.
-      warmup_steps: steps before any capture trigger (first compiles, warm caches).
-      capture_steps: how many steps each window captures.
-      every: also capture a window every this many steps (``None``: only on anomalies).
-      max_windows, disk_budget_mb: keep at most this many windows and this much
-        disk; the oldest are removed first.
-      reports: build each window's report beside it (process 0, a child process).
-      hang_after_s: the watchdog's deadline: no step ending for this long is a hang
-        (``None``: no watchdog).
-      exit_on_hang: end the process with ``HANG_EXIT_STATUS`` (75) once the hang is
-        written down, for an orchestrator to restart the job.
-      peer_every: publish step times to the other processes every this many steps.
-      straggler_factor: a process whose moving average exceeds the others' median by
-        this factor, three publications running, is named a straggler.
-      flush_every: write the stream every this many steps.
-      interval_s: how often the background threads look at the other processes.
-      lead_steps: in a multi-process run, how many steps ahead a capture is scheduled
-        so that every process captures the same steps.
-      name: the step annotation name in capture windows.
+    (``mon = jaxdiag.monitor(dir).start()`` ... ``mon.stop()``); ``settings`` are
+    ``Monitor``'s keyword arguments.
 
     Raises:
       ConfigError: a setting out of range, or ``logdir`` cannot be written (on start).
+      TypeError: an unknown setting.
     """
-    return Monitor(
-        logdir,
-        slow_factor=slow_factor,
-        min_slow_ms=min_slow_ms,
-        median_of=median_of,
-        warmup_steps=warmup_steps,
-        capture_steps=capture_steps,
-        every=every,
-        max_windows=max_windows,
-        disk_budget_mb=disk_budget_mb,
-        reports=reports,
-        hang_after_s=hang_after_s,
-        exit_on_hang=exit_on_hang,
-        peer_every=peer_every,
-        straggler_factor=straggler_factor,
-        flush_every=flush_every,
-        interval_s=interval_s,
-        lead_steps=lead_steps,
-        name=name,
-    )
+    return Monitor(logdir, **settings)
