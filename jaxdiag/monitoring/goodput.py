@@ -19,6 +19,7 @@ the share of steady steps in the whole.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def _process(path: Path, lines: list[dict[str, Any]], bad: int) -> dict[str, Any
         "recompiles": [
             {
                 "step": s["step"],
-                "functions": [str(f) for f in s.get("recompiled") or s.get("compiles") or ()],
+                "functions": [str(f) for f in _list(s.get("recompiled")) or _list(s.get("compiles"))],
                 "ms": s.get("compile_ms"),
             }
             for s in steps
@@ -118,9 +119,14 @@ def _pick(line: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+    """A finite number read from a stream, else ``None`` (a hand-edited line is not trusted)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -127,6 +127,8 @@ def read_stream(path: Path) -> tuple[list[dict[str, Any]], int]:
     """
     lines: list[dict[str, Any]] = []
     bad = 0
+    if not path.is_file():  # a folder, a FIFO, a device: never opened (a FIFO would wait forever)
+        raise MonitorLogError(f"{path}: not a regular file")
     try:
         with open(path, "rb") as f:
             for raw in f:
@@ -153,7 +155,7 @@ def _is_step(value: dict[str, Any]) -> bool:
         and not isinstance(step, bool)
         and isinstance(wall, (int, float))
         and not isinstance(wall, bool)
-        and wall >= 0
+        and 0 <= wall < float("inf")
     )
 
 

@@ -83,3 +83,39 @@ def test_a_torn_line_is_skipped_and_hostile_strings_are_escaped(tmp_path, capsys
     assert main(["monitor", str(tmp_path), "--html", str(page)]) == 0
     body = page.read_text()
     assert "<script>alert(1)" not in body and "&lt;script&gt;alert(1)" in body
+
+
+def test_odd_values_in_a_stream_never_raise(tmp_path, capsys):
+    odd = [None, True, "x", [1], {"a": 1}, -1, 1e308, 10**30, "\x1b[2J"]
+    lines = []
+    for i, value in enumerate(odd):
+        lines += [
+            {"event": "start", "t": value, "host": value, "process": value, "slow_factor": value},
+            {"step": i, "t": value, "wall_ms": 1.0, "gap_ms": value, "compile_ms": value, "compiles": value},
+            {"step": 100 + i, "wall_ms": 2.0, "recompile": value, "recompiled": value},
+            {
+                "event": "window",
+                "window": value,
+                "reason": value,
+                "first_step": value,
+                "last_step": value,
+                "run_dir": value,
+            },
+            {"event": "device_time", "device_ms": value},
+            {"event": "straggler", "message": value},
+            {"event": "hang", "message": value, "stalled_s": value},
+        ]
+    path = tmp_path / "metrics-h-p0.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"step": 5, "wall_ms": 1e999}\n')
+    for args in ([], ["--json"], ["--html", str(tmp_path / "m.html")]):
+        assert main(["monitor", str(tmp_path), *args]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "\x1b[2J" not in captured.out.split("{", 1)[0]
+
+
+def test_a_fifo_named_like_a_stream_is_refused_without_waiting(tmp_path, capsys):
+    import os
+
+    os.mkfifo(tmp_path / "metrics-h-p0.jsonl")
+    assert main(["monitor", str(tmp_path)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
