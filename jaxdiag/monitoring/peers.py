@@ -90,10 +90,11 @@ class Peers:
             self._follow()
             self._publish_stats()
             self._compare_stats()
-        except Exception as exc:  # noqa: BLE001 - the store is gone (shutdown): the loop goes on alone
+        except Exception as exc:  # noqa: BLE001 - the store is gone: the loop goes on alone
             if not self._failed:
                 self._failed = True
-                _warn(f"jaxdiag.monitor: lost the key-value store ({type(exc).__name__}: {exc}); peers not watched")
+                if _still_distributed():  # not the program's own jax.distributed.shutdown()
+                    _warn(f"jaxdiag.monitor: lost the key-value store ({type(exc).__name__}: {exc}); peers not watched")
             self._stop.set()
 
     def publish_progress(self) -> None:
@@ -235,6 +236,15 @@ class Peers:
         self.stragglers.append(event)
         m.peer_event(event)
         _warn(message)
+
+
+def _still_distributed() -> bool:
+    try:
+        from jaxdiag import jax_internals
+
+        return jax_internals.distributed_client() is not None
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _warn(message: str) -> None:

@@ -151,6 +151,7 @@ def test_run_monitor_on_processes_that_initialize_distributed_themselves(tmp_pat
     results = _run(tmp_path, "plain", worker=UNCHANGED, runner=runner)
     outputs = "\n-----\n".join(out for _, out in results)
     assert [status for status, _ in results] == [0, 0], outputs
+    assert "jaxdiag.monitor" not in outputs  # the script's own shutdown is no lost store
     for process in (0, 1):  # one stream each, named by the index the script's initialize gave
         (path,) = (tmp_path / "mon").glob(f"metrics-*-p{process}.jsonl")
         lines, _ = read_stream(path)
