@@ -1,8 +1,9 @@
 """Steps of a loop that marks none: the calls of its dominant jitted function.
 
 When no step has begun by the time the first of the program's own functions
-compiles, the monitor looks for the jitted object in the calling frame's module
-globals (``train_step = jax.jit(step)`` at the top of a script: the loop reads
+compiles, the monitor looks for the jitted object (``jax.jit``, ``nnx.jit``,
+``eqx.filter_jit``: anything whose ``__wrapped__`` leads to the function) in the
+module globals of the program's frame that called it (``train_step = jax.jit(step)`` at the top of a script: the loop reads
 the global on every call) and puts a timing wrapper in its place; each call is
 then a step. While the program warms up, a function whose first compile costs
 more takes the place (the train step is the largest program a loop compiles
@@ -22,7 +23,9 @@ import types
 import warnings
 from typing import Any
 
-_LIBRARIES = ("jax", "jaxlib", "jaxdiag")
+from jaxdiag.monitoring.frames import is_library
+
+_UNWRAP = 4  # ``__wrapped__`` links followed from a module global to the user's function
 _warned: list[str] = []
 
 
@@ -61,7 +64,7 @@ class CallSteps:
     def find(cls, monitor: Any, record: Any) -> "CallSteps | None":
         """Wrap the jitted object of ``record``'s function where the caller's module names it."""
         frame: types.FrameType | None = sys._getframe(1)
-        while frame is not None and str(frame.f_globals.get("__name__", "")).partition(".")[0] in _LIBRARIES:
+        while frame is not None and is_library(frame.f_code.co_filename):  # jax, jaxdiag, flax, equinox...
             frame = frame.f_back
         if frame is None:
             return None
@@ -75,8 +78,8 @@ class CallSteps:
             _warned.append(record.function)
             try:
                 warnings.warn(
-                    f"jaxdiag.monitor: `{record.function}` compiled first, but no module global names its jitted "
-                    "object, so its calls cannot be timed as steps; mark the steps with mon.step(), cap.step() "
+                    f"jaxdiag.monitor: `{record.function}` compiled first, but no module global of the code that "
+                    "called it names its jitted object, so its calls cannot be timed as steps; mark the steps with mon.step(), cap.step() "
                     "or @jaxdiag.step",
                     RuntimeWarning,
                     stacklevel=2,
@@ -103,16 +106,23 @@ class CallSteps:
 
 
 def _jits(value: Any, record: Any) -> bool:
-    """Whether ``value`` is a jitted object (it has ``lower``) of the function ``record`` is of."""
-    if isinstance(value, TimedCall) or not callable(value) or not hasattr(value, "lower"):
+    """Whether ``value`` wraps (``jax.jit``, ``nnx.jit``, ``eqx.filter_jit``...) the function ``record`` is of."""
+    if isinstance(value, TimedCall) or isinstance(value, type) or not callable(value):
         return False
-    fun = getattr(value, "__wrapped__", None)
-    if fun is None:
-        return False
-    qualname = f"{getattr(fun, '__module__', '')}.{getattr(fun, '__qualname__', '')}"
-    return qualname == record.qualname or (
-        getattr(fun, "__name__", None) == record.function and _same_source(fun, record)
-    )
+    fun = value
+    for _ in range(_UNWRAP):
+        try:
+            fun = getattr(fun, "__wrapped__", None)
+        except Exception:  # noqa: BLE001 - a proxy that raises on attribute access
+            return False
+        if fun is None:
+            return False
+        qualname = f"{getattr(fun, '__module__', '')}.{getattr(fun, '__qualname__', '')}"
+        if qualname == record.qualname or (
+            getattr(fun, "__name__", None) == record.function and _same_source(fun, record)
+        ):
+            return True
+    return False
 
 
 def _same_source(fun: Any, record: Any) -> bool:

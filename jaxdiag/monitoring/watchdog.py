@@ -23,27 +23,14 @@ import faulthandler
 import json
 import os
 import sys
-import sysconfig
 import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from jaxdiag.monitoring.frames import is_library
 from jaxdiag.monitoring.store import bounded
-
-
-def _library_folders() -> tuple[str, ...]:
-    """Folders whose files are not the program's own code: the standard library, installed packages, jaxdiag."""
-    paths = sysconfig.get_paths()
-    folders = {
-        paths.get("stdlib"),
-        paths.get("purelib"),
-        paths.get("platlib"),
-        os.path.dirname(os.path.dirname(__file__)),
-    }
-    folders.update(p for p in sys.path if "site-packages" in p or "dist-packages" in p)
-    return tuple(sorted(f for f in folders if f))
 
 
 class Watchdog:
@@ -235,8 +222,7 @@ def where_main_thread_is() -> str | None:
     stack = traceback.extract_stack(frame)
     if not stack:
         return None
-    libraries = _library_folders() + ("<frozen",)
-    user = next((f for f in reversed(stack) if not f.filename.startswith(libraries)), None)
+    user = next((f for f in reversed(stack) if not is_library(f.filename)), None)
     inner = stack[-1]
     if user is None:
         return f"{inner.filename}:{inner.lineno} ({inner.name})"
