@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import time
 
 import jax
@@ -153,3 +154,27 @@ def test_a_window_due_while_the_program_profiles_is_skipped_and_said(tmp_path):
     lines = _lines(mon)
     assert [e["step"] for e in lines if e.get("event") == "window_skipped"] == [5]
     assert not [e for e in lines if e.get("event") == "window"]
+
+
+def test_nothing_of_jaxdiag_runs_on_a_jit_cache_hit_while_monitoring(tmp_path):
+    import sys
+
+    f = jax.jit(lambda v: v * 2 + 1)
+    x = jnp.ones(8)
+    called: list[str] = []
+
+    def profiler(frame, event, arg):
+        if event == "call":
+            called.append(frame.f_code.co_filename)
+
+    with jaxdiag.monitor(tmp_path, hang_after_s=None) as mon:
+        with mon.step():
+            f(x).block_until_ready()  # compiles, recorded
+        sys.setprofile(profiler)
+        try:
+            for _ in range(10):
+                f(x)  # cache hits: JAX's C++ dispatch alone
+        finally:
+            sys.setprofile(None)
+    package = str(Path(jaxdiag.__file__).parent)
+    assert not [name for name in called if name.startswith(package)]
