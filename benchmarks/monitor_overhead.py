@@ -16,7 +16,9 @@ over the pairs of adjacent batches, of the ratio of their per-step times
 swings by more than the goal from batch to batch, so the script also times what
 the monitor adds per step directly: the same two ways of marking around a step
 that does no device work, in alternating batches of ``--empty-steps``; that
-figure, in microseconds, over a 10 ms step is the overhead the noise hides. See
+figure, in microseconds, over a 10 ms step is the overhead the noise hides. A control
+(the loop against itself, paired the same way) shows how far apart two batches are
+with nothing changed: the noise floor of the ratios in this run. See
 ``README.md`` for the method.
 
 Run: ``python benchmarks/monitor_overhead.py`` (``--quick`` for a short run).
@@ -148,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}; {batches} pairs of {args.steps}-step batches")
     worst = 0.0
+    a, b = [], []
+    for i in range(batches):  # the loop against itself: how far apart two batches are with nothing changed
+        for first in (True, False) if i % 2 == 0 else (False, True):
+            (a if first else b).append(timed(plain, args.steps))
+    print(
+        f"control, the loop against itself: median of paired batches {statistics.median(y / x for x, y in zip(a, b)):.4f}"
+    )
     try:
         for name, make in (("mon.step() marks", marked), ("call wrapper (jaxdiag run --monitor)", wrapped)):
             off, on = [], []
