@@ -387,14 +387,15 @@ class Monitor:
             self._end_annotation()
             self._window_closed(window.stop(n))
             self._quiet_until = n + 1 + self.capture_steps
+        due = None
         if not window.open and self._scheduled:
             with self._lock:
                 self._scheduled.sort()
-                first, reason = self._scheduled[0]
-                if first > n + 1:
-                    return
-                self._scheduled.pop(0)
-                self._scheduled = [s for s in self._scheduled if s[0] > n + self.capture_steps]
+                if self._scheduled[0][0] <= n + 1:
+                    due = self._scheduled.pop(0)
+                    self._scheduled = [s for s in self._scheduled if s[0] > n + self.capture_steps]
+        if due is not None:
+            first, reason = due
             if first < n + 1:
                 reason += f" (started {n + 1 - first} step(s) late, at step {n + 1})"
             if window.start(n + 1, reason):
