@@ -14,6 +14,7 @@ Capturing traces:
   profile           context manager: a ``jax.profiler`` capture with a jaxdiag sidecar
   capture           number and annotate steps, profile a window of them
   step              decorator on a train step: jit, annotate, capture, count tokens
+  monitor           watch a long run: time steps, capture on anomalies, catch hangs and stragglers
 
 Reading traces:
   load              a ``jax.profiler`` capture as columnar frames
@@ -36,6 +37,7 @@ _LAZY = {
     "profile": "jaxdiag.capturing.profile",
     "capture": "jaxdiag.capturing.window",
     "step": "jaxdiag.capturing.step",
+    "monitor": "jaxdiag.monitoring.monitor",
     "load": "jaxdiag.trace.load",
     "report": "jaxdiag.reporting.build",
     "Report": "jaxdiag.reporting.model",
@@ -47,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.capturing.profile import profile
     from jaxdiag.capturing.step import step
     from jaxdiag.capturing.window import capture
+    from jaxdiag.monitoring.monitor import monitor
     from jaxdiag.recording.budget import expect_compiles
     from jaxdiag.recording.compile_log import compiles, configure
     from jaxdiag.recording.watch import watch

@@ -70,6 +70,13 @@ class RunFacts:
                 return field
         return None
 
+    def capture_reasons(self) -> list[str]:
+        """Why the capture was taken, when a program said so (``jaxdiag.monitor``'s windows), one per reason."""
+        reasons = [
+            (p.get("tags") or {}).get("captured_because") for p in self.processes if isinstance(p.get("tags"), dict)
+        ]
+        return list(dict.fromkeys(str(r) for r in reasons if r))
+
     def flops_per_step(self) -> float | None:
         """The median reported flops per step, or ``None``."""
         values = sorted(f.flops for f in self.steps.values() if f.flops is not None)

@@ -16,6 +16,7 @@ import functools
 import os
 from typing import Any, Callable
 
+from jaxdiag.capturing import step_hooks
 from jaxdiag.capturing.window import StepWindow
 
 #: The window captured when ``logdir`` is given without ``profile_steps``:
@@ -63,6 +64,8 @@ class StepFunction:
             self._end_annotation()
             self._annotation = jax.profiler.StepTraceAnnotation(self.name, step_num=n)
             self._annotation.__enter__()
+        if step_hooks.LISTENERS:
+            step_hooks.began(n, self)
         try:
             out = self.jitted(*args, **kwargs)
         except BaseException:
@@ -70,6 +73,8 @@ class StepFunction:
             raise
         finally:
             self.step_num = n + 1
+        if step_hooks.LISTENERS:
+            step_hooks.ended(n, self)
         if capturing and window is not None and window.capture is not None:
             window.capture.record_step(
                 n,

@@ -23,6 +23,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from jaxdiag.capturing import step_hooks
 from jaxdiag.capturing.profile import Capture
 from jaxdiag.errors import ConfigError
 
@@ -101,6 +102,8 @@ class StepCapture:
             self._watch.host_check.step = n
         capturing = self.window.open_if_due(n)
         annotation = jax.profiler.StepTraceAnnotation(self.name, step_num=n) if capturing else contextlib.nullcontext()
+        if step_hooks.LISTENERS:
+            step_hooks.began(n, self)
         try:
             with annotation:
                 yield n
@@ -109,6 +112,8 @@ class StepCapture:
             raise
         finally:
             self.step_num = n + 1
+        if step_hooks.LISTENERS:
+            step_hooks.ended(n, self)
         if capturing and self.window.capture is not None:
             self.window.capture.record_step(n, tokens=tokens, samples=samples, flops=flops)
         if self.window.due_to_close(n + 1):

@@ -8,3 +8,4 @@ from jaxdiag.cli import diff_cmd  # noqa: F401
 from jaxdiag.cli import run_cmd  # noqa: F401
 from jaxdiag.cli import sharding_cmd  # noqa: F401
 from jaxdiag.cli import open_cmd  # noqa: F401
+from jaxdiag.cli import monitor_cmd  # noqa: F401

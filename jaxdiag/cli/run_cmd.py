@@ -11,13 +11,14 @@ stderr once the script ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -45,6 +46,11 @@ def run_command(
         "--jax-internals/--no-jax-internals",
         help="Record JAX's own jitted helpers (eager jnp ops) too; the summary folds them into one line.",
     ),
+    monitor_dir: Optional[Path] = typer.Option(
+        None,
+        "--monitor",
+        help="Watch the run with jaxdiag.monitor: step times to a JSONL stream in this folder, captures on anomalies.",
+    ),
     summary: bool = typer.Option(True, "--summary/--no-summary", help="Print the compile summary at exit."),
     width: Optional[int] = typer.Option(None, help="Width of the summary table."),
 ) -> None:
@@ -58,7 +64,7 @@ def run_command(
     if log_dir is not None:
         compile_log.configure(log_dir=log_dir)
     status, error = 0, None
-    with watch(jax_internals=jax_internals) as watched:
+    with watch(jax_internals=jax_internals) as watched, _monitoring(monitor_dir):
         status, error = run_script(os.path.abspath(script), list(ctx.args))
     sys.stdout.flush()
     if summary:
@@ -66,6 +72,15 @@ def run_command(
     if error is not None:
         traceback.print_exception(*error)
     raise typer.Exit(status)
+
+
+def _monitoring(folder: Path | None) -> Any:
+    """``jaxdiag.monitor(folder)`` around the script, or nothing."""
+    if folder is None:
+        return contextlib.nullcontext()
+    from jaxdiag.monitoring.monitor import monitor
+
+    return monitor(folder)
 
 
 def run_script(script: str, args: list[str]) -> tuple[int, tuple | None]:

@@ -255,7 +255,8 @@ def _sidecar_facts(run_dir: str) -> tuple[Any, list[str]]:
     from jaxdiag.capturing.sidecar import SidecarError, read_sidecars
 
     try:
-        return read_sidecars(run_dir), []
+        facts = read_sidecars(run_dir)
+        return facts, [] if facts is None else [f"captured because: {r}" for r in facts.capture_reasons()]
     except SidecarError as exc:
         return None, [f"capture sidecar skipped: {exc}"]
 
