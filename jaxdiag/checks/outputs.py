@@ -44,7 +44,7 @@ def render_table(result: "CheckResult", *, width: int | None = None, color: bool
     for o in result.outcomes:
         style = _STATUS_STYLE[o.status]
         t.add_row(
-            o.name,
+            escape(o.name),
             f"[{style}]{o.status}[/{style}]",
             _value(o, o.observed),
             _value(o, o.limit),
@@ -59,10 +59,10 @@ def render_table(result: "CheckResult", *, width: int | None = None, color: bool
 
 
 def escape(text: object) -> str:
-    """``text`` with rich's markup characters escaped: names and messages come from files."""
-    from rich.markup import escape as rich_escape
+    """``text`` safe for the terminal (``render.terminal_text.esc``): names and messages come from files."""
+    from jaxdiag.render.terminal_text import esc
 
-    return rich_escape(str(text))
+    return esc(text)
 
 
 def render_markdown(result: "CheckResult") -> str:
@@ -140,7 +140,7 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
         t.add_column(col, justify=just)
     for f in d.summary:
         change = "" if f.change is None else f"{f.change:+.1%}"
-        t.add_row(f.name, _figure(f.a, f.unit), _figure(f.b, f.unit), change)
+        t.add_row(escape(f.name), _figure(f.a, f.unit), _figure(f.b, f.unit), change)
     console.print(t)
     for title, rows in (
         ("Slower (ms per step)", d.slower),
@@ -152,7 +152,7 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
             for col, just in (("kind", "left"), ("name", "left"), ("A", "right"), ("B", "right"), ("delta", "right")):
                 ct.add_column(col, justify=just, overflow="fold")
             for c in rows[:_MAX_CHANGES]:
-                ct.add_row(c.kind, escape(c.name), f"{c.a_ms:.3f}", f"{c.b_ms:.3f}", f"{c.delta_ms:+.3f}")
+                ct.add_row(escape(c.kind), escape(c.name), f"{c.a_ms:.3f}", f"{c.b_ms:.3f}", f"{c.delta_ms:+.3f}")
             console.print(ct)
     for title, recs in (("New recompiles in B", d.new_recompiles), ("Recompiles gone from B", d.gone_recompiles)):
         if recs:
@@ -181,7 +181,7 @@ def _verdict(result: "CheckResult") -> str:
     skipped = sum(1 for o in result.outcomes if o.skipped)
     tail = f", {skipped} skipped" if skipped else ""
     if failed:
-        return f"FAILED: {len(failed)} of {n} checks ({', '.join(failed)}){tail}"
+        return f"FAILED: {len(failed)} of {n} checks ({', '.join(escape(f) for f in failed)}){tail}"
     return f"passed: {n - skipped} of {n} checks{tail}"
 
 

@@ -114,7 +114,9 @@ def fail(message: str) -> "typer.Exit":
     """Print ``jaxdiag: error: message`` on stderr and return the exit to raise."""
     import typer
 
-    typer.echo(f"jaxdiag: error: {message}", err=True)
+    from jaxdiag.render.terminal_text import plain
+
+    typer.echo(f"jaxdiag: error: {plain(message)}", err=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -161,7 +163,9 @@ def _error(message: str) -> None:
     A line of plain ASCII is written as is; typer re-encodes others for a misconfigured
     stream, and strips escape sequences where stderr is no terminal.
     """
-    line = f"jaxdiag: error: {message}\n"
+    from jaxdiag.render.terminal_text import plain  # file and host names in the message: shown, never acted on
+
+    line = f"jaxdiag: error: {plain(message)}\n"
     if line.isascii() and "\x1b" not in line and sys.stderr is not None:
         sys.stderr.write(line)
         sys.stderr.flush()

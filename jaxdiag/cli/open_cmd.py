@@ -25,6 +25,7 @@ import typer
 
 from jaxdiag.cli.app import app
 from jaxdiag.errors import ConfigError, JaxdiagError
+from jaxdiag.render.terminal_text import plain
 
 
 @app.command("open")
@@ -67,8 +68,8 @@ def open_command(
     elif step is not None:
         where.update(_step_place(found.run_dir, where["host"], step))
         title = f"step {step}"
-    typer.echo(title)
-    typer.echo(_place_line(where))
+    typer.echo(plain(title))  # names from the trace or a saved report: shown, never acted on
+    typer.echo(plain(_place_line(where)))
     if no_start:
         return
     if found.kind != "xplane":

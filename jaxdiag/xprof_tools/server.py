@@ -98,9 +98,12 @@ class Server:
 
 def timeline_address(url: str, run: str, host: str, start_ms: float | None = None, end_ms: float | None = None) -> str:
     """The trace viewer's address for ``host`` of ``run`` on the server at ``url``, for a time range."""
-    data = {"run": run, "tag": "trace_viewer@", "host": host}
+    data = {"run": str(run), "tag": "trace_viewer@", "host": str(host)}
     if start_ms is not None and end_ms is not None:
-        data.update(start_time_ms=f"{start_ms:.3f}", end_time_ms=f"{end_ms:.3f}")
+        try:  # a saved report's numbers may be anything: no range then
+            data.update(start_time_ms=f"{float(start_ms):.3f}", end_time_ms=f"{float(end_ms):.3f}")
+        except (TypeError, ValueError):
+            pass
     data_url = "/data?" + urllib.parse.urlencode(data)
     return f"{url}/trace_viewer_index.html?is_streaming=true&is_oss=true&trace_data_url=" + urllib.parse.quote(
         data_url, safe=""
