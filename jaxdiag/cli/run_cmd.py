@@ -52,6 +52,7 @@ def run_command(
     path = Path(script)
     if not (path.is_file() or (path.is_dir() and (path / "__main__.py").is_file())):
         raise ConfigError(f"{script}: no such script (give a Python file, or a folder with __main__.py)")
+    _check_is_python(path / "__main__.py" if path.is_dir() else path)
     from jaxdiag.recording import compile_log
     from jaxdiag.recording.watch import watch
 
@@ -66,6 +67,30 @@ def run_command(
     if error is not None:
         traceback.print_exception(*error)
     raise typer.Exit(status)
+
+
+def _check_is_python(path: Path) -> None:
+    """A binary or undecodable file is bad input (one line, exit 2), not a script that raised.
+
+    A zip archive runs as Python runs it (its ``__main__.py``); a text script with a
+    syntax error is the script's own error, shown as Python shows it.
+    """
+    import importlib.util
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            return
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise ConfigError(f"{path}: binary data (a NUL byte at offset {nul}); expected a Python script")
+    try:
+        importlib.util.decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        raise ConfigError(f"{path}: not a Python script: not text in its encoding ({exc})") from None
 
 
 def run_script(script: str, args: list[str]) -> tuple[int, tuple | None]:
