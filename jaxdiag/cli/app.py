@@ -42,10 +42,15 @@ def _make_app() -> "typer.Typer":
 
     app = typer.Typer(
         name="jaxdiag",
-        help="Recompile and sharding diagnostics for JAX programs.",
+        help="Recompile and sharding diagnostics for JAX programs.\n\n"
+        "Exit status: 0 success, 1 a check failed (check) or the script's own (run), "
+        "2 bad input (one line naming the file and the problem). `jaxdiag COMMAND -h` for each command.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        # Plain help (click's): typer's rich panels label every flag ``<bool>``.
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
 
     def _version(value: bool) -> None:

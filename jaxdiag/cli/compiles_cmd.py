@@ -37,7 +37,10 @@ def compiles_command(
     ),
     width: Optional[int] = typer.Option(None, help="Terminal width for the table."),
 ) -> None:
-    """List compiles per function with their causes and advice (padding buckets, typing, hoisting)."""
+    """List compiles per function with their causes and advice (padding buckets, typing, hoisting).
+
+    Exit status: 0 success, 2 bad input (one line naming the file and the problem).
+    """
     width = check_width(width)
     from jaxdiag.recording.advice import advise, with_explanations
 

@@ -48,7 +48,11 @@ def run_command(
     summary: bool = typer.Option(True, "--summary/--no-summary", help="Print the compile summary at exit."),
     width: Optional[int] = typer.Option(None, help="Width of the summary table."),
 ) -> None:
-    """Run a script, recording every compile (jax.jit, nnx.jit, eqx.filter_jit, pmap); summarise them at exit."""
+    """Run a script, recording every compile (jax.jit, nnx.jit, eqx.filter_jit, pmap); summarise them at exit.
+
+    Exit status: the script's own (1 when it raises, 130 on Ctrl-C), 2 bad input
+    (no such script, or a binary file: one line).
+    """
     path = Path(script)
     if not (path.is_file() or (path.is_dir() and (path / "__main__.py").is_file())):
         raise ConfigError(f"{script}: no such script (give a Python file, or a folder with __main__.py)")

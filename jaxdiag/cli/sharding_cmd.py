@@ -44,7 +44,10 @@ def sharding_command(
     set_: Optional[list[str]] = typer.Option(None, "--set", help=SET_HELP),
     config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
 ) -> None:
-    """Show what each jitted function moves between devices, and what its specs did not ask for."""
+    """Show what each jitted function moves between devices, and what its specs did not ask for.
+
+    Exit status: 0 success, 2 bad input (one line naming the file and the problem).
+    """
     width = check_width(width)
     if replicated_param_mb is not None and not (replicated_param_mb > 0 and replicated_param_mb < float("inf")):
         raise ConfigError(f"--replicated-param-mb must be positive, got {replicated_param_mb}")
