@@ -8,6 +8,7 @@ for one that could not be judged), so CI systems list each check as a test.
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,7 @@ def render_table(result: "CheckResult", *, width: int | None = None, color: bool
     console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note: {escape(note)}[/yellow]")
-    console.print(_verdict(result))
+    console.print(escape(_verdict(result)))
     return buf.getvalue()
 
 
@@ -181,7 +182,7 @@ def _verdict(result: "CheckResult") -> str:
     skipped = sum(1 for o in result.outcomes if o.skipped)
     tail = f", {skipped} skipped" if skipped else ""
     if failed:
-        return f"FAILED: {len(failed)} of {n} checks ({', '.join(escape(f) for f in failed)}){tail}"
+        return f"FAILED: {len(failed)} of {n} checks ({', '.join(failed)}){tail}"
     return f"passed: {n - skipped} of {n} checks{tail}"
 
 
@@ -211,7 +212,13 @@ def _step(s: Any) -> str:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as markdown that shows it: the markdown medium's one escape (tags, links, emphasis, table bars)."""
+    import html
+
+    from jaxdiag.render.terminal_text import plain
+
+    shown = html.escape(plain(text), quote=False).replace("\n", " ")
+    return re.sub(r"([\\`*_\[\]|~!])", r"\\\1", shown)
 
 
 def _junit_detail(o: "CheckOutcome") -> str:
