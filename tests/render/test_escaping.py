@@ -156,3 +156,27 @@ def test_the_console_shows_what_a_renderer_forgot_to_escape(raw: str) -> None:
     out = buf.getvalue()
     assert _NOT_SGR.search(out) is None, repr(out)
     assert re.sub(r"\x1b\[[0-9;]*m", "", out).strip() == f"name: {plain(raw)}"
+
+
+def test_charts_draw_names_as_text(report_dict: dict[str, Any]) -> None:
+    """Plotly draws chart text as HTML of its own: a name with ``<a href>`` or ``<b>`` must not become a link or bold."""
+    from jaxdiag.render.figures import all_figures
+
+    payload = "<a href='http://evil.example/'>link</a><b>bold</b>"
+    report, changed = _hostile(report_dict, lambda i: f"jd{i}{payload}", numbers=False)
+    strings: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str):
+            strings.append(node)
+        elif isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                walk(v)
+
+    for fig in all_figures(report).values():
+        walk(fig.to_dict())
+    assert not [s for s in strings if "<a href" in s or "<b>bold" in s]
+    assert [s for s in strings if "&lt;a href=" in s]  # the names are drawn, as text
