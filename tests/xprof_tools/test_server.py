@@ -226,7 +226,7 @@ def _lines_until(proc: subprocess.Popen, marker: str) -> list[str]:
             return seen
 
 
-@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_open_listens_on_loopback_only_and_ends_with_the_command(cpu_trace_dir, tmp_path, how):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     proc = subprocess.Popen(
