@@ -19,6 +19,7 @@ import typer
 from jaxdiag.cli.app import app
 from jaxdiag.cli.options import check_width
 from jaxdiag.errors import CompileLogError
+from jaxdiag.render.terminal_text import plain
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.recording.log_reader import CompileLog
@@ -143,7 +144,9 @@ def _warn_skipped(path: Path, skipped: tuple[tuple[str, int, str], ...]) -> None
     if skipped:
         file, line, reason = skipped[0]
         typer.echo(
-            f"jaxdiag: warning: skipped {len(skipped)} corrupt or unknown line(s) in {path} "
-            f"(first: {file}:{line}: {reason})",
+            plain(  # the reason may quote the file: shown, never acted on
+                f"jaxdiag: warning: skipped {len(skipped)} corrupt or unknown line(s) in {path} "
+                f"(first: {file}:{line}: {reason})",
+            ),
             err=True,
         )

@@ -18,6 +18,7 @@ import typer
 from jaxdiag.cli.app import app
 from jaxdiag.cli.options import CONFIG_HELP, SET_HELP, check_width, settings_from
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagError, TraceFormatError
+from jaxdiag.render.terminal_text import plain
 
 _NO_FACTS = (
     "no sharding facts in {where}: jaxdiag.jit records them for functions on more than one "
@@ -113,8 +114,10 @@ def _from_log(path: Path, thresholds: Any) -> tuple[dict[str, Any], list[Any]]:
     if log.skipped_lines:
         file, line, reason = log.skipped_lines[0]
         typer.echo(
-            f"jaxdiag: warning: skipped {len(log.skipped_lines)} unreadable line(s) in {path} "
-            f"(first: {file}:{line}: {reason})",
+            plain(  # the reason may quote the file: shown, never acted on
+                f"jaxdiag: warning: skipped {len(log.skipped_lines)} unreadable line(s) in {path} "
+                f"(first: {file}:{line}: {reason})",
+            ),
             err=True,
         )
     result = analyze_records([r.to_dict() for r in log.records], thresholds)
