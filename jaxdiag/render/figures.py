@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
+from jaxdiag.render.chart_text import shown_as_text
+from jaxdiag.render.chart_text import text as chart_text
+
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
 
@@ -130,7 +133,7 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
                 marker_color=color,
                 customdata=walls,
                 # Built with our <br>: the name is escaped here, not in _finish.
-                hovertemplate=f"step %{{x}}<br>{_text(name)}: %{{y:.3f}}<br>step wall: %{{customdata:.3f}} ms"
+                hovertemplate=f"step %{{x}}<br>{chart_text(name)}: %{{y:.3f}}<br>step wall: %{{customdata:.3f}} ms"
                 "<extra></extra>",
             )
         )
@@ -538,62 +541,13 @@ def no_data(title: str, why: str) -> "go.Figure":
     return _finish(fig, title, "")
 
 
-def shown_as_text(fig: "go.Figure") -> None:
-    """Escape the names a figure shows: plotly draws text as HTML of its own (``<a href>``, ``<b>``).
-
-    The charts' one escape: each string a trace or a category axis shows (``x``,
-    ``y``, ``text``, ``customdata``, legend names, category orders), so an op or
-    host name draws as written and makes no link. Hover texts and templates that
-    carry our own ``<br>`` escape their names where they are built (``_text``,
-    ``render.timeline``); they are left as they are here.
-    """
-    for trace in fig.data:
-        for key in ("x", "y", "text", "customdata"):
-            values = getattr(trace, key, None)
-            if values is not None and not isinstance(values, str):
-                escaped = _texts(values)
-                if escaped is not None:
-                    trace[key] = escaped
-            elif isinstance(values, str):
-                trace[key] = _text(values)
-        if isinstance(getattr(trace, "name", None), str):
-            trace.name = _text(trace.name)
-    for name in [n for n in fig.layout.to_plotly_json() if n.startswith(("xaxis", "yaxis"))]:
-        axis = fig.layout[name]
-        for key in ("categoryarray", "ticktext"):
-            values = getattr(axis, key, None)
-            if values is not None:
-                escaped = _texts(values)
-                if escaped is not None:
-                    axis[key] = escaped
-
-
-def _text(value: str) -> str:
-    import html
-
-    return html.escape(value, quote=False)
-
-
-def _texts(values: Any) -> Any:
-    """``values`` with each string escaped (nested lists too); ``None`` when it holds no string (numbers stay arrays)."""
-    import numpy as np
-
-    if isinstance(values, np.ndarray):
-        if values.dtype.kind not in "OUS":
-            return None
-        values = values.tolist()
-    if not isinstance(values, (list, tuple)) or not any(isinstance(v, (str, list, tuple)) for v in values):
-        return None
-    return [_text(v) if isinstance(v, str) else (_texts(v) or v) if isinstance(v, (list, tuple)) else v for v in values]
-
-
 def _finish(fig: "go.Figure", title: str, note: str) -> "go.Figure":
     """Title, template and margins; ``note`` (what was dropped or merged) goes under the title.
 
     Every figure passes here, so here its names are made text (``shown_as_text``).
     """
     shown_as_text(fig)
-    title, note = _text(title), _text(note)
+    title, note = chart_text(title), chart_text(note)
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template=_TEMPLATE,
