@@ -30,6 +30,7 @@ def test_quickstart_runs_and_shows_the_dashboard(tmp_path, monkeypatch):
     pytest.importorskip("ipykernel")
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's tempfile.mkdtemp lands here
     nb = execute(NOTEBOOKS / "quickstart.ipynb", tmp_path)
+    assert not list(tmp_path.glob("jaxdiag-quickstart-*"))  # its last cell removes the folder it made
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert not [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     report_cell = next(c for c in code if c.source.strip().endswith("report"))

@@ -8,6 +8,7 @@ for one that could not be judged), so CI systems list each check as a test.
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ def render_table(result: "CheckResult", *, width: int | None = None, color: bool
     for o in result.outcomes:
         style = _STATUS_STYLE[o.status]
         t.add_row(
-            o.name,
+            escape(o.name),
             f"[{style}]{o.status}[/{style}]",
             _value(o, o.observed),
             _value(o, o.limit),
@@ -54,15 +55,15 @@ def render_table(result: "CheckResult", *, width: int | None = None, color: bool
     console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note: {escape(note)}[/yellow]")
-    console.print(_verdict(result))
+    console.print(escape(_verdict(result)))
     return buf.getvalue()
 
 
 def escape(text: object) -> str:
-    """``text`` with rich's markup characters escaped: names and messages come from files."""
-    from rich.markup import escape as rich_escape
+    """``text`` safe for the terminal (``render.terminal_text.esc``): names and messages come from files."""
+    from jaxdiag.render.terminal_text import esc
 
-    return rich_escape(str(text))
+    return esc(text)
 
 
 def render_markdown(result: "CheckResult") -> str:
@@ -140,7 +141,7 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
         t.add_column(col, justify=just)
     for f in d.summary:
         change = "" if f.change is None else f"{f.change:+.1%}"
-        t.add_row(f.name, _figure(f.a, f.unit), _figure(f.b, f.unit), change)
+        t.add_row(escape(f.name), _figure(f.a, f.unit), _figure(f.b, f.unit), change)
     console.print(t)
     for title, rows in (
         ("Slower (ms per step)", d.slower),
@@ -152,7 +153,7 @@ def render_diff(d: "ReportDiff", *, width: int | None = None, color: bool = Fals
             for col, just in (("kind", "left"), ("name", "left"), ("A", "right"), ("B", "right"), ("delta", "right")):
                 ct.add_column(col, justify=just, overflow="fold")
             for c in rows[:_MAX_CHANGES]:
-                ct.add_row(c.kind, escape(c.name), f"{c.a_ms:.3f}", f"{c.b_ms:.3f}", f"{c.delta_ms:+.3f}")
+                ct.add_row(escape(c.kind), escape(c.name), f"{c.a_ms:.3f}", f"{c.b_ms:.3f}", f"{c.delta_ms:+.3f}")
             console.print(ct)
     for title, recs in (("New recompiles in B", d.new_recompiles), ("Recompiles gone from B", d.gone_recompiles)):
         if recs:
@@ -211,7 +212,13 @@ def _step(s: Any) -> str:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as markdown that shows it: the markdown medium's one escape (tags, links, emphasis, table bars)."""
+    import html
+
+    from jaxdiag.render.terminal_text import plain
+
+    shown = html.escape(plain(text), quote=False).replace("\n", " ")
+    return re.sub(r"([\\`*_\[\]|~!])", r"\\\1", shown)
 
 
 def _junit_detail(o: "CheckOutcome") -> str:

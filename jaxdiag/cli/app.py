@@ -42,10 +42,15 @@ def _make_app() -> "typer.Typer":
 
     app = typer.Typer(
         name="jaxdiag",
-        help="Recompile and sharding diagnostics for JAX programs.",
+        help="Recompile and sharding diagnostics for JAX programs.\n\n"
+        "Exit status: 0 success, 1 a check failed (check) or the script's own (run), "
+        "2 bad input (one line naming the file and the problem). `jaxdiag COMMAND -h` for each command.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        # Plain help (click's): typer's rich panels label every flag ``<bool>``.
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
 
     def _version(value: bool) -> None:
@@ -114,7 +119,9 @@ def fail(message: str) -> "typer.Exit":
     """Print ``jaxdiag: error: message`` on stderr and return the exit to raise."""
     import typer
 
-    typer.echo(f"jaxdiag: error: {message}", err=True)
+    from jaxdiag.render.terminal_text import plain
+
+    typer.echo(f"jaxdiag: error: {plain(message)}", err=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -161,7 +168,9 @@ def _error(message: str) -> None:
     A line of plain ASCII is written as is; typer re-encodes others for a misconfigured
     stream, and strips escape sequences where stderr is no terminal.
     """
-    line = f"jaxdiag: error: {message}\n"
+    from jaxdiag.render.terminal_text import plain  # file and host names in the message: shown, never acted on
+
+    line = f"jaxdiag: error: {plain(message)}\n"
     if line.isascii() and "\x1b" not in line and sys.stderr is not None:
         sys.stderr.write(line)
         sys.stderr.flush()

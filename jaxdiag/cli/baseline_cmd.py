@@ -22,7 +22,10 @@ def baseline_command(
     tokens_per_step: Optional[float] = typer.Option(None, help=TOKENS_HELP),
     compile_log: Optional[Path] = typer.Option(None, help=COMPILE_LOG_HELP),
 ) -> None:
-    """Save a capture's steady-state figures as the baseline for `jaxdiag check`."""
+    """Save a capture's steady-state figures as the baseline for `jaxdiag check`.
+
+    Exit status: 0 written, 2 bad input (one line naming the file and the problem).
+    """
     from jaxdiag.checks.baseline import baseline_from_report
     from jaxdiag.checks.inputs import open_report
 

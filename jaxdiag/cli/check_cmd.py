@@ -80,7 +80,11 @@ def check_command(
     compile_log: Optional[Path] = typer.Option(None, help=COMPILE_LOG_HELP),
     width: Optional[int] = typer.Option(None, help="Terminal width for the table."),
 ) -> None:
-    """Check a capture against a baseline and thresholds (flags, or the tool.jaxdiag.check table of pyproject.toml)."""
+    """Check a capture against a baseline and thresholds (flags, or the tool.jaxdiag.check table of pyproject.toml).
+
+    Exit status: 0 every check passed, 1 a check failed (a regression), 2 bad input
+    (one line naming the file and the problem).
+    """
     width = check_width(width)
     from jaxdiag.checks.baseline import load_baseline
     from jaxdiag.checks.compare import compare

@@ -19,6 +19,7 @@ import typer
 from jaxdiag.cli.app import app
 from jaxdiag.cli.options import check_width
 from jaxdiag.errors import CompileLogError
+from jaxdiag.render.terminal_text import plain
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.recording.log_reader import CompileLog
@@ -37,7 +38,10 @@ def compiles_command(
     ),
     width: Optional[int] = typer.Option(None, help="Terminal width for the table."),
 ) -> None:
-    """List compiles per function with their causes and advice (padding buckets, typing, hoisting)."""
+    """List compiles per function with their causes and advice (padding buckets, typing, hoisting).
+
+    Exit status: 0 success, 2 bad input (one line naming the file and the problem).
+    """
     width = check_width(width)
     from jaxdiag.recording.advice import advise, with_explanations
 
@@ -140,7 +144,9 @@ def _warn_skipped(path: Path, skipped: tuple[tuple[str, int, str], ...]) -> None
     if skipped:
         file, line, reason = skipped[0]
         typer.echo(
-            f"jaxdiag: warning: skipped {len(skipped)} corrupt or unknown line(s) in {path} "
-            f"(first: {file}:{line}: {reason})",
+            plain(  # the reason may quote the file: shown, never acted on
+                f"jaxdiag: warning: skipped {len(skipped)} corrupt or unknown line(s) in {path} "
+                f"(first: {file}:{line}: {reason})",
+            ),
             err=True,
         )

@@ -19,7 +19,10 @@ def diff_command(
     json_out: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
     width: Optional[int] = typer.Option(None, help="Terminal width for the tables."),
 ) -> None:
-    """Compare two captures: per-step figures, modules and ops that got slower or faster, new recompiles, host waits."""
+    """Compare two captures: per-step figures, modules and ops that got slower or faster, new recompiles, host waits.
+
+    Exit status: 0 success, 2 bad input (one line naming the file and the problem).
+    """
     width = check_width(width)
     from jaxdiag.checks.diff import diff
     from jaxdiag.checks.inputs import open_report

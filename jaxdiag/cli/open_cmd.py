@@ -1,21 +1,31 @@
 """``jaxdiag open TRACE_DIR [--step N | --finding K]``: XProf's timeline, at the step or finding.
 
-Starts XProf's server on a free loopback port (or reuses the one already
-serving this run) and prints the trace viewer's address for the host and time
-range: a step's window, or where finding K (numbered as ``jaxdiag report``
-numbers them) happened. ``--report FILE`` reads the findings from a saved JSON
-report instead of diagnosing the trace again.
+Checks the run's host files, starts XProf's server for that run on a free
+127.0.0.1 port and prints two addresses, both answered by the server: XProf's
+own interface and the trace viewer for the host and time range (a step's
+window, or where finding K, numbered as ``jaxdiag report`` numbers them,
+happened). The server serves until the command ends (Ctrl-C, SIGTERM or
+SIGHUP) and ends with it. ``--report FILE`` reads the findings from a saved
+JSON report instead of diagnosing the trace again.
+
+Exit status: 0 success (also when stopped by Ctrl-C or SIGTERM), 2 bad input (a
+missing, empty, truncated or random file: one line naming the file and the
+problem, and no server is started).
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from pathlib import Path
+from types import FrameType
 from typing import Any, Optional
 
 import typer
 
 from jaxdiag.cli.app import app
 from jaxdiag.errors import ConfigError, JaxdiagError
+from jaxdiag.render.terminal_text import plain
 
 
 @app.command("open")
@@ -32,12 +42,18 @@ def open_command(
     report_file: Optional[Path] = typer.Option(None, "--report", help="Take the findings from this saved JSON report."),
     no_start: bool = typer.Option(False, "--no-start", help="Print the place only; do not start XProf."),
 ) -> None:
-    """Open XProf's trace viewer on a capture, at a step or at a finding."""
+    """Open XProf's trace viewer on a capture, at a step or at a finding; the server ends with the command.
+
+    Exit status: 0 success (also when stopped by Ctrl-C or SIGTERM), 2 bad input
+    (one line naming the file and the problem; no server is started).
+    """
     from jaxdiag.trace.discover import discover, host_name
 
     if step is not None and finding is not None:
         raise ConfigError("give --step or --finding, not both")
+    trace_dir = trace_dir.expanduser().resolve()  # `open .` or a bare file name: the run is the folder's name
     found = discover(trace_dir, run=run)
+    _check_files(found)
     hosts = [host_name(f) for f in found.files]
     if host is not None and host not in hosts:
         raise ConfigError(f"--host {host!r} is not in run {found.run} (hosts: {', '.join(hosts)})")
@@ -52,18 +68,65 @@ def open_command(
     elif step is not None:
         where.update(_step_place(found.run_dir, where["host"], step))
         title = f"step {step}"
-    typer.echo(title)
-    typer.echo(_place_line(where))
+    typer.echo(plain(title))  # names from the trace or a saved report: shown, never acted on
+    typer.echo(plain(_place_line(where)))
     if no_start:
         return
-    from jaxdiag.xprof_tools.server import ensure_server, serving_folder
+    if found.kind != "xplane":
+        raise ConfigError(f"{found.run_dir}: XProf reads .xplane.pb captures; this run has only .trace.json.gz files")
+    from jaxdiag.xprof_tools.server import serving_folder, start_server
 
-    server = ensure_server(serving_folder(found.run_dir, found.files))
-    typer.echo(
-        f"XProf ({'already running' if server.reused else 'started'}, pid {server.pid}): "
-        f"{server.trace_viewer(where['run'], where['host'])}"
-    )
-    typer.echo(f"timeline: {server.timeline(where['run'], where['host'], where['start_ms'], where['end_ms'])}")
+    with start_server(serving_folder(found.run_dir, found.files)) as server:
+        typer.echo(f"XProf (pid {server.pid}, serving run {found.run} until Ctrl-C): {server.home()}")
+        typer.echo(f"timeline: {server.timeline(where['run'], where['host'], where['start_ms'], where['end_ms'])}")
+        _serve_until_stopped(server.process)
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP reached the command."""
+
+
+def _serve_until_stopped(process: "subprocess.Popen[bytes] | None") -> None:
+    """Wait until Ctrl-C, SIGTERM or SIGHUP (the caller then stops the server), or until the server ends."""
+
+    def stopped(signum: int, frame: FrameType | None) -> None:
+        raise _Stopped
+
+    previous = {s: signal.signal(s, stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while process is not None and process.poll() is None:
+            try:
+                process.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                continue
+        if process is not None:
+            raise JaxdiagError(f"the XProf server stopped (exit {process.returncode}); see its xprof.log")
+    except (KeyboardInterrupt, _Stopped):
+        typer.echo("XProf stopped")
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _check_files(found: Any) -> None:
+    """Each host file is a serialized XSpace with at least one plane: no server is started for a bad file.
+
+    Walks the file's top-level records (``trace.wire``): a file cut short, random
+    bytes or an empty capture are named here rather than by XProf's log.
+    """
+    if found.kind != "xplane":
+        return
+    from jaxdiag.errors import TraceFormatError
+    from jaxdiag.trace.wire import plane_records
+
+    for f in found.files:
+        try:
+            data = f.read_bytes()
+        except OSError as exc:
+            raise TraceFormatError(f"{f}: cannot read ({exc.strerror or exc})") from None
+        planes = plane_records(data, str(f))
+        if planes is not None and not planes:
+            raise TraceFormatError(f"{f}: holds no planes; not a jax.profiler capture")
 
 
 def shown_findings(report: Any) -> list[Any]:

@@ -47,7 +47,11 @@ def report_command(
     set_: Optional[list[str]] = _typer("set_"),
     config: Optional[Path] = _typer("config"),
 ) -> None:
-    """Break a capture down step by step, and say what to change, by time lost."""
+    """Break a capture down step by step, and say what to change, by time lost.
+
+    Exit status: 0 success, 2 bad input (a missing, empty, damaged or wrong kind of
+    file, or a bad option: one line naming the file and the problem).
+    """
     report_run.echo(
         report_run.run(
             trace_dir,

@@ -80,7 +80,13 @@ PARAMETERS: tuple[Parameter, ...] = (
         ("--output", "-o"),
         "Write the terminal or JSON report to this file instead of stdout.",
     ),
-    Parameter("html", Path, None, (), "Also write a self-contained HTML report to this file."),
+    Parameter(
+        "html",
+        Path,
+        None,
+        (),
+        "Write a self-contained HTML report to this file and say where (with --json or --output, those too).",
+    ),
     Parameter("width", int, None, (), "Terminal width for the tables."),
     Parameter(
         "deep",
@@ -175,6 +181,10 @@ def run(
             from jaxdiag.render.html import render as render_html
 
             _write(html, render_html(result))
+            wrote = f"jaxdiag: wrote the HTML report to {html}\n"
+            if not json_out and output is None:  # the page was asked for, not the tables too
+                return Output(wrote, False, False)
+            sys.stderr.write(wrote)
         if json_out:
             from jaxdiag.render.json_out import render as render_json
 

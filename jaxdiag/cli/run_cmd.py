@@ -54,10 +54,15 @@ def run_command(
     summary: bool = typer.Option(True, "--summary/--no-summary", help="Print the compile summary at exit."),
     width: Optional[int] = typer.Option(None, help="Width of the summary table."),
 ) -> None:
-    """Run a script, recording every compile (jax.jit, nnx.jit, eqx.filter_jit, pmap); summarise them at exit."""
+    """Run a script, recording every compile (jax.jit, nnx.jit, eqx.filter_jit, pmap); summarise them at exit.
+
+    Exit status: the script's own (1 when it raises, 130 on Ctrl-C), 2 bad input
+    (no such script, or a binary file: one line).
+    """
     path = Path(script)
     if not (path.is_file() or (path.is_dir() and (path / "__main__.py").is_file())):
         raise ConfigError(f"{script}: no such script (give a Python file, or a folder with __main__.py)")
+    _check_is_python(path / "__main__.py" if path.is_dir() else path)
     from jaxdiag.recording import compile_log
     from jaxdiag.recording.watch import watch
 
@@ -81,6 +86,30 @@ def _monitoring(folder: Path | None) -> Any:
     from jaxdiag.monitoring.monitor import monitor
 
     return monitor(folder)
+
+
+def _check_is_python(path: Path) -> None:
+    """A binary or undecodable file is bad input (one line, exit 2), not a script that raised.
+
+    A zip archive runs as Python runs it (its ``__main__.py``); a text script with a
+    syntax error is the script's own error, shown as Python shows it.
+    """
+    import importlib.util
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            return
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise ConfigError(f"{path}: binary data (a NUL byte at offset {nul}); expected a Python script")
+    try:
+        importlib.util.decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        raise ConfigError(f"{path}: not a Python script: not text in its encoding ({exc})") from None
 
 
 def run_script(script: str, args: list[str]) -> tuple[int, tuple | None]:

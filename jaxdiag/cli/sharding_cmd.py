@@ -18,6 +18,7 @@ import typer
 from jaxdiag.cli.app import app
 from jaxdiag.cli.options import CONFIG_HELP, SET_HELP, check_width, settings_from
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagError, TraceFormatError
+from jaxdiag.render.terminal_text import plain
 
 _NO_FACTS = (
     "no sharding facts in {where}: jaxdiag.jit records them for functions on more than one "
@@ -44,7 +45,10 @@ def sharding_command(
     set_: Optional[list[str]] = typer.Option(None, "--set", help=SET_HELP),
     config: Optional[Path] = typer.Option(None, help=CONFIG_HELP),
 ) -> None:
-    """Show what each jitted function moves between devices, and what its specs did not ask for."""
+    """Show what each jitted function moves between devices, and what its specs did not ask for.
+
+    Exit status: 0 success, 2 bad input (one line naming the file and the problem).
+    """
     width = check_width(width)
     if replicated_param_mb is not None and not (replicated_param_mb > 0 and replicated_param_mb < float("inf")):
         raise ConfigError(f"--replicated-param-mb must be positive, got {replicated_param_mb}")
@@ -110,8 +114,10 @@ def _from_log(path: Path, thresholds: Any) -> tuple[dict[str, Any], list[Any]]:
     if log.skipped_lines:
         file, line, reason = log.skipped_lines[0]
         typer.echo(
-            f"jaxdiag: warning: skipped {len(log.skipped_lines)} unreadable line(s) in {path} "
-            f"(first: {file}:{line}: {reason})",
+            plain(  # the reason may quote the file: shown, never acted on
+                f"jaxdiag: warning: skipped {len(log.skipped_lines)} unreadable line(s) in {path} "
+                f"(first: {file}:{line}: {reason})",
+            ),
             err=True,
         )
     result = analyze_records([r.to_dict() for r in log.records], thresholds)

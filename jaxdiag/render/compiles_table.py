@@ -156,7 +156,7 @@ def render(
     log: "CompileLog", advice: Sequence["Advice"], *, width: int | None = None, color: bool | None = None
 ) -> str:
     """The compile table as text (with ANSI colour when ``color``)."""
-    from rich.markup import escape
+    from jaxdiag.render.terminal_text import esc as escape
     from rich.table import Table
 
     from jaxdiag.render.terminal import text_console

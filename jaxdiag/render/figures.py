@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
+from jaxdiag.render.chart_text import shown_as_text
+from jaxdiag.render.chart_text import text as chart_text
+
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
 
@@ -82,7 +85,7 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
     title = "Where each step's time went"
     steps = [s for s in report.steps if s.get("step") is not None]
     if not steps:
-        return no_data(title, "no steps were found in this capture")
+        return no_data(title, f"no steps were found in this capture; {_MARK_STEPS}")
     by_step = {
         int(e["step"]): {c["cause"]: _ms(c.get("ms")) for c in e.get("by_cause") or [] if c.get("cause") != "compile"}
         for e in (report.host_waits or {}).get("by_step") or []
@@ -129,7 +132,9 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
                 name=name,
                 marker_color=color,
                 customdata=walls,
-                hovertemplate=f"step %{{x}}<br>{name}: %{{y:.3f}}<br>step wall: %{{customdata:.3f}} ms<extra></extra>",
+                # Built with our <br>: the name is escaped here, not in _finish.
+                hovertemplate=f"step %{{x}}<br>{chart_text(name)}: %{{y:.3f}}<br>step wall: %{{customdata:.3f}} ms"
+                "<extra></extra>",
             )
         )
     fig.update_layout(
@@ -287,7 +292,7 @@ def collective_overlap(report: "Report") -> "go.Figure":
     frac = co.get("overlap_fraction")
     title = "Collectives: overlap with compute" + (f" ({100 * frac:.0f}% overall)" if frac is not None else "")
     if not kinds:
-        return no_data(title, "no collectives in this capture")
+        return no_data(title, "no collectives in this capture (a program sharded over several devices has them)")
     names = [str(k.get("kind")) for k in kinds][::-1]
     exposed = [_ms(k.get("exposed_ms")) for k in kinds][::-1]
     overlapped = [max(_ms(k.get("total_ms")) - e, 0.0) for k, e in zip(kinds[::-1], exposed)]
@@ -331,7 +336,7 @@ def recompile_timeline(report: "Report", *, max_rows: int = 40) -> "go.Figure":
     title = "Compiles on the timeline, with causes"
     compiles = list(report.recompiles or [])
     if not compiles:
-        return no_data(title, "nothing compiled during the capture")
+        return no_data(title, "nothing compiled during the capture (a compile inside the profiled steps shows here)")
     note = ""
     if len(compiles) > max_rows:
         kept = sorted(range(len(compiles)), key=lambda i: -_ms(compiles[i].get("compile_ms")))[:max_rows]
@@ -382,7 +387,7 @@ def throughput(report: "Report", *, max_points: int = 2000) -> "go.Figure":
     rows = [r for r in rows if r.get(key) is not None]
     title = f"Throughput over steps ({unit})"
     if not rows:
-        return no_data(title, "no per-step throughput (no steps found)")
+        return no_data(title, f"no per-step throughput: no steps were found; {_MARK_STEPS}")
     many = len(rows) > max_points
     fig = go.Figure(
         go.Scatter(
@@ -515,6 +520,10 @@ def _older(report: "Report", section: str) -> str:
 
 
 # --- shared helpers -----------------------------------------------------------------
+#: What fills the charts drawn per step.
+_MARK_STEPS = "mark each step with jax.profiler.StepTraceAnnotation or @jaxdiag.step"
+
+
 def no_data(title: str, why: str) -> "go.Figure":
     """An empty figure that says there is nothing to draw, and why."""
     go = _go()
@@ -533,7 +542,12 @@ def no_data(title: str, why: str) -> "go.Figure":
 
 
 def _finish(fig: "go.Figure", title: str, note: str) -> "go.Figure":
-    """Title, template and margins; ``note`` (what was dropped or merged) goes under the title."""
+    """Title, template and margins; ``note`` (what was dropped or merged) goes under the title.
+
+    Every figure passes here, so here its names are made text (``shown_as_text``).
+    """
+    shown_as_text(fig)
+    title, note = chart_text(title), chart_text(note)
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template=_TEMPLATE,

@@ -200,7 +200,7 @@ def small_ops_table(report: "Report") -> str:
     so = report.small_ops or {}
     if not so.get("top"):
         return ""
-    return f"<h2>Small ops (&lt; {_num(so.get('threshold_us'))} µs): {so.get('count')} ops</h2>" + _table(
+    return f"<h2>Small ops (&lt; {_num(so.get('threshold_us'))} µs): {_num(so.get('count'))} ops</h2>" + _table(
         ("op", "module", "count", "total ms"),
         ([_e(r.get("name")), _e(r.get("module")), _num(r.get("count")), _num(r.get("total_ms"))] for r in so["top"]),
         numeric=(2, 3),

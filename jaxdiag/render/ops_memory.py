@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jaxdiag.render.html import _e  # the HTML report's one escape
+from jaxdiag.render.terminal_text import esc  # the terminal's one escape
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -51,7 +52,7 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
     ridge = top.get("ridge_point")
     console.print(
         "[bold]Top ops[/bold] by device time"
-        + (f"; ridge point {ridge:.0f} FLOP/byte ({top.get('roofline_source')})" if ridge else "")
+        + (f"; ridge point {esc(_num(ridge))} FLOP/byte ({esc(top.get('roofline_source'))})" if ridge else "")
         + ("" if top.get("deep") else "; FLOPs, bytes and bound with --deep")
     )
     t = Table(show_edge=False)
@@ -70,15 +71,15 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
     for r in rows[:TERMINAL_ROWS]:
         flops = r.get("flops")
         t.add_row(
-            str(r.get("id")),
-            str(r.get("name")),
-            str(r.get("function") or "—"),
+            esc(r.get("id")),
+            esc(r.get("name")),
+            esc(r.get("function") or "—"),
             _num(r.get("per_step_ms") if r.get("per_step_ms") is not None else r.get("total_ms")),
             _pct(r.get("share")),
-            "—" if flops is None else f"{flops / 1e9:.3g}",
-            _num(r.get("intensity")),
-            str(r.get("bound") or "unknown"),
-            str(r.get("source") or "—"),
+            esc(_scaled(flops, 1e9)),
+            esc(_num(r.get("intensity"))),
+            esc(r.get("bound") or "unknown"),
+            esc(r.get("source") or "—"),
         )
     console.print(t)
     console.print()
@@ -90,9 +91,9 @@ def _print_mfu_basis(report: "Report", console: "Console") -> None:
         return
     mfu = (report.throughput or {}).get("mfu")
     console.print(f"[bold]MFU[/bold] {_pct(mfu) if mfu is not None else 'unknown'}")
-    console.print(f"  FLOPs per step: {_big(basis.get('flops_per_step'))} ({basis.get('flops_source')})")
-    console.print(f"  peak: {_big(basis.get('peak_flops'))}/s ({basis.get('peak_source')})")
-    console.print(f"  dtype: {basis.get('dtype') or 'unknown'} ({basis.get('dtype_source')})")
+    console.print(f"  FLOPs per step: {_big(basis.get('flops_per_step'))} ({esc(basis.get('flops_source'))})")
+    console.print(f"  peak: {_big(basis.get('peak_flops'))}/s ({esc(basis.get('peak_source'))})")
+    console.print(f"  dtype: {esc(basis.get('dtype') or 'unknown')} ({esc(basis.get('dtype_source'))})")
     console.print()
 
 
@@ -104,17 +105,17 @@ def _print_memory(report: "Report", console: "Console") -> None:
     if not compiles and not peaks:
         return
     cap = mem.get("capacity_bytes")
-    console.print(f"[bold]Memory[/bold] per device; capacity {_bytes(cap)} ({mem.get('capacity_source')})")
+    console.print(f"[bold]Memory[/bold] per device; capacity {_bytes(cap)} ({esc(mem.get('capacity_source'))})")
     if compiles:
         t = Table(show_edge=False)
         for col in _MEMORY_COLUMNS:
             t.add_column(col, justify="left" if col == "function" else "right")
         for c in compiles:
-            t.add_row(*map(str, _memory_row(c)))
+            t.add_row(*map(esc, _memory_row(c)))
         console.print(t)
     for p in peaks:
         console.print(
-            f"  measured peak {p.get('host')} {p.get('allocator')}: {_bytes(p.get('peak_bytes'))} "
+            f"  measured peak {esc(p.get('host'))} {esc(p.get('allocator'))}: {_bytes(p.get('peak_bytes'))} "
             f"of {_bytes(p.get('capacity_bytes'))} (XProf memory_profile)"
         )
     console.print()
@@ -137,7 +138,7 @@ def html_top_ops(report: "Report") -> str:
         ridge = top.get("ridge_point")
         parts.append(
             "<h2>Top ops by device time</h2><p class='meta'>"
-            + (_e(f"ridge point {ridge:.0f} FLOP/byte ({top.get('roofline_source')})") if ridge else "")
+            + (_e(f"ridge point {_num(ridge)} FLOP/byte ({top.get('roofline_source')})") if ridge else "")
             + ("" if top.get("deep") else " · FLOPs, bytes and bound: jaxdiag report --deep")
             + "</p>"
         )
@@ -169,8 +170,8 @@ def html_top_ops(report: "Report") -> str:
                         _num(r.get("count")),
                         _num(r.get("per_step_ms")),
                         _pct(r.get("share")),
-                        "—" if r.get("flops") is None else f"{r['flops'] / 1e9:.3g}",
-                        "—" if r.get("bytes_accessed") is None else f"{r['bytes_accessed'] / 1e6:.3g}",
+                        _scaled(r.get("flops"), 1e9),
+                        _scaled(r.get("bytes_accessed"), 1e6),
                         _num(r.get("intensity")),
                         r.get("bound"),
                         r.get("xprof_bound_by") or "—",
@@ -231,7 +232,7 @@ def place_html(report: "Report", finding: "Finding", number: int) -> str:
     if where.get("step") is not None:
         bits.append(f"step {where['step']}")
     if where.get("start_ms") is not None:
-        bits.append(f"{where['start_ms']:.1f}–{where['end_ms']:.1f} ms")
+        bits.append(f"{_scaled(where['start_ms'], 1, '.1f')}–{_scaled(where.get('end_ms'), 1, '.1f')} ms")
     text = _e(", ".join(bits))
     rows = finding.evidence.get("top_op_rows") or []
     if rows:
@@ -350,6 +351,16 @@ def _num(value: Any) -> str:
     except (TypeError, ValueError):
         return str(value)
     return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _scaled(value: Any, scale: float, spec: str = ".3g") -> str:
+    """``value / scale`` formatted by ``spec``; ``—`` for none, the value as given when it is no number."""
+    if value is None:
+        return "—"
+    try:
+        return format(float(value) / scale, spec)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def _pct(value: Any) -> str:

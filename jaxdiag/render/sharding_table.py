@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from rich.markup import escape
+from jaxdiag.render.terminal_text import esc as escape
 
 from jaxdiag.sharding.facts import format_bytes
 from jaxdiag.sharding.tiles import spec_text

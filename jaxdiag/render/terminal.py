@@ -1,6 +1,8 @@
 """Render a ``Report`` for the terminal with rich: findings first, then the figures.
 
-Formatting only: every number comes from the ``Report``.
+Formatting only: every number comes from the ``Report``. Every value from the
+report goes through ``esc`` before it meets markup, and the console is a
+``safe_console`` (``render.terminal_text``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from jaxdiag.trace.versions import versions_text
+from jaxdiag.render.terminal_text import esc
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -28,11 +31,14 @@ def render(report: "Report", *, width: int | None = None, color: bool | None = N
 
 
 def text_console(width: int | None, color: bool | None) -> tuple["Console", io.StringIO]:
-    """A rich console writing into a string (``width`` default 120; ANSI colour only when ``color``)."""
-    from rich.console import Console
+    """A rich console writing into a string (``width`` default 120; ANSI colour only when ``color``).
+
+    A ``safe_console``: names from traces and files can neither act on the terminal nor break the markup.
+    """
+    from jaxdiag.render.terminal_text import safe_console
 
     buf = io.StringIO()
-    console = Console(
+    console = safe_console(
         file=buf,
         width=width or 120,
         force_terminal=bool(color),
@@ -62,7 +68,7 @@ def _recompiles(report: "Report", console: "Console") -> None:
         for col, just in (("function", "left"), ("step", "right"), ("compile ms", "right"), ("cause", "left")):
             t.add_column(col, justify=just, overflow="fold")
         for r in recompiles:
-            t.add_row(str(r.get("function")), _int(r.get("step")), _ms(r.get("compile_ms")), str(r.get("cause") or "—"))
+            t.add_row(esc(r.get("function")), _int(r.get("step")), _ms(r.get("compile_ms")), esc(r.get("cause") or "—"))
         console.print(t)
         console.print()
 
@@ -70,20 +76,18 @@ def _recompiles(report: "Report", console: "Console") -> None:
 def _header(report: "Report", console: "Console") -> None:
     src = report.source
     devices = src.get("devices") or []
-    names = sorted({str(d.get("device_name") or d.get("plane")) for d in devices})
-    console.print(f"[bold]jaxdiag report[/bold]  {src.get('run_dir', '')}")
+    names = sorted({esc(d.get("device_name") or d.get("plane")) for d in devices})
+    console.print(f"[bold]jaxdiag report[/bold]  {esc(src.get('run_dir', ''))}")
     console.print(
-        f"hosts: {', '.join(src.get('hosts', [])) or '—'}   devices: {len(devices)}"
+        f"hosts: {', '.join(esc(h) for h in src.get('hosts', [])) or '—'}   devices: {len(devices)}"
         + (f" ({', '.join(names)})" if names else "")
-        + f"   steps from: {src.get('step_source', '?')}"
+        + f"   steps from: {esc(src.get('step_source', '?'))}"
     )
     made_by = versions_text(src.get("versions") or {})
     if made_by:
-        from rich.markup import escape
-
-        console.print(f"made by: {escape(made_by)}")
+        console.print(f"made by: {esc(made_by)}")
     for skipped in src.get("skipped") or []:
-        console.print(f"[yellow]skipped {skipped.get('file')}: {skipped.get('reason')}[/yellow]")
+        console.print(f"[yellow]skipped {esc(skipped.get('file'))}: {esc(skipped.get('reason'))}[/yellow]")
     tp = report.throughput or {}
     unit = count_unit(report)
     walls = [s.get("wall_ms") or 0.0 for s in report.steps]
@@ -119,11 +123,12 @@ def _findings(report: "Report", console: "Console") -> None:
         t.add_column("what to change", ratio=2, overflow="fold")
         for i, f in enumerate(shown, 1):
             style = _SEVERITY_STYLE.get(f.severity.value, "")
-            t.add_row(str(i), f"[{style}]{f.severity.value}[/{style}]", _ms(f.time_lost_ms), f.message, f.suggestion)
+            severity = f"[{style}]{esc(f.severity.value)}[/{style}]" if style else esc(f.severity.value)
+            t.add_row(str(i), severity, _ms(f.time_lost_ms), esc(f.message), esc(f.suggestion))
         console.print(t)
         console.print()
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {esc(note)}[/dim]")
     if report.notes:
         console.print()
 
@@ -163,7 +168,7 @@ def _host_waits(report: "Report", console: "Console") -> None:
     by_cause = hw.get("by_cause") or []
     if not by_cause:
         return
-    parts = ", ".join(f"{c.get('cause')} {_ms(c.get('ms'))} ms" for c in by_cause)
+    parts = ", ".join(f"{esc(c.get('cause'))} {_ms(c.get('ms'))} ms" for c in by_cause)
     console.print(f"[bold]Host waits[/bold] {_ms(hw.get('total_ms'))} ms: {parts}")
     console.print()
 
@@ -176,7 +181,7 @@ def _small_ops(report: "Report", console: "Console") -> None:
         return
     share = so.get("device_time_share")
     console.print(
-        f"[bold]Small ops[/bold] (< {so.get('threshold_us')} µs): {so.get('count'):,} ops, "
+        f"[bold]Small ops[/bold] (< {esc(so.get('threshold_us'))} µs): {_int(so.get('count'))} ops, "
         + (f"{share:.1%} of device time" if isinstance(share, (int, float)) else "")
     )
     top = so.get("top") or []
@@ -185,7 +190,7 @@ def _small_ops(report: "Report", console: "Console") -> None:
         for col in ("op", "module", "count", "total ms"):
             t.add_column(col, justify="right" if col in ("count", "total ms") else "left", overflow="fold")
         for r in top[:10]:
-            t.add_row(str(r.get("name")), str(r.get("module") or ""), _int(r.get("count")), _ms(r.get("total_ms")))
+            t.add_row(esc(r.get("name")), esc(r.get("module") or ""), _int(r.get("count")), _ms(r.get("total_ms")))
         console.print(t)
     console.print()
 
@@ -213,7 +218,7 @@ def _collectives(report: "Report", console: "Console") -> None:
     for k in kinds:
         of = k.get("overlap_fraction")
         t.add_row(
-            str(k.get("kind")),
+            esc(k.get("kind")),
             _int(k.get("count")),
             _ms(k.get("total_ms")),
             _ms(k.get("exposed_ms")),
@@ -234,11 +239,11 @@ def _stragglers(report: "Report", console: "Console") -> None:
     al = section.get("alignment") or {}
     if al.get("aligned"):
         console.print(
-            f"[bold]Hosts[/bold]: clocks aligned on {al.get('shared_collectives')} shared collectives, "
+            f"[bold]Hosts[/bold]: clocks aligned on {esc(al.get('shared_collectives'))} shared collectives, "
             f"to within {_ms(al.get('residual_ms'))} ms"
         )
     else:
-        console.print(f"[bold]Hosts[/bold]: {al.get('note') or 'clocks not aligned'}")
+        console.print(f"[bold]Hosts[/bold]: {esc(al.get('note') or 'clocks not aligned')}")
     set_by = {r.get("step"): r.get("host") for r in section.get("step_set_by") or []}
     hosts = section.get("hosts") or sorted({r.get("host") for r in rows})
     by = {(r.get("host"), r.get("step")): r for r in rows}
@@ -250,7 +255,7 @@ def _stragglers(report: "Report", console: "Console") -> None:
     )
     t.add_column("step", justify="right")
     for h in hosts:
-        t.add_column(str(h), justify="right")
+        t.add_column(esc(h), justify="right")
     t.add_column("step time set by")
     for step in steps:
         cells = []
@@ -264,7 +269,7 @@ def _stragglers(report: "Report", console: "Console") -> None:
                 f"waited {_ms(r.get('waited_ms'))}" if r.get("waited_ms") else "",
             ]
             cells.append(_ms(r.get("wall_ms")) + "".join(f" ({e})" for e in extra if e))
-        t.add_row(_int(step), *cells, str(set_by.get(step, "—")))
+        t.add_row(_int(step), *cells, esc(set_by.get(step, "—")))
     console.print(t)
     console.print()
 
@@ -286,8 +291,8 @@ def _ms(value: Any) -> str:
         return "—"
     try:
         v = float(value)
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError, OverflowError):
+        return esc(value)
     return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.2f}"
 
 
@@ -296,8 +301,8 @@ def _int(value: Any) -> str:
         return "—"
     try:
         return f"{int(value):,}"
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError, OverflowError):
+        return esc(value)
 
 
 def count_unit(report: "Report") -> str:

@@ -56,7 +56,7 @@ def draw(rects: Rects, window_ms: float) -> "go.Figure":
                 hovertext=hover[m].tolist(),
                 hoverinfo="text",
                 width=0.8,
-                text=[html.escape(str(n)) for n in rects.name[m]] if labelled else None,
+                text=[str(n) for n in rects.name[m]] if labelled else None,  # escaped by figures._finish
                 textposition="inside",
                 insidetextanchor="start",
             )

@@ -70,9 +70,25 @@ def test_markdown_table(result) -> None:
     rows = [line for line in md.splitlines() if line.startswith("| `")]
     assert len(rows) == 5
     assert rows[0].startswith("| `steady_recompiles` | :x: FAIL | 1 | 0 | 0 |")
-    assert "<a\\|b>" in rows[0]  # a '|' in a message cannot break the table
+    assert "&lt;a\\|b&gt;" in rows[0]  # a '|' in a message cannot break the table, a '<' open no tag
     assert rows[2].startswith("| `tokens_per_s` | :warning: skip")
     assert "**FAILED: 2 of 5 checks (steady_recompiles, step_time), 2 skipped**" in md
+
+
+def test_markdown_shows_hostile_names_as_text() -> None:
+    """A function name in a recompile cause is markdown's to show, not to follow: no tag, link or emphasis."""
+    hostile = "<img src=x onerror=alert(1)> [click](http://evil.example/) **loud** `code` \x1b[2J a|b"
+    base = baseline_from_report(report([10.0] * 5))
+    recompiles = [
+        {"function": "f", "step": 0, "compile_ms": 50.0, "cause": None},
+        {"function": "f", "step": None, "compile_ms": 40.0, "cause": hostile},
+    ]
+    result = compare(report([10.0] * 5, recompiles), base, CheckThresholds())
+    md = outputs.render_markdown(result)
+    row = next(line for line in md.splitlines() if line.startswith("| `steady_recompiles`"))
+    assert "&lt;img src=x onerror=alert(1)&gt;" in row and "<img" not in md
+    assert "\\[click\\](http://evil.example/)" in row and "\\*\\*loud\\*\\*" in row and "\\`code\\`" in row
+    assert "\x1b" not in md and "\\x1b" in row and row.count(" | ") == 5  # the bar in the name split no cell
 
 
 def test_step_summary_is_appended_when_set(result, tmp_path: Path, monkeypatch) -> None:

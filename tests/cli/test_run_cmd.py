@@ -161,6 +161,40 @@ def test_a_missing_script_is_a_one_line_error(tmp_path, capsys, target):
     ]
 
 
+@pytest.mark.parametrize(
+    "data, problem",
+    [
+        (bytes(range(256)) * 8, "binary data (a NUL byte at offset 0)"),
+        (b"import os\n\x00\x01\x02", "binary data (a NUL byte at offset 10)"),
+        (b"\xff\xfe\xfa not utf-8\n", "not a Python script: not text in its encoding"),
+        (b"# -*- coding: no-such-codec -*-\nx = 1\n", "not a Python script: not text in its encoding"),
+    ],
+    ids=["binary", "nul", "not utf-8", "unknown coding"],
+)
+def test_a_binary_file_is_a_one_line_error(tmp_path, data, problem):
+    script = tmp_path / "weights.py"
+    script.write_bytes(data)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "run", str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"jaxdiag: error: {script}: {problem}"), proc.stderr
+
+
+def test_a_syntax_error_is_the_scripts_own(tmp_path):
+    """A text script that does not parse fails as ``python script.py`` fails: its SyntaxError, exit 1."""
+    script = tmp_path / "broken.py"
+    script.write_text("x = (\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxdiag", "run", "--no-summary", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1 and "SyntaxError" in proc.stderr.splitlines()[-1], proc.stderr
+
+
 def test_python_dash_m_jaxdiag_run(scripts):
     proc = subprocess.run(
         [sys.executable, "-m", "jaxdiag", "run", str(scripts / "train.py"), "--exit", "3"],

@@ -293,3 +293,19 @@ def test_throughput_of_many_steps_draws_a_line_and_says_so():
     assert [t.name for t in fig.data] == ["every step", "compiled in this step"]
     assert len(fig.data[0].x) == 3000 and list(fig.data[1].x) == [5]
     assert "3,000 steps: steady steps drawn as a line, no markers" in annotations(fig)
+
+
+def test_empty_charts_say_what_would_fill_them():
+    empty = make_report(
+        steps=[], recompiles=[], host_waits={}, small_ops={}, collectives={}, throughput={}, findings=(), notes=()
+    )
+    figs = figures.all_figures(empty)
+    hints = {
+        "step_breakdown": "StepTraceAnnotation or @jaxdiag.step",
+        "throughput": "StepTraceAnnotation or @jaxdiag.step",
+        "recompile_timeline": "a compile inside the profiled steps",
+        "collective_overlap": "sharded over several devices",
+        "roofline": "jaxdiag report --deep",
+    }
+    for name, hint in hints.items():
+        assert any(hint in t for t in annotations(figs[name])), (name, annotations(figs[name]))

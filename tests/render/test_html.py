@@ -103,7 +103,8 @@ def test_figure_json_is_escaped_in_the_page():
     assert sum(t == "script" for t, _ in tags.tags) == page.count("</script>")
     recompiles = next(s for s in tags.scripts if '"jd-recompile_timeline"' in s)
     data = json.loads(recompiles[recompiles.index("[{") : recompiles.index("}],") + 2])
-    assert data[0]["customdata"] == [evil]  # the text survives, escaped for the page
+    # The text survives: escaped for plotly's HTML (which draws it as written), then for the page.
+    assert data[0]["customdata"] == [evil.replace("<", "&lt;").replace(">", "&gt;")]
 
 
 def test_empty_report_renders_no_data_figures():
@@ -139,7 +140,7 @@ def test_cli_writes_the_html_report(cpu_trace_dir, tmp_path, capsys):
     assert main(["report", str(cpu_trace_dir.logdir), "--html", str(out)]) == 0
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "jd-step_timeline" in page
-    assert "Findings (by time lost)" in capsys.readouterr().out  # the terminal report still prints
+    assert capsys.readouterr().out == f"jaxdiag: wrote the HTML report to {out}\n"  # where, not the tables too
     assert main(["report", str(cpu_trace_dir.logdir), "--html", str(tmp_path / "missing" / "r.html")]) == 2
     assert "cannot write" in capsys.readouterr().err
 

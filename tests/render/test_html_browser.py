@@ -104,3 +104,34 @@ def test_a_failing_script_is_seen(browser, page, tmp_path):
     loaded = load(browser, broken, tmp_path / "profile")
     assert any("boom-4711" in line for line in loaded.console)
     assert "boom-4711" in loaded.error_banner()
+
+
+def test_hostile_names_run_no_script(browser, cpu_trace_dir, tmp_path):
+    """Every string of a saved report set to markup that would run a script: the page shows it and runs none."""
+    import json
+
+    from jaxdiag.errors import JaxdiagError
+    from jaxdiag.reporting.model import Report
+
+    ran = "document.body.dataset.jdRan=1"
+    payload = f"<script>{ran}</script><img src=x onerror='{ran}'><svg onload='{ran}'>"
+    d = json.loads(jaxdiag.report(cpu_trace_dir.logdir, tokens_per_step=64).to_json())
+
+    def strings(node):
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(value, str):
+                before, node[key] = value, payload
+                try:
+                    Report.from_dict(d)
+                except JaxdiagError:  # a field reading refuses (an enum): left as it was
+                    node[key] = before
+            elif isinstance(value, (dict, list)):
+                strings(value)
+
+    strings(d)
+    d["small_ops"]["count"] = payload  # a number field, shown in a heading
+    page = tmp_path / "hostile.html"
+    page.write_text(html.render(Report.from_dict(d)))
+    loaded = load(browser, page, tmp_path / "profile")
+    assert "data-jd-ran" not in loaded.dom
+    assert loaded.dom.count("&lt;script&gt;document.body.dataset.jdRan=1") > 10

@@ -86,9 +86,10 @@ def test_a_device_picked_in_the_dashboard_draws_the_same(built, saved):
 def test_cli_renders_a_saved_report(cpu_trace_dir, tmp_path, capsys):
     saved_json, from_trace, from_saved = tmp_path / "r.json", tmp_path / "a.html", tmp_path / "b.html"
     assert main(["report", str(cpu_trace_dir.logdir), "--json", "-o", str(saved_json), "--html", str(from_trace)]) == 0
-    assert main(["report", str(saved_json), "--html", str(from_saved), "--width", "120"]) == 0
-    text = capsys.readouterr().out
-    assert text == terminal.render(Report.open(saved_json), width=120)
+    text = tmp_path / "b.txt"
+    assert main(["report", str(saved_json), "--html", str(from_saved), "--width", "120", "-o", str(text)]) == 0
+    assert text.read_text() == terminal.render(Report.open(saved_json), width=120)
+    assert capsys.readouterr().err.endswith(f"jaxdiag: wrote the HTML report to {from_saved}\n")
     assert from_saved.read_text() == from_trace.read_text()
     assert main(["report", str(saved_json), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(saved_json.read_text())
@@ -123,4 +124,5 @@ def test_rendering_a_saved_report_imports_neither_jax_nor_the_trace_reader(cpu_t
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("jaxdiag report") and (tmp_path / "r.html").stat().st_size > 0
+    assert done.stdout == f"jaxdiag: wrote the HTML report to {tmp_path / 'r.html'}\n"
+    assert (tmp_path / "r.html").stat().st_size > 0
