@@ -383,6 +383,17 @@ _RULES: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: The config states that hold the mesh in context: not options ``jax.config.update`` takes.
+_MESH_STATES = ("mesh_context_manager", "abstract_mesh_context_manager")
+_MESH_RULE = (
+    "mesh_context",
+    "was called both inside and outside a mesh context (`with jax.set_mesh(mesh)`), which JAX traces separately",
+    "make every call of {function} inside one `with jax.set_mesh(mesh):` (or every call outside it); "
+    "to run it outside, give its inputs their placement instead (jax.device_put(x, "
+    "NamedSharding(mesh, P(...))) or jit's in_shardings)",
+)
+
+
 def _by_change(
     qualname: str, recs: list[CompileRecord], changed: list, covered: frozenset[tuple[str, str]] = frozenset()
 ) -> list[Advice]:
@@ -403,7 +414,7 @@ def _by_change(
     name = recs[0].function
     out = []
     for (what, path), by_id in hits.items():
-        kind, message, suggestion = _RULES[what]
+        kind, message, suggestion = _MESH_RULE if what == "config" and path in _MESH_STATES else _RULES[what]
         involved = list(by_id.values())
         found = seen_changes[(what, path)]
         values = list(dict.fromkeys(v for c in found for v in (c.old, c.new) if v is not None))
@@ -418,6 +429,7 @@ def _by_change(
             "values": _listing(values),
             "dtype": _leaf_dtype(involved[-1], path) or "float32",
             "largest": max(numbers) if numbers else "?",
+            "function": name,
         }
         out.append(
             Advice(

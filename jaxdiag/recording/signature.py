@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from jaxdiag import jax_internals
+from jaxdiag.jax_internals import transforms as internals_reads
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.recording.records import ArgSignature
 
@@ -275,14 +276,20 @@ def leaf_signature(path: str, leaf: Any) -> ArgSignature:
     dtype = getattr(aval, "dtype", None)
     concrete = None if isinstance(leaf, jax.core.Tracer) else getattr(leaf, "sharding", None)
     sharding = concrete if concrete is not None else getattr(aval, "sharding", None)
+    described = describe_sharding(sharding)
     return ArgSignature(
         path=path,
         kind="array",
         shape=tuple(int(d) if isinstance(d, int) else d for d in shape) if shape is not None else None,
         dtype=None if dtype is None else str(dtype),
         weak_type=bool(getattr(aval, "weak_type", False)),
-        sharding=describe_sharding(sharding),
+        sharding=described,
         memory_kind=getattr(concrete, "memory_kind", None) if concrete is not None else None,
+        placement=(
+            internals_reads.placement(concrete, len(shape))
+            if described is not None and concrete is not None and shape is not None
+            else None
+        ),
     )
 
 

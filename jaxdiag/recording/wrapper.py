@@ -222,6 +222,7 @@ class _Target:
             call_function=site_function,
             transform=p.transform,
             jit_options=p.jit_options,
+            jit_leaves=p.jit_leaves,
             config=p.config,
             **p.stage_fields(),
         )
@@ -266,7 +267,7 @@ def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Ex
 
 def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """Signatures without placement: what a trace cache key holds of them."""
-    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None) for a in args)
+    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None, placement=None) for a in args)
 
 
 def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:

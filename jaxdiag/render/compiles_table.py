@@ -75,7 +75,7 @@ class Cause:
         if self.what == SAME_SIGNATURE:
             return "same signature (context, cache or committed devices)"
         if self.what == UNKNOWN_CAUSE:
-            return "unknown (this JAX does not expose argument signatures)"
+            return "cause unknown (the same argument signature as an earlier compile; see its summary)"
         if self.what == "function":
             return "new function object / closure"
         if self.what == "shape":
