@@ -214,7 +214,7 @@ def analyze_records(
     rows = _timeline_rows(functions, timeline or {})
     findings = [
         *_resharding_findings(functions, wall_ms),
-        *_replicated_findings(functions, thresholds),
+        *_replicated_findings(functions, thresholds, wall_ms),
         *_sharding_recompiles(list(records)),
     ]
     return ShardingResult(tuple(functions), tuple(rows), tuple(findings))
@@ -370,7 +370,28 @@ def _prim(op_name: str) -> str:
     return op_name.split(";")[-1].rsplit("/", 1)[-1] or "an op"
 
 
-def _replicated_findings(functions: Sequence[FunctionSharding], thresholds: Thresholds) -> list[Finding]:
+def collectives_of(f: FunctionSharding, leaf: Any) -> list[tuple[CollectiveUse, float]]:
+    """The collectives of ``f`` that move ``leaf`` or reduce its update, each with ``leaf``'s share.
+
+    One collective often carries several arrays (XLA combines the gradient
+    all-reduces of a step); ``leaf``'s share of its time is its share of the bytes of
+    the arrays it carries (equal shares where their sizes are unknown).
+    """
+    out = []
+    for use in f.collectives:
+        names = use.collective.arrays
+        if not names or not ({leaf.name, leaf.path} & set(names)):
+            continue
+        sizes = [(x.bytes_per_device or 0) if (x := f.facts.input_named(n)) is not None else 0 for n in names]
+        total = sum(sizes)
+        share = (leaf.bytes_per_device or 0) / total if total > 0 else 1.0 / len(names)
+        out.append((use, share))
+    return out
+
+
+def _replicated_findings(
+    functions: Sequence[FunctionSharding], thresholds: Thresholds, wall_ms: float = 0.0
+) -> list[Finding]:
     out: list[Finding] = []
     seen: set[tuple[str, str]] = set()
     for f in functions:
@@ -392,15 +413,33 @@ def _replicated_findings(functions: Sequence[FunctionSharding], thresholds: Thre
         shown = ", ".join(f"{leaf.label} ({format_bytes(leaf.bytes_per_device)})" for leaf in big[:5])
         more = f" and {len(big) - 5} more" if len(big) > 5 else ""
         axes = f.facts.mesh.axis_names
+        # The collectives these arrays cause (a gradient all-reduce), with their share of its time.
+        paid: dict[str, tuple[CollectiveUse, float]] = {}
+        for leaf in big:
+            for use, share in collectives_of(f, leaf):
+                was = paid.get(use.collective.name, (use, 0.0))[1]
+                paid[use.collective.name] = (use, was + share)
+        time_ms = sum(use.timeline_ms * share for use, share in paid.values())
+        moved = "; ".join(
+            f"{use.collective.kind} {use.collective.name} over {_axes_text(use.collective.mesh_axes)} "
+            f"({use.timeline_ms:.2f} ms per device in the capture, {share:.0%} of it for these arrays)"
+            if use.timeline_count
+            else f"{use.collective.kind} {use.collective.name} over {_axes_text(use.collective.mesh_axes)} "
+            f"({format_bytes(use.collective.bytes * use.collective.count)} per device per call)"
+            for use, share in paid.values()
+        )
         out.append(
             Finding(
                 kind="replicated_param",
-                severity=Severity.WARNING,
-                time_lost_ms=0.0,
+                severity=Severity.CRITICAL
+                if time_ms > 0 and severity_for(time_ms, wall_ms) == Severity.CRITICAL
+                else Severity.WARNING,
+                time_lost_ms=time_ms,
                 message=(
                     f"{f.function} keeps a full copy of {shown}{more} on each of {n} devices "
                     f"({f.facts.mesh.text}): {format_bytes(total)} per device, "
                     f"{format_bytes(total * (n - 1))} more than one copy in all."
+                    + (f" Their updates are summed across devices by {moved}." if moved else "")
                 ),
                 suggestion=(
                     f"Shard large parameters over a mesh axis (e.g. P({axes[0]!r}, None) for "
@@ -413,6 +452,10 @@ def _replicated_findings(functions: Sequence[FunctionSharding], thresholds: Thre
                     "devices": n,
                     "bytes_per_device": total,
                     "arrays": {leaf.label: leaf.bytes_per_device for leaf in big},
+                    "collectives": {
+                        name: {"timeline_ms": round(use.timeline_ms, 3), "share": round(share, 4)}
+                        for name, (use, share) in paid.items()
+                    },
                 },
             )
         )
