@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds, current
 from jaxdiag.sharding.facts import ShardingFacts, format_bytes
+from jaxdiag.sharding.tiles import spec_text
 from jaxdiag.sharding.hlo import Collective
 
 #: Primitives of collectives users write themselves (in ``shard_map``).
@@ -331,14 +332,24 @@ def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float)
     if undone:
         names = ", ".join(leaf.label for leaf in undone)
         msg += f" The compiler undoes the sharding given to {names}."
-        axis = (c.mesh_axes or ("model",))[0]
+        suggested = {leaf.label: moved for leaf in undone if (moved := moved_spec(leaf, c.mesh_axes or ())) is not None}
+        moves = [
+            f"{leaf.label}: {leaf.spec_text} -> {spec_text(suggested[leaf.label])}"
+            for leaf in undone
+            if leaf.label in suggested
+        ]
         suggestion = (
             f"{names} is sharded but its consumer ({_prim(c.op_name)}) needs it whole along "
-            f"{_axes_text(c.mesh_axes)}. Shard it on a dimension its consumer keeps sharded "
-            f"(for x @ w with x split on the batch, split w's output dimension, e.g. P(None, {axis!r})), "
-            "or replicate it if it is small."
+            f"{_axes_text(c.mesh_axes)}. "
+            + (
+                f"Split it over that axis on another dimension, one its consumer keeps sharded "
+                f"({'; '.join(moves)}), or replicate it if it is small."
+                if moves
+                else "Replicate it if it is small, or shard the consumer's other operand to match it."
+            )
         )
     else:
+        suggested = {}
         suggestion = (
             f"The specs of {f.function}'s inputs and what its ops need disagree, so the compiler "
             "reshards in between. Give producer and consumer the same layout: change the input "
@@ -362,8 +373,34 @@ def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float)
             "bytes_per_call": per_call,
             "op_name": c.op_name,
             "user_specs": {leaf.label: leaf.spec_text for leaf in leaves},
+            "suggested_specs": {label: list(spec) for label, spec in suggested.items()},
         },
     )
+
+
+def moved_spec(leaf: Any, axes: Sequence[str]) -> tuple[Any, ...] | None:
+    """``leaf``'s spec with the gathered ``axes`` moved to another, unsharded dimension.
+
+    For ``x @ w`` with ``w`` split over its contracted rows (``P('model', None)``), the
+    columns (``P(None, 'model')``); for ``x @ w.T`` with ``w`` split over its columns, the
+    rows. The last free dimension other than the gathered one is chosen; ``None`` when
+    there is none (a vector, or every other dimension sharded already), so the advice
+    never repeats the spec the leaf has.
+    """
+    if leaf.spec is None or leaf.shape is None or len(leaf.shape) < 2:
+        return None
+    spec = list(leaf.spec) + [None] * (len(leaf.shape) - len(leaf.spec))
+    wanted = set(axes)
+    held = [i for i, e in enumerate(spec) if e is not None and wanted & ({e} if isinstance(e, str) else set(e))]
+    if len(held) != 1:
+        return None
+    (i,) = held
+    free = [j for j, e in enumerate(spec) if j != i and e is None]
+    if not free:
+        return None
+    j = free[-1]
+    spec[j], spec[i] = spec[i], None
+    return tuple(spec)
 
 
 def _prim(op_name: str) -> str:
