@@ -418,6 +418,7 @@ def _by_change(
         involved = list(by_id.values())
         found = seen_changes[(what, path)]
         values = list(dict.fromkeys(v for c in found for v in (c.old, c.new) if v is not None))
+        shown_values = _one_mesh(values) if what in ("jit_options", "sharding") else values
         label = path or "the argument tree"
         if what == "structure":
             verbs = {"appeared" if c.old is None else "disappeared" if c.new is None else "changed" for c in found}
@@ -426,7 +427,7 @@ def _by_change(
         numbers = [int(v) for v in values if v.isdigit()]
         fill = {
             "path": label,
-            "values": _listing(values),
+            "values": _listing(shown_values),
             "dtype": _leaf_dtype(involved[-1], path) or "float32",
             "largest": max(numbers) if numbers else "?",
             "function": name,
@@ -476,6 +477,16 @@ def _eager(function: str, site: str | None, recs: list[CompileRecord]) -> Advice
         {"call_site": site, "compile_indices": [r.compile_index for r in again]},
         source=site,
     )
+
+
+def _one_mesh(values: list[str]) -> list[str]:
+    """Specs on one mesh, the mesh said once: ``["P('x',) on mesh(x=8)", "P() on mesh(x=8)"]`` ->
+    ``["P('x',)", "P() (on mesh(x=8))"]``."""
+    meshes = {v.partition(" on ")[2] for v in values}
+    if len(meshes) != 1 or not next(iter(meshes)):
+        return values
+    specs = [v.partition(" on ")[0] for v in values]
+    return [*specs[:-1], f"{specs[-1]} (on {next(iter(meshes))})"]
 
 
 def _leaf_dtype(rec: CompileRecord, path: str) -> str | None:

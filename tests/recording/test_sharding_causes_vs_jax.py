@@ -121,9 +121,16 @@ def test_in_shardings_leaf_change_is_named_with_both_specs(
     (row,) = out["functions"]
     assert [c["label"] for c in row["causes"]] == ["jit option in_shardings[1]['x'] (another jit object)"]
     assert row["records"][1]["explanation"]["summary"] == summary
-    assert main(["compiles", str(tmp_path / "compiles.jsonl"), "--width", "200"]) == 0
-    text = capsys.readouterr().out
-    assert "does not expose" not in text and "in_shardings[1]['x']" in text
+    texts = {}
+    for width in (80, 200):  # the cause reads whole at both widths; at 80 the advice goes below the table
+        assert main(["compiles", str(tmp_path / "compiles.jsonl"), "--width", str(width)]) == 0
+        text = texts[width] = capsys.readouterr().out
+        assert "does not expose" not in text and "in_shardings[1]['x']" in text
+        assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+        header = next(line for line in text.splitlines() if "causes" in line)
+        assert ("advice" in header) == (width == 200) and ("\nAdvice\n" in text) == (width == 80)
+    below = " ".join(texts[80].split("\nAdvice\n")[-1].split())  # the advice of the 80-column table
+    assert "(in_shardings[1]['x']: P('data',), P(('data', 'model'),) (on mesh(data=2, model=4)))" in below
     # The advice, applied: one jit object, called everywhere, compiles once.
     (advice,) = [a for a in advise(records) if a.kind == "jit_options"]
     assert "one jax.jit of the function" in advice.suggestion
