@@ -512,14 +512,19 @@ def _sharding_recompiles(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
         parts, arrays, axes = [], [], {}
         for c in changes:
             path = str(c.get("path"))
-            new, old = _leaf(r, path), _leaf(before, path)
-            label = new.label if new is not None else path
+            name = str(c.get("label") or path)  # the facts may name a wrapper's inputs by other paths
+            new, old = _leaf(r, path) or _leaf(r, name), _leaf(before, path) or _leaf(before, name)
+            label = new.label if new is not None else name
             arrays.append(label)
             if new is not None and old is not None:
                 axes[label] = {"old": list(old.sharded_axes()), "new": list(new.sharded_axes())}
-                parts.append(f"{label} ({path}) {old.spec_text} -> {new.spec_text}")
+                parts.append(
+                    f"{label} ({path}) {old.spec_text} -> {new.spec_text}"
+                    if label != path and _tail(label) == _tail(path)  # the machine path says which argument
+                    else f"{label} {old.spec_text} -> {new.spec_text}"
+                )
             else:
-                parts.append(f"{path} {c.get('old')} -> {c.get('new')}")
+                parts.append(f"{name} {c.get('old')} -> {c.get('new')}")
         seconds = sum(float(r.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_compile_s"))
         out.append(
             Finding(
@@ -545,6 +550,14 @@ def _sharding_recompiles(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
             )
         )
     return out
+
+
+def _tail(path: str) -> str:
+    """``args[0]['w']`` -> ``['w']``, ``params['w']`` -> ``['w']``: a path below its argument."""
+    cut = min((i for i in (path.find("["), path.find(".")) if i > 0), default=len(path))
+    if path.startswith(("args[", "kwargs[")):
+        cut = path.find("]") + 1
+    return path[cut:]
 
 
 def _leaf(record: Mapping[str, Any] | None, path: str) -> Any:

@@ -295,3 +295,88 @@ def side_by_side_table():
             out.write("| case | JAX says | jaxdiag says |\n|---|---|---|\n")
             for row in _TABLE:
                 out.write("| " + " | ".join(c.replace("|", "/") for c in row) + " |\n")
+
+
+# --- an NNX model under FSDP: one name for each parameter everywhere ----------------------
+
+
+def test_nnx_fsdp_names_are_the_users_everywhere(jax_explainer: _Log) -> None:
+    from flax import nnx
+
+    from jaxdiag.analyses.sharding import analyze_records
+
+    mesh = jax.make_mesh((4,), ("fsdp",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
+
+    class MLP(nnx.Module):
+        def __init__(self) -> None:
+            self.w1 = nnx.Param(jnp.ones((64, 128)))
+            self.w2 = nnx.Param(jnp.ones((128, 8)))
+
+        def __call__(self, x):
+            return jnp.tanh(x @ self.w1) @ self.w2
+
+    def place(model, spec):
+        for name in ("w1", "w2"):
+            var = getattr(model, name)
+            var.value = jax.device_put(var.value, NamedSharding(mesh, spec))
+
+    model = MLP()
+    x = jax.device_put(jnp.ones((32, 64)), NamedSharding(mesh, P("fsdp")))
+    y = jax.device_put(jnp.ones((32, 8)), NamedSharding(mesh, P("fsdp")))
+
+    def planted():
+        @nnx.jit
+        def train_step(model, x, y):
+            loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+            nnx.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, nnx.state(model, nnx.Param), grads))
+            return loss
+
+        place(model, P("fsdp", None))
+        train_step(model, x, y)
+        place(model, P(None, "fsdp"))  # the planted change: both weights resharded
+        train_step(model, x, y)
+
+    records = of(user_records(planted), "train_step")
+    assert [a.label for a in records[0].args] == ["model.w1", "model.w2", "x", "y"]
+    summary = records[1].explanation.summary
+    assert claimed(records) == {"sharding"}
+    assert "model.w1 sharding changed P('fsdp', None) on mesh(fsdp=4) -> P(None, 'fsdp') on mesh(fsdp=4)" in summary
+    names = {"model.w1", "model.w2", "x", "y"}
+    for rec in records:
+        facts = rec.sharding
+        assert [leaf["name"] for leaf in facts["inputs"]] == ["model.w1", "model.w2", "x", "y"]
+        assert {a for c in facts["collectives"] for a in c.get("arrays") or () if not a.startswith("out[")} <= names
+    found = analyze_records([r.to_dict() for r in records])
+    (recompile,) = [f for f in found.findings if f.kind == "sharding_recompile"]
+    assert set(recompile.evidence["arrays"]) == {"model.w1", "model.w2"}
+    for f in found.findings:
+        assert "states[" not in f.message and ".value" not in f.message, f.message
+    _TABLE.append(("NNX model under FSDP, weights resharded", _jax_summary(jax_explainer.messages), summary))
+
+
+def test_equinox_fsdp_names_are_the_users_everywhere() -> None:
+    import equinox as eqx
+
+    mesh = jax.make_mesh((4,), ("fsdp",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
+    put = lambda a, *s: jax.device_put(a, NamedSharding(mesh, P(*s)))  # noqa: E731
+
+    class MLP(eqx.Module):
+        w1: jax.Array
+        w2: jax.Array
+
+        def __call__(self, x):
+            return jnp.tanh(x @ self.w1) @ self.w2
+
+    @eqx.filter_jit
+    def train_step(model, x, y):
+        loss, grads = eqx.filter_value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, model, grads), loss
+
+    model = MLP(put(jnp.ones((64, 128)), "fsdp"), put(jnp.ones((128, 8)), "fsdp"))
+    (record,) = of(
+        user_records(lambda: train_step(model, put(jnp.ones((32, 64)), "fsdp"), put(jnp.ones((32, 8))))), "train_step"
+    )
+    assert [a.label for a in record.args] == ["model.w1", "model.w2", "x", "y"]
+    assert [leaf["name"] for leaf in record.sharding["inputs"]] == ["model.w1", "model.w2", "x", "y"]
+    moved = {a for c in record.sharding["collectives"] for a in c.get("arrays") or () if not a.startswith("out[")}
+    assert moved and moved <= {"model.w1", "model.w2", "x", "y"}
