@@ -159,9 +159,15 @@ class ShardingResult:
     functions: tuple[FunctionSharding, ...] = ()
     timeline: tuple[TimelineCollective, ...] = ()
     findings: tuple[Finding, ...] = ()
+    #: Whether a capture's timeline was read (so "ran most" can be asked of it).
+    captured: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"functions": [f.to_dict() for f in self.functions], "timeline": [t.to_dict() for t in self.timeline]}
+        return {
+            "functions": [f.to_dict() for f in self.functions],
+            "timeline": [t.to_dict() for t in self.timeline],
+            "captured": self.captured,
+        }
 
 
 def origin_of(c: Collective) -> str:
@@ -218,7 +224,7 @@ def analyze_records(
         *_replicated_findings(functions, thresholds, wall_ms),
         *_sharding_recompiles(list(records)),
     ]
-    return ShardingResult(tuple(functions), tuple(rows), tuple(findings))
+    return ShardingResult(tuple(functions), tuple(rows), tuple(findings), captured=timeline is not None)
 
 
 def _functions(
@@ -233,6 +239,8 @@ def _functions(
         try:
             facts = ShardingFacts.from_dict(raw)
         except (AttributeError, KeyError, TypeError, ValueError):  # a hand-edited record: no facts
+            continue
+        if facts.mesh.n_devices <= 1:  # a single-device program (analysis on) has no placement to show
             continue
         key = (str(r.get("qualname", r.get("function", ""))), repr(facts.to_dict()))
         entry = by_key.setdefault(key, (dict(r), [], facts))

@@ -185,7 +185,7 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
         compiles = ", ".join(str(c) for c in fn.get("compiles") or ())
         console.print(
             f"[bold]{escape(str(fn.get('function')))}[/bold] ({escape(str(fn.get('module') or '?'))}, "
-            f"compile {compiles}){_steady_text(fn)}  "
+            f"compile {compiles}){_steady_text(fn, bool(section.get('captured')))}  "
             f"{escape(mesh_line(fn))}   communication {_bytes(fn.get('comm_bytes_per_call'))} per call"
             + ("" if fn.get("hlo", True) else "   (optimized HLO not read)")
         )
@@ -309,7 +309,7 @@ def _primitive(op_name: str) -> str:
     return op_name.split(";")[-1].rsplit("/", 1)[-1].rstrip(")") or "—"
 
 
-def _steady_text(fn: Mapping[str, Any]) -> str:
+def _steady_text(fn: Mapping[str, Any], captured: bool) -> str:
     by = fn.get("steady_by")
     if by is None:
         return ""
@@ -317,9 +317,12 @@ def _steady_text(fn: Mapping[str, Any]) -> str:
         return " [dim]another compile[/dim]"
     if by == "timeline":
         return f" [green]steady[/green]: ran most on the timeline ({_runs(fn)} collective runs)"
-    return (
-        " [yellow]latest[/yellow]: which compile ran most is unknown (no capture, or one that cannot tell them apart)"
-    )
+    if captured:
+        return (
+            " [yellow]latest[/yellow]: which compile ran most is unknown (the capture cannot tell them "
+            "apart: they share op names, or none of their collectives ran in it)"
+        )
+    return " [yellow]latest[/yellow]: which compile ran most is unknown (no capture)"
 
 
 def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
