@@ -149,3 +149,68 @@ def test_compile_log_beside_the_trace_adds_to_the_sidecar(tmp_path: Path) -> Non
     assert functions == {"train_step": [1], "<lambda>": [1]}  # each compile once, from whichever holds it
     lines = [json.loads(x) for x in next(tmp_path.glob("compiles*.jsonl")).read_text().splitlines()]
     assert {r["function"] for r in lines} >= {"train_step", "<lambda>"}
+
+
+def test_replicated_table_advice_applied_shards_it(tmp_path: Path) -> None:
+    """The replicated-parameter advice, applied (the table split over the mesh axis it names), leaves
+    a quarter of the table on each device and no finding."""
+    import re
+
+    from jaxdiag.analyses.sharding import analyze_records
+
+    mesh = mesh_4()
+
+    def findings(table_spec: P):
+        put = lambda x, *s: jax.device_put(x, NamedSharding(mesh, P(*s)))  # noqa: E731
+        params = {
+            "table": jax.device_put(jnp.full((512, 256), 0.01, jnp.float32), NamedSharding(mesh, table_spec)),
+            "w": put(jnp.full((256, 16), 0.01, jnp.float32)),
+        }
+        with compile_log.collecting() as got:
+            jax.block_until_ready(
+                jaxdiag.jit(step_function())(
+                    params, put(jnp.zeros((64, 8), jnp.int32), "data"), put(jnp.ones((64, 16)), "data")
+                )
+            )
+        result = analyze_records([r.to_dict() for r in got.records], SMALL)
+        (fn,) = result.functions
+        return [f for f in result.findings if f.kind == "replicated_param"], fn.facts.input_named("params['table']")
+
+    (found,), table = findings(P())
+    assert table.bytes_per_device == TABLE_BYTES
+    spec = re.search(r"e\.g\. (P\([^)]*\))", found.suggestion).group(1)
+    assert spec == "P('data', None)"
+    after, table = findings(P("data", None))
+    assert after == [] and table.bytes_per_device == TABLE_BYTES // 4
+
+
+FOUR_DEVICES = """
+import sys
+from pathlib import Path
+import jaxdiag, jax
+assert jax.device_count() == 4, jax.device_count()
+from tests.reporting import test_sharding_usual_flow as flow
+run_dir = flow.run(Path(sys.argv[1]), jaxdiag.jit(flow.step_function()))
+flow.check_report(run_dir)
+print("ok", run_dir)
+"""
+
+
+@pytest.mark.slow
+def test_usual_flow_in_a_process_with_4_devices(tmp_path: Path) -> None:
+    """The same checks in a process that has exactly 4 devices (the mesh is all of them)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", FOUR_DEVICES, str(tmp_path)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "ok " in done.stdout, done.stderr[-3000:]
