@@ -517,11 +517,14 @@ def _sharding_recompiles(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
             continue
         fn = r.get("function", "?")
         before = by_index.get((r.get("qualname"), expl.get("compared_to")))
-        parts, arrays, axes = [], [], {}
+        parts, arrays, axes, kept = [], [], {}, []
         for c in changes:
             path = str(c.get("path"))
             name = str(c.get("label") or path)  # the facts may name a wrapper's inputs by other paths
             new, old = _leaf(r, path) or _leaf(r, name), _leaf(before, path) or _leaf(before, name)
+            if new is not None and old is not None and _same_placement(old.spec, new.spec):
+                continue  # P() and P(None, None): a log written before placements were compared
+            kept.append(c)
             label = new.label if new is not None else name
             arrays.append(label)
             if new is not None and old is not None:
@@ -533,6 +536,8 @@ def _sharding_recompiles(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
                 )
             else:
                 parts.append(f"{name} {c.get('old')} -> {c.get('new')}")
+        if not parts:
+            continue
         seconds = sum(float(r.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_compile_s"))
         out.append(
             Finding(
@@ -553,11 +558,27 @@ def _sharding_recompiles(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
                     "compile_ms": round(seconds * 1e3, 3),
                     "arrays": arrays,
                     "mesh_axes": axes,
-                    "changes": [dict(c) for c in changes],
+                    "changes": [dict(c) for c in kept],
                 },
             )
         )
     return out
+
+
+def _same_placement(a: Any, b: Any) -> bool:
+    """Whether two specs place an array alike: ``('model',)`` is ``'model'``, trailing ``None``s are nothing."""
+
+    def normal(spec: Any) -> list[Any]:
+        out: list[Any] = []
+        for entry in spec:
+            if isinstance(entry, (list, tuple)):
+                entry = None if not entry else entry[0] if len(entry) == 1 else tuple(entry)
+            out.append(entry)
+        while out and out[-1] is None:
+            out.pop()
+        return out
+
+    return a is not None and b is not None and normal(a) == normal(b)
 
 
 def _tail(path: str) -> str:

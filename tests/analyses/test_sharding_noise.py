@@ -44,3 +44,18 @@ def test_a_capture_is_never_called_no_capture() -> None:
     assert "no capture" not in text and "the capture cannot tell them apart" in text
     without = analyze_records(records)
     assert "which compile ran most is unknown (no capture)" in render(without.to_dict(), without.findings, width=200)
+
+
+def test_an_older_log_naming_equivalent_specs_gives_no_sharding_recompile() -> None:
+    """Records written before placements were compared may name P('data', None) -> P('data',) as a change."""
+    import copy
+
+    records = [copy.deepcopy(r) for r in programs.sharding_change().records]
+    first, second = records
+    second["sharding"] = copy.deepcopy(first["sharding"])  # the same program ...
+    for leaf in second["sharding"]["inputs"]:
+        if leaf["path"] == "args[1]":
+            leaf["spec"] = [leaf["spec"][0]]  # ... its spec written without the trailing None
+    (change,) = [c for c in second["explanation"]["changes"] if c["what"] == "sharding"]
+    assert analyze_records(records).findings == ()
+    assert change["path"] == "args[1]"
