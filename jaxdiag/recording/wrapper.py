@@ -28,6 +28,7 @@ from jaxdiag.recording.records import (
     history_key,
     history_variant,
 )
+from jaxdiag.sharding.names import with_user_names
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NOT_GIVEN: Any = object()
@@ -218,7 +219,7 @@ class _Target:
             in_tree=tree,
             function_id=self.function_id,
             origin=self.origin,
-            sharding=user_names(p.sharding, args),
+            sharding=with_user_names(p.sharding, args),
             call_function=site_function,
             transform=p.transform,
             jit_options=p.jit_options,
@@ -233,44 +234,6 @@ class _Target:
         if index > 1 or p.jit_options is not None:
             record = dataclasses.replace(record, explanation=_explain(history, record))
         return record
-
-
-def user_names(sharding: dict[str, Any] | None, args: tuple[Any, ...]) -> dict[str, Any] | None:
-    """Sharding facts whose inputs (and the collectives that serve them) carry the user's names.
-
-    JAX names a program's inputs by what its jitted function received, which for a
-    wrapper's own function is not what the user wrote (flax's ``nnx.jit`` passes
-    ``states[0][2]`` for ``model.w2``); the record's labels are the user's.
-    """
-    if not sharding or not args:
-        return sharding
-    labels = {a.path: a.label for a in args if a.label}
-    given = list(sharding.get("inputs") or ())
-    arrays = [a for a in args if a.kind == "array"]
-    if not all(isinstance(x, dict) and x.get("path") in labels for x in given) and len(arrays) == len(given):
-        # The program's inputs are the wrapper's (nnx.jit: its states); pair them with the call's
-        # leaves by position where every shape agrees.
-        if all(
-            isinstance(x, dict) and list(x.get("shape") or ()) == list(a.shape or ()) for x, a in zip(given, arrays)
-        ):
-            labels = {x["path"]: a.label for x, a in zip(given, arrays) if a.label}
-    renamed: dict[str, str] = {}
-    inputs = []
-    for leaf in given:
-        label = labels.get(leaf.get("path")) if isinstance(leaf, dict) else None
-        if label is None or leaf.get("name") == label:
-            inputs.append(leaf)
-            continue
-        if leaf.get("name"):
-            renamed[leaf["name"]] = label
-        inputs.append({**leaf, "name": label})
-    if not renamed and inputs == given:
-        return sharding
-    collectives = [
-        {**c, "arrays": [renamed.get(a, a) for a in c.get("arrays") or ()]} if isinstance(c, dict) else c
-        for c in sharding.get("collectives") or ()
-    ]
-    return {**sharding, "inputs": inputs, "collectives": collectives}
 
 
 def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Explanation | None:
