@@ -81,6 +81,13 @@ def blocks(
     return rows, cols, out
 
 
+def _markup_safe(text: str) -> str:
+    """``text`` for a plotly label, which plotly reads as a subset of HTML."""
+    import html
+
+    return html.escape(text, quote=False)
+
+
 def sharding_layouts(report: "Report") -> "go.Figure":
     """One grid per sharded input of each function's steady compile (at most ``_MAX_ARRAYS``)."""
     from jaxdiag.render.sharding_table import distinct_compiles
@@ -103,11 +110,13 @@ def sharding_layouts(report: "Report") -> "go.Figure":
     go = _go()
     from plotly.subplots import make_subplots
 
-    titles = [
-        _short(
-            f"{fn.get('function')}: {leaf.get('name') or leaf.get('path')} "
-            f"{leaf.get('dtype') or ''}[{','.join(map(str, leaf['shape']))}] {spec_text(leaf['spec'])}",
-            60,
+    titles = [  # plotly reads titles as HTML: names from a log are escaped
+        _markup_safe(
+            _short(
+                f"{fn.get('function')}: {leaf.get('name') or leaf.get('path')} "
+                f"{leaf.get('dtype') or ''}[{','.join(map(str, leaf['shape']))}] {spec_text(leaf['spec'])}",
+                60,
+            )
         )
         for fn, _, leaf in arrays
     ]

@@ -79,3 +79,11 @@ def test_placement_figure_is_among_the_reports_figures() -> None:
 
     assert any("sharding_layouts" in s.figures for s in sections.SECTIONS)
     assert "sharding_layouts" in all_figures.__globals__
+
+
+def test_names_from_a_log_are_escaped_for_plotly() -> None:
+    section = analyze_records(programs.tensor_parallel().records).to_dict()
+    section["functions"][0]["inputs"][0]["name"] = "<img src=x onerror=alert(1)>"
+    fig = sharding_layouts(types.SimpleNamespace(sharding=section))
+    titles = " ".join(a.text for a in fig.layout.annotations)
+    assert "<img" not in titles and "&lt;img src=x onerror=alert(1)&gt;" in titles
