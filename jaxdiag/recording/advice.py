@@ -33,8 +33,8 @@ class Advice:
     Attributes:
       function: the function's qualname (``module.qualname``).
       kind: ``"padding"``, ``"weak_type"``, ``"static_values"``, ``"sharding"``,
-        ``"memory_kind"``, ``"new_function"``, ``"structure"``, ``"dtype"`` or
-        ``"same_signature"``.
+        ``"memory_kind"``, ``"new_function"``, ``"structure"``, ``"dtype"``,
+        ``"mesh_context"`` (calls inside and outside ``jax.set_mesh``) or ``"same_signature"``.
       message: what happened, with numbers.
       suggestion: the concrete change to make.
       compiles: compiles this advice concerns.
