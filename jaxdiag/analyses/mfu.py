@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -99,6 +99,22 @@ def _r(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(f"{x:.6g}")
 
 
+def _no_cost_reason(records: Sequence[Mapping[str, Any]]) -> str:
+    """Why no FLOPs are known, and what gives them, for the records there are."""
+    if not records:
+        return "unknown: no compile records (record with jaxdiag.jit or jaxdiag.profile, or pass --flops-per-step)"
+    if any(r.get("before_capture") for r in records):
+        return (
+            "unknown: no compile record carries cost analysis; compiles before the capture window record it "
+            "only with jaxdiag.configure(analysis=True) (or jaxdiag.jit(analysis=True)) set before they "
+            "compile, or pass --flops-per-step"
+        )
+    return (
+        "unknown: no compile record carries cost analysis (record it with jaxdiag.configure(analysis=True), "
+        "or pass --flops-per-step)"
+    )
+
+
 def mfu_basis(inputs: AnalysisInputs) -> MfuBasis:
     """FLOPs per step and the summed device peak for ``inputs``, with sources."""
     records = _latest_with_flops(inputs.compile_log)
@@ -116,7 +132,7 @@ def mfu_basis(inputs: AnalysisInputs) -> MfuBasis:
     if not records:
         return MfuBasis(
             None,
-            "unknown: no compile record carries cost analysis (capture with jaxdiag.profile, or pass --flops-per-step)",
+            _no_cost_reason(inputs.compile_log),
             peak,
             peak_source,
             dtype,

@@ -216,7 +216,7 @@ def _match(
     out: list[Mapping[str, Any] | None] = [None] * len(spans)
     by_fn: dict[str, list[Mapping[str, Any]]] = {}
     for rec in log:
-        if rec.get("compiled", True) and rec.get("function"):
+        if rec.get("compiled", True) and rec.get("function") and not rec.get("before_capture"):
             by_fn.setdefault(_key(rec["function"]), []).append(rec)
     for fn, recs in by_fn.items():
         recs.sort(key=lambda r: (float(r.get("time_unix", 0.0)), int(r.get("compile_index", 0))))

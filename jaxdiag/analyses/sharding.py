@@ -28,9 +28,16 @@ import dataclasses
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
-from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds, current
-from jaxdiag.sharding.facts import ShardingFacts, format_bytes
+from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.sharding_findings import (
+    collectives_of,
+    moved_spec,
+    replicated_findings,
+    resharding_findings,
+    sharding_recompiles,
+)
+from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
+from jaxdiag.sharding.facts import ShardingFacts
 from jaxdiag.sharding.hlo import Collective
 
 #: Primitives of collectives users write themselves (in ``shard_map``).
@@ -158,9 +165,15 @@ class ShardingResult:
     functions: tuple[FunctionSharding, ...] = ()
     timeline: tuple[TimelineCollective, ...] = ()
     findings: tuple[Finding, ...] = ()
+    #: Whether a capture's timeline was read (so "ran most" can be asked of it).
+    captured: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"functions": [f.to_dict() for f in self.functions], "timeline": [t.to_dict() for t in self.timeline]}
+        return {
+            "functions": [f.to_dict() for f in self.functions],
+            "timeline": [t.to_dict() for t in self.timeline],
+            "captured": self.captured,
+        }
 
 
 def origin_of(c: Collective) -> str:
@@ -213,11 +226,11 @@ def analyze_records(
     functions = _functions(records, timeline or {})
     rows = _timeline_rows(functions, timeline or {})
     findings = [
-        *_resharding_findings(functions, wall_ms),
-        *_replicated_findings(functions, thresholds),
-        *_sharding_recompiles(list(records)),
+        *resharding_findings(functions, wall_ms),
+        *replicated_findings(functions, thresholds, wall_ms),
+        *sharding_recompiles(list(records)),
     ]
-    return ShardingResult(tuple(functions), tuple(rows), tuple(findings))
+    return ShardingResult(tuple(functions), tuple(rows), tuple(findings), captured=timeline is not None)
 
 
 def _functions(
@@ -232,6 +245,8 @@ def _functions(
         try:
             facts = ShardingFacts.from_dict(raw)
         except (AttributeError, KeyError, TypeError, ValueError):  # a hand-edited record: no facts
+            continue
+        if facts.mesh.n_devices <= 1:  # a single-device program (analysis on) has no placement to show
             continue
         key = (str(r.get("qualname", r.get("function", ""))), repr(facts.to_dict()))
         entry = by_key.setdefault(key, (dict(r), [], facts))
@@ -284,193 +299,4 @@ def _timeline_rows(
     return rows
 
 
-def _axes_text(axes: tuple[str, ...] | None) -> str:
-    if axes is None:
-        return "devices that fit no mesh axis"
-    if not axes:
-        return "no mesh axis"
-    return (
-        "mesh axis " + ", ".join(repr(a) for a in axes)
-        if len(axes) == 1
-        else "mesh axes " + ", ".join(repr(a) for a in axes)
-    )
-
-
-def _resharding_findings(functions: Sequence[FunctionSharding], wall_ms: float) -> list[Finding]:
-    out: list[Finding] = []
-    for f in functions:
-        uses = sorted(
-            (u for u in f.collectives if u.origin == "resharding"),
-            key=lambda u: -u.collective.bytes * u.collective.count,
-        )
-        for use in uses[: current().max_reshard_findings]:
-            out.append(_resharding_finding(f, use, wall_ms))
-    return out
-
-
-def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float) -> Finding:
-    c = use.collective
-    leaves = [leaf for name in c.arrays if (leaf := f.facts.input_named(name)) is not None]
-    undone = [leaf for leaf in leaves if leaf.chosen_by == "user" and set(leaf.sharded_axes()) & set(c.mesh_axes or ())]
-    what = {
-        "all-gather": "gathers",
-        "all-to-all": "moves (all-to-all)",
-        "collective-permute": "shifts between devices",
-        "collective-broadcast": "broadcasts",
-        "ragged-all-to-all": "moves (ragged all-to-all)",
-    }.get(c.kind, "moves")
-    target = ", ".join(
-        f"{leaf.label} ({leaf.dtype}[{','.join(map(str, leaf.shape or ()))}], {leaf.spec_text})" for leaf in leaves
-    ) or (", ".join(c.arrays) if c.arrays else "an intermediate array")
-    per_call = c.bytes * c.count
-    loop = f" ({c.count} runs per call)" if c.count > 1 else ""
-    msg = (
-        f"{f.function} {what} {target} over {_axes_text(c.mesh_axes)} on every call: "
-        f"{format_bytes(per_call)} per device per call{loop} ({c.name}, from {c.op_name or 'no JAX op'})."
-    )
-    if undone:
-        names = ", ".join(leaf.label for leaf in undone)
-        msg += f" The compiler undoes the sharding given to {names}."
-        axis = (c.mesh_axes or ("model",))[0]
-        suggestion = (
-            f"{names} is sharded but its consumer ({_prim(c.op_name)}) needs it whole along "
-            f"{_axes_text(c.mesh_axes)}. Shard it on a dimension its consumer keeps sharded "
-            f"(for x @ w with x split on the batch, split w's output dimension, e.g. P(None, {axis!r})), "
-            "or replicate it if it is small."
-        )
-    else:
-        suggestion = (
-            f"The specs of {f.function}'s inputs and what its ops need disagree, so the compiler "
-            "reshards in between. Give producer and consumer the same layout: change the input "
-            "specs, or pin the layout you want with jax.lax.with_sharding_constraint."
-        )
-    time_ms = use.timeline_ms
-    severity = severity_for(time_ms, wall_ms) if time_ms > 0 else (Severity.WARNING if undone else Severity.INFO)
-    return Finding(
-        kind="implicit_resharding",
-        severity=severity,
-        time_lost_ms=time_ms,
-        message=msg,
-        suggestion=suggestion,
-        evidence={
-            "function": f.function,
-            "module": f.facts.module,
-            "op": c.name,
-            "kind": c.kind,
-            "arrays": list(c.arrays),
-            "mesh_axes": None if c.mesh_axes is None else list(c.mesh_axes),
-            "bytes_per_call": per_call,
-            "op_name": c.op_name,
-            "user_specs": {leaf.label: leaf.spec_text for leaf in leaves},
-        },
-    )
-
-
-def _prim(op_name: str) -> str:
-    return op_name.split(";")[-1].rsplit("/", 1)[-1] or "an op"
-
-
-def _replicated_findings(functions: Sequence[FunctionSharding], thresholds: Thresholds) -> list[Finding]:
-    out: list[Finding] = []
-    seen: set[tuple[str, str]] = set()
-    for f in functions:
-        n = f.facts.mesh.n_devices
-        if n <= 1:
-            continue
-        big = [
-            leaf
-            for leaf in f.facts.inputs
-            if leaf.replicated
-            and (leaf.bytes_per_device or 0) >= thresholds.replicated_param_bytes
-            and (f.qualname, leaf.path) not in seen
-        ]
-        if not big:
-            continue
-        seen.update((f.qualname, leaf.path) for leaf in big)
-        big.sort(key=lambda leaf: -(leaf.bytes_per_device or 0))
-        total = sum(leaf.bytes_per_device or 0 for leaf in big)
-        shown = ", ".join(f"{leaf.label} ({format_bytes(leaf.bytes_per_device)})" for leaf in big[:5])
-        more = f" and {len(big) - 5} more" if len(big) > 5 else ""
-        axes = f.facts.mesh.axis_names
-        out.append(
-            Finding(
-                kind="replicated_param",
-                severity=Severity.WARNING,
-                time_lost_ms=0.0,
-                message=(
-                    f"{f.function} keeps a full copy of {shown}{more} on each of {n} devices "
-                    f"({f.facts.mesh.text}): {format_bytes(total)} per device, "
-                    f"{format_bytes(total * (n - 1))} more than one copy in all."
-                ),
-                suggestion=(
-                    f"Shard large parameters over a mesh axis (e.g. P({axes[0]!r}, None) for "
-                    "fully sharded data parallelism) with jax.device_put(x, NamedSharding(mesh, spec)) "
-                    "or jit's in_shardings; the compiler gathers each where it is used. Threshold: "
-                    f"replicated_param_bytes = {format_bytes(thresholds.replicated_param_bytes)}."
-                ),
-                evidence={
-                    "function": f.function,
-                    "devices": n,
-                    "bytes_per_device": total,
-                    "arrays": {leaf.label: leaf.bytes_per_device for leaf in big},
-                },
-            )
-        )
-    return out
-
-
-def _sharding_recompiles(records: Sequence[Mapping[str, Any]]) -> list[Finding]:
-    by_index = {(r.get("qualname"), r.get("compile_index")): r for r in records}
-    out = []
-    for r in records:
-        expl = r.get("explanation") or {}
-        changes = [c for c in expl.get("changes") or () if isinstance(c, dict) and c.get("what") == "sharding"]
-        if not changes:
-            continue
-        fn = r.get("function", "?")
-        before = by_index.get((r.get("qualname"), expl.get("compared_to")))
-        parts, arrays, axes = [], [], {}
-        for c in changes:
-            path = str(c.get("path"))
-            new, old = _leaf(r, path), _leaf(before, path)
-            label = new.label if new is not None else path
-            arrays.append(label)
-            if new is not None and old is not None:
-                axes[label] = {"old": list(old.sharded_axes()), "new": list(new.sharded_axes())}
-                parts.append(f"{label} ({path}) {old.spec_text} -> {new.spec_text}")
-            else:
-                parts.append(f"{path} {c.get('old')} -> {c.get('new')}")
-        seconds = sum(float(r.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_compile_s"))
-        out.append(
-            Finding(
-                kind="sharding_recompile",
-                severity=Severity.WARNING,
-                time_lost_ms=0.0,
-                message=(
-                    f"{fn} compiled again (compile {r.get('compile_index')}, {seconds * 1e3:.0f} ms) because "
-                    f"an argument arrived with another sharding: {'; '.join(parts[:3])}."
-                ),
-                suggestion=(
-                    "Place each argument once, before the loop, with jax.device_put(x, NamedSharding(mesh, "
-                    "spec)), or fix its layout with jit's in_shardings, so every call sees the same sharding."
-                ),
-                evidence={
-                    "function": fn,
-                    "compile_index": r.get("compile_index"),
-                    "compile_ms": round(seconds * 1e3, 3),
-                    "arrays": arrays,
-                    "mesh_axes": axes,
-                    "changes": [dict(c) for c in changes],
-                },
-            )
-        )
-    return out
-
-
-def _leaf(record: Mapping[str, Any] | None, path: str) -> Any:
-    """The input leaf at ``path`` in a record's sharding facts, if it has them."""
-    raw = (record or {}).get("sharding")
-    try:
-        return ShardingFacts.from_dict(raw).input_named(path) if isinstance(raw, dict) else None
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
+__all__ = ["analyze", "analyze_records", "asked_for", "collectives_of", "moved_spec", "origin_of"]

@@ -174,9 +174,12 @@ class Capture:
                 stopped_unix=stopped_unix,
                 python_tracer=self.python_tracer,
                 steps={str(k): v for k, v in sorted(self.steps.items())},
-                compile_log=records
-                if records is not None
-                else _compile_records_between(self._started_unix or 0.0, stopped_unix),
+                compile_log=_with_earlier(
+                    records
+                    if records is not None
+                    else _compile_records_between(self._started_unix or 0.0, stopped_unix),
+                    self._started_unix or 0.0,
+                ),
                 tags=self.tags,
             )
             if self.run_dir is not None and self.run_dir.is_dir():
@@ -347,3 +350,38 @@ def _compile_records_between(start: float, stop: float) -> list[dict[str, Any]]:
     except ImportError:  # pragma: no cover
         return []
     return [r.to_dict() for r in compile_log.records() if start <= r.time_unix <= stop]
+
+
+#: Compiles made before the window that the sidecar carries, per jit object and in all.
+EARLIER_PER_HISTORY = 8
+EARLIER_TOTAL = 256
+
+
+def _with_earlier(window: list[dict[str, Any]], start: float) -> list[dict[str, Any]]:
+    """The window's records, after the compiles made before it (marked ``before_capture``).
+
+    A program compiled during warm-up and run in the window is known to the report
+    only through its record: its mesh, specs and collectives, its cost. The last
+    ``EARLIER_PER_HISTORY`` compiles of each jit object before the window (at most
+    ``EARLIER_TOTAL``) come along; analyses that count compiles leave them out.
+    """
+    try:
+        from jaxdiag.recording import compile_log
+        from jaxdiag.recording.records import history_key
+    except ImportError:  # pragma: no cover
+        return window
+    seen = {sidecar.record_key(r) for r in window}
+    per_history: dict[Any, int] = {}
+    earlier: list[dict[str, Any]] = []
+    for rec in reversed(compile_log.records()):
+        if rec.time_unix >= start or len(earlier) >= EARLIER_TOTAL:
+            continue
+        key = history_key(rec)
+        if per_history.get(key, 0) >= EARLIER_PER_HISTORY:
+            continue
+        d = rec.to_dict()
+        if sidecar.record_key(d) in seen:
+            continue
+        per_history[key] = per_history.get(key, 0) + 1
+        earlier.append({**d, sidecar.BEFORE_CAPTURE: True})
+    return earlier[::-1] + list(window)

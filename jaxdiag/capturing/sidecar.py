@@ -24,6 +24,28 @@ SIDECAR_GLOB = "jaxdiag-*.json"
 ENV_PREFIXES = ("XLA_", "LIBTPU", "TPU_", "NCCL_", "JAX_", "CUDA_VISIBLE_DEVICES", "ROCR_", "HIP_VISIBLE_DEVICES")
 
 
+#: Set on a sidecar's compile record made before the capture window opened: a program
+#: that may run in the window, known by its record; not a compile in the window.
+BEFORE_CAPTURE = "before_capture"
+
+
+def record_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two compile records (as dicts) the same compile, wherever each was read.
+
+    A sidecar and the compile log beside the trace may both hold a compile; the
+    report keeps one of each.
+    """
+    return (
+        record.get("qualname"),
+        record.get("source"),
+        record.get("jit_options"),
+        record.get("transform"),
+        record.get("compile_index"),
+        record.get("time_unix"),
+        record.get("pid"),
+    )
+
+
 class SidecarError(JaxdiagError):
     """A sidecar file cannot be read."""
 

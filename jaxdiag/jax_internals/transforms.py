@@ -135,11 +135,15 @@ _JIT_OPTION_DEFAULTS: dict[str, Any] = {
 }
 
 
-def jit_options(jit_info: Any) -> str | None:
+def jit_options(jit_info: Any, leaf_texts: dict[str, str] | None = None) -> str | None:
     """The jit options of ``jit_info`` that are not at their default, as ``"k=v, ..."`` text.
 
     ``""`` when all are at their defaults, ``None`` when ``jit_info`` is unknown.
-    Shardings and layouts count only when the user gave them.
+    Shardings and layouts count only when the user gave them; ``leaf_texts`` (path ->
+    text, see ``jit_option_leaves``) writes them in full
+    (``in_shardings={[0]: P(), [1]: P('data',)}``), or, past ``_MAX_OPTION_TEXT``, as
+    their leaf count and a digest of the full text, so that two jit objects with
+    different shardings never read as one.
     """
     if jit_info is None:
         return None
@@ -153,11 +157,11 @@ def jit_options(jit_info: Any) -> str | None:
                 continue  # jit derives the names from the positions given
             if value != default and not (default == () and not value):
                 parts.append(f"{name}={_option_text(value)}")
-        for name in ("in_shardings", "out_shardings", "in_layouts", "out_layouts"):
-            leaves = getattr(jit_info, f"{name}_leaves", ())
-            given = [x for x in leaves or () if x is not None and type(x).__name__ != "UnspecifiedValue"]
-            if given:
-                parts.append(f"{name}={_option_text(tuple(leaves))}")
+        leaves = leaf_texts if leaf_texts is not None else {k: repr(v) for k, v in jit_option_leaves(jit_info).items()}
+        for name in _PLACEMENT_OPTIONS:
+            mine = {k: v for k, v in leaves.items() if k.startswith(name + "[") or k == name}
+            if mine:
+                parts.append(f"{name}={_leaves_text(mine)}")
     except Exception:
         return None
     return ", ".join(parts)
@@ -182,11 +186,80 @@ def _plain(x: Any) -> Any:
     return x
 
 
+#: jit options given per argument or output leaf.
+_PLACEMENT_OPTIONS = ("in_shardings", "out_shardings", "in_layouts", "out_layouts")
+_MAX_OPTION_TEXT = 400
+
+
+def jit_option_leaves(jit_info: Any) -> dict[str, Any]:
+    """Each leaf the user gave of jit's ``in_shardings``/``out_shardings``/layouts, by path.
+
+    ``{"in_shardings[1]['x']": NamedSharding(...)}``: the path is the leaf's place in
+    the option's pytree as the user wrote it (a prefix of the arguments' tree). Empty
+    when unknown.
+    """
+    if jit_info is None:
+        return {}
+    try:
+        import jax
+
+        out: dict[str, Any] = {}
+        for name in _PLACEMENT_OPTIONS:
+            leaves = list(getattr(jit_info, f"{name}_leaves", ()) or ())
+            if not any(_given(x) for x in leaves):
+                continue
+            treedef = getattr(jit_info, f"{name}_treedef", None)
+            paths: list[str] = [f"[{i}]" for i in range(len(leaves))]
+            if treedef is not None and treedef.num_leaves == len(leaves):
+                marks = list(range(len(leaves)))
+                flat, _ = jax.tree_util.tree_flatten_with_path(jax.tree_util.tree_unflatten(treedef, marks))
+                if [i for _, i in flat] == marks:
+                    paths = [jax.tree_util.keystr(keys) for keys, _ in flat]
+            for path, leaf in zip(paths, leaves):
+                if _given(leaf):
+                    out[name + path] = leaf
+        return out
+    except Exception:
+        return {}
+
+
+def _given(leaf: Any) -> bool:
+    return leaf is not None and type(leaf).__name__ != "UnspecifiedValue"
+
+
+def _leaves_text(leaves: dict[str, str]) -> str:
+    text = "{" + ", ".join(f"{k[k.index('[') :] if '[' in k else k}: {v}" for k, v in leaves.items()) + "}"
+    if len(text) <= _MAX_OPTION_TEXT:
+        return text
+    import hashlib
+
+    return f"({len(leaves)} leaves, sha1 {hashlib.sha1(text.encode()).hexdigest()[:16]})"
+
+
 def _option_text(value: Any) -> str:
     if isinstance(value, enum.Enum):  # jax.Inline.AUTO, not <Inline.AUTO: 'auto'>
         return f"{type(value).__name__}.{value.name}"
     text = repr(tuple(value) if isinstance(value, list) else value)
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def placement(sharding: Any, ndim: int) -> str | None:
+    """Where ``sharding`` puts the pieces of an array of rank ``ndim``, as JAX compares them.
+
+    JAX treats two shardings as one when ``Sharding.is_equivalent_to(other, ndim)``:
+    the same XLA sharding for that rank on the same devices and memory kind. This is
+    that comparison as text (the XLA sharding, then a digest of the device ids), so
+    that plain records can be compared. ``None`` when it cannot be had (an abstract
+    sharding inside a trace).
+    """
+    try:
+        import hashlib
+
+        hlo = sharding._to_xla_hlo_sharding(ndim)
+        ids = ",".join(str(d.id) for d in sharding._internal_device_list)
+        return f"{hlo}@{hashlib.sha1(ids.encode()).hexdigest()[:12]}"
+    except Exception:
+        return None
 
 
 def config_state() -> dict[str, str] | None:

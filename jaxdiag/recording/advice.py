@@ -33,8 +33,8 @@ class Advice:
     Attributes:
       function: the function's qualname (``module.qualname``).
       kind: ``"padding"``, ``"weak_type"``, ``"static_values"``, ``"sharding"``,
-        ``"memory_kind"``, ``"new_function"``, ``"structure"``, ``"dtype"`` or
-        ``"same_signature"``.
+        ``"memory_kind"``, ``"new_function"``, ``"structure"``, ``"dtype"``,
+        ``"mesh_context"`` (calls inside and outside ``jax.set_mesh``) or ``"same_signature"``.
       message: what happened, with numbers.
       suggestion: the concrete change to make.
       compiles: compiles this advice concerns.
@@ -383,6 +383,17 @@ _RULES: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: The config states that hold the mesh in context: not options ``jax.config.update`` takes.
+_MESH_STATES = ("mesh_context_manager", "abstract_mesh_context_manager")
+_MESH_RULE = (
+    "mesh_context",
+    "was called both inside and outside a mesh context (`with jax.set_mesh(mesh)`), which JAX traces separately",
+    "make every call of {function} inside one `with jax.set_mesh(mesh):` (or every call outside it); "
+    "to run it outside, give its inputs their placement instead (jax.device_put(x, "
+    "NamedSharding(mesh, P(...))) or jit's in_shardings)",
+)
+
+
 def _by_change(
     qualname: str, recs: list[CompileRecord], changed: list, covered: frozenset[tuple[str, str]] = frozenset()
 ) -> list[Advice]:
@@ -403,10 +414,11 @@ def _by_change(
     name = recs[0].function
     out = []
     for (what, path), by_id in hits.items():
-        kind, message, suggestion = _RULES[what]
+        kind, message, suggestion = _MESH_RULE if what == "config" and path in _MESH_STATES else _RULES[what]
         involved = list(by_id.values())
         found = seen_changes[(what, path)]
         values = list(dict.fromkeys(v for c in found for v in (c.old, c.new) if v is not None))
+        shown_values = _one_mesh(values) if what in ("jit_options", "sharding") else values
         label = path or "the argument tree"
         if what == "structure":
             verbs = {"appeared" if c.old is None else "disappeared" if c.new is None else "changed" for c in found}
@@ -415,9 +427,10 @@ def _by_change(
         numbers = [int(v) for v in values if v.isdigit()]
         fill = {
             "path": label,
-            "values": _listing(values),
+            "values": _listing(shown_values),
             "dtype": _leaf_dtype(involved[-1], path) or "float32",
             "largest": max(numbers) if numbers else "?",
+            "function": name,
         }
         out.append(
             Advice(
@@ -464,6 +477,16 @@ def _eager(function: str, site: str | None, recs: list[CompileRecord]) -> Advice
         {"call_site": site, "compile_indices": [r.compile_index for r in again]},
         source=site,
     )
+
+
+def _one_mesh(values: list[str]) -> list[str]:
+    """Specs on one mesh, the mesh said once: ``["P('x',) on mesh(x=8)", "P() on mesh(x=8)"]`` ->
+    ``["P('x',)", "P() (on mesh(x=8))"]``."""
+    meshes = {v.partition(" on ")[2] for v in values}
+    if len(meshes) != 1 or not next(iter(meshes)):
+        return values
+    specs = [v.partition(" on ")[0] for v in values]
+    return [*specs[:-1], f"{specs[-1]} (on {next(iter(meshes))})"]
 
 
 def _leaf_dtype(rec: CompileRecord, path: str) -> str | None:

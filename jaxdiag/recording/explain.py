@@ -174,7 +174,10 @@ def _context_changes(old: CompileRecord, new: CompileRecord) -> Iterable[Change]
         was, now = _options(old.jit_options), _options(new.jit_options)
         for name in sorted(was.keys() | now.keys()):
             if was.get(name) != now.get(name):
-                yield Change(name, "jit_options", was.get(name, "default"), now.get(name, "default"))
+                if name in _LEAF_OPTIONS and old.jit_leaves is not None and new.jit_leaves is not None:
+                    yield from _option_leaf_changes(name, old.jit_leaves, new.jit_leaves)
+                else:
+                    yield Change(name, "jit_options", was.get(name, "default"), now.get(name, "default"))
     if old.config is not None and new.config is not None and old.config != new.config:
         for name in sorted(old.config.keys() | new.config.keys()):
             a = old.config.get(name, CONFIG_DEFAULTS.get(name, "default"))
@@ -183,7 +186,24 @@ def _context_changes(old: CompileRecord, new: CompileRecord) -> Iterable[Change]
                 yield Change(name, "config", a, b)
 
 
-_OPTION = re.compile(r"(?:^|, )([a-z_]+)=")
+_OPTION = re.compile(
+    r"(?:^|, )((?:static|donate|in|out)_[a-z_]+|device|backend|keep_unused|inline|compiler_options_kvs)="
+)
+#: Jit options given per leaf; records' ``jit_leaves`` hold each leaf, by path.
+_LEAF_OPTIONS = ("in_shardings", "out_shardings", "in_layouts", "out_layouts")
+
+
+def _option_leaf_changes(name: str, old: dict[str, str], new: dict[str, str]) -> Iterable[Change]:
+    """``in_shardings[1]['x']: P('data',) -> P(('data', 'model'),)``: one change per leaf.
+
+    A leaf given on one side only reads ``default`` on the other (jit chooses).
+    """
+    mine = lambda d: {k: v for k, v in d.items() if k == name or k.startswith(name + "[")}  # noqa: E731
+    was, now = mine(old), mine(new)
+    for path in sorted(was.keys() | now.keys()):
+        a, b = was.get(path, "default"), now.get(path, "default")
+        if a != b:
+            yield Change(path, "jit_options", a, b)
 
 
 def _options(text: str) -> dict[str, str]:
@@ -224,6 +244,9 @@ def describe(change: Change) -> str:
             return f"the mesh in context changed ({change.path}: {change.old} -> {change.new})"
         return f"jax config {change.path} changed {change.old} -> {change.new}"
     if what == "jit_options":
+        if change.path.partition("[")[0] in _LEAF_OPTIONS:  # a leaf of in_shardings...: specs, the mesh once
+            a, b, mesh = _same_mesh(str(change.old), str(change.new))
+            return f"{change.path}: {a} -> {b}" + (f" (on {mesh})" if mesh else "")
         return f"jit option {change.path} differs ({change.old} -> {change.new})"
     if what == "transform":
         if change.new is None:
@@ -254,6 +277,15 @@ def describe(change: Change) -> str:
     if what == "function":
         return "a new function object or closure (same name, different object; jit caches per object)"
     return f"{p or 'function'} {what} changed {change.old} -> {change.new}"
+
+
+def _same_mesh(old: str, new: str) -> tuple[str, str, str | None]:
+    """``"P('x',) on mesh(x=8)"``, ``"P() on mesh(x=8)"`` -> ``("P('x',)", "P()", "mesh(x=8)")``."""
+    a, _, mesh_a = old.partition(" on ")
+    b, _, mesh_b = new.partition(" on ")
+    if mesh_a and mesh_a == mesh_b:
+        return a, b, mesh_a
+    return old, new, None
 
 
 def summarize(new: CompileRecord, changes: Sequence[Change], compared_index: int | None = None) -> str:
@@ -438,11 +470,11 @@ def _count_leaf_fields(o: ArgSignature, n: ArgSignature) -> tuple[int, int]:
     for a, b in (
         (o.dtype, n.dtype),
         (o.weak_type, n.weak_type),
-        (o.sharding, n.sharding),
         (o.memory_kind, n.memory_kind),
     ):
         if a != b and a is not None and b is not None:
             fields += 1
+    fields += sharding_differs(o, n)
     return fields + (o.value != n.value), axes
 
 
@@ -476,7 +508,7 @@ def _leaf_changes_by_path(o: ArgSignature, n: ArgSignature) -> Iterable[Change]:
     # ``None`` means "not known" for these fields, which is no evidence of a change.
     if o.weak_type != n.weak_type and o.weak_type is not None and n.weak_type is not None:
         yield Change(p, "weak_type", str(o.weak_type), str(n.weak_type))
-    if o.sharding != n.sharding and o.sharding is not None and n.sharding is not None:
+    if sharding_differs(o, n):
         yield Change(p, "sharding", o.sharding, n.sharding)
     if o.memory_kind != n.memory_kind and o.memory_kind is not None and n.memory_kind is not None:
         yield Change(p, "memory_kind", o.memory_kind, n.memory_kind)
@@ -485,6 +517,20 @@ def _leaf_changes_by_path(o: ArgSignature, n: ArgSignature) -> Iterable[Change]:
             yield Change(p, "static", o.value, n.value)
         else:  # a leaf jax cannot type, named by its Python type
             yield Change(p, "structure", _describe_leaf(o), _describe_leaf(n))
+
+
+def sharding_differs(o: ArgSignature, n: ArgSignature) -> bool:
+    """Whether two leaves are placed differently, as JAX tells shardings apart.
+
+    Where both know their ``placement``, that decides: ``P()`` and ``P(None, None)``, or
+    ``P('model', None)`` and ``P('model',)``, place an array of rank 2 alike and JAX
+    does not compile again for them. Otherwise the texts are compared.
+    """
+    if o.sharding == n.sharding or o.sharding is None or n.sharding is None:
+        return False
+    if o.placement is not None and n.placement is not None:
+        return o.placement != n.placement
+    return True
 
 
 def path_parts(path: str) -> list[str]:

@@ -39,7 +39,7 @@ from jax import monitoring
 from jaxdiag import jax_internals
 from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError, warn_once
 from jaxdiag.jax_internals import transforms as internals_reads
-from jaxdiag.recording import transformed
+from jaxdiag.recording import signature, transformed
 from jaxdiag.recording.explain import CONFIG_DEFAULTS
 from jaxdiag.sharding.collect import collect as collect_sharding
 
@@ -104,6 +104,8 @@ class Pending:
     jit_info: Any = None
     #: ``internals_reads.jit_options`` of ``jit_info``.
     jit_options: str | None = None
+    #: Each leaf of the ``in_shardings``/``out_shardings``/layouts the user gave, by path, as text.
+    jit_leaves: dict[str, str] | None = None
     #: The jax config states in the jit cache key that differ from ``CONFIG_DEFAULTS``.
     config: dict[str, str] | None = None
     #: ``(args, in_tree)`` signatures of calls JAX traced before recording started (late watch).
@@ -400,7 +402,9 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
 
 def _add_context(p: Pending) -> None:
     """The jit options and the config states of the cache key, read as the compile starts."""
-    p.jit_options = internals_reads.jit_options(p.jit_info)
+    given = internals_reads.jit_option_leaves(p.jit_info)
+    p.jit_leaves = {path: signature.describe_sharding(leaf) or repr(leaf) for path, leaf in given.items()} or None
+    p.jit_options = internals_reads.jit_options(p.jit_info, p.jit_leaves or {})
     state = internals_reads.config_state()
     if state is not None:
         p.config = {k: v for k, v in state.items() if CONFIG_DEFAULTS.get(k, v) != v or k not in CONFIG_DEFAULTS}

@@ -32,6 +32,10 @@ class ArgSignature:
         (``batch['ids']`` for ``args[1]['ids']``), when the function's signature gives it.
       batch_axis: the axis ``jax.vmap`` added to this leaf, when the compile is of a
         vmapped call (the shape is then what the compiled program received).
+      placement: where the sharding puts the array's pieces, as JAX compares shardings
+        for an array of this rank (``Sharding.is_equivalent_to``): the XLA sharding for
+        the rank and the devices. ``P('model', None)`` and ``P('model',)`` on one mesh have
+        different ``sharding`` text and the same placement, and hit one cache entry.
     """
 
     path: str
@@ -44,6 +48,7 @@ class ArgSignature:
     value: str | None = None
     label: str | None = None
     batch_axis: int | None = None
+    placement: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -159,6 +164,9 @@ class CompileRecord:
         Each is its own history, as each is its own entry in JAX's caches.
       jit_options: the jit options that differ from defaults (``"donate_argnums=(0,)"``),
         when known: two jit objects of one function with different options are two histories.
+      jit_leaves: each leaf the user gave of ``in_shardings``, ``out_shardings`` or a
+        layout, by its path in that option (``{"in_shardings[1]['x']": "P('data',) on
+        mesh(data=2)"}``), so that two jit objects are compared leaf by leaf.
       config: the jax config states in JAX's cache key that are not at their default
         (``{"jax_enable_x64": "True"}``), plus the mesh in context, as text.
       earlier_unseen: for a first compile that ``watch`` recorded, how many traces of the
@@ -197,6 +205,7 @@ class CompileRecord:
     transform: str | None = None
     jit_options: str | None = None
     config: dict[str, str] | None = None
+    jit_leaves: dict[str, str] | None = None
     earlier_unseen: bool | None = None
 
     @property

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from jaxdiag import jax_internals
+from jaxdiag.jax_internals import transforms as internals_reads
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.recording.records import ArgSignature
 
@@ -158,7 +159,7 @@ def with_labels(sigs: tuple[ArgSignature, ...], fun: Any) -> tuple[ArgSignature,
         return sigs
     out = []
     for sig in sigs:
-        label = _label(sig.path, names)
+        label = _label(sig.label or sig.path, names)
         out.append(sig if label is None else dataclasses.replace(sig, label=label))
     return tuple(out)
 
@@ -275,14 +276,20 @@ def leaf_signature(path: str, leaf: Any) -> ArgSignature:
     dtype = getattr(aval, "dtype", None)
     concrete = None if isinstance(leaf, jax.core.Tracer) else getattr(leaf, "sharding", None)
     sharding = concrete if concrete is not None else getattr(aval, "sharding", None)
+    described = describe_sharding(sharding)
     return ArgSignature(
         path=path,
         kind="array",
         shape=tuple(int(d) if isinstance(d, int) else d for d in shape) if shape is not None else None,
         dtype=None if dtype is None else str(dtype),
         weak_type=bool(getattr(aval, "weak_type", False)),
-        sharding=describe_sharding(sharding),
+        sharding=described,
         memory_kind=getattr(concrete, "memory_kind", None) if concrete is not None else None,
+        placement=(
+            internals_reads.placement(concrete, len(shape))
+            if described is not None and concrete is not None and shape is not None
+            else None
+        ),
     )
 
 
@@ -316,7 +323,10 @@ class _Walker:
             elif id(leaf) in self.batch_axes:
                 self.sigs.append(dataclasses.replace(leaf_signature(path, leaf), batch_axis=self.batch_axes[id(leaf)]))
             else:
-                self.sigs.append(leaf_signature(path, leaf))
+                sig = leaf_signature(path, leaf)
+                if _is_variable_value(tree, keys):  # flax nnx: the user writes model.w1, not model.w1.value
+                    sig = dataclasses.replace(sig, label=path[: -len(".value")])
+                self.sigs.append(sig)
 
     def _node(self, path: str, node: Any, fields: list[tuple[str, Any]]) -> None:
         children, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda y: y is not node)
@@ -347,6 +357,26 @@ class _Walker:
         if extra > 0:
             return [*self.segments, f"{extra} more static fields (sha1 {self.folded.hexdigest()[:16]})"]
         return self.segments
+
+
+def _is_variable_value(tree: Any, keys: Sequence[Any]) -> bool:
+    """Whether the leaf at ``keys`` is the ``.value`` of a flax ``nnx.Variable`` (a ``Param``)."""
+    if not keys or getattr(keys[-1], "name", None) != "value" or "flax.nnx" not in sys.modules:
+        return False
+    node = tree
+    try:
+        for key in keys[:-1]:
+            if hasattr(key, "name"):
+                node = getattr(node, key.name)
+            elif hasattr(key, "idx"):
+                node = node[key.idx]
+            elif hasattr(key, "key"):
+                node = node[key.key]
+            else:
+                return False
+    except Exception:
+        return False
+    return any(c.__name__ == "Variable" and c.__module__.startswith("flax.nnx") for c in type(node).__mro__)
 
 
 def _static_fields(node: Any) -> list[tuple[str, Any]]:

@@ -28,6 +28,7 @@ from jaxdiag.recording.records import (
     history_key,
     history_variant,
 )
+from jaxdiag.sharding.names import with_user_names
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NOT_GIVEN: Any = object()
@@ -218,10 +219,11 @@ class _Target:
             in_tree=tree,
             function_id=self.function_id,
             origin=self.origin,
-            sharding=p.sharding,
+            sharding=with_user_names(p.sharding, args),
             call_function=site_function,
             transform=p.transform,
             jit_options=p.jit_options,
+            jit_leaves=p.jit_leaves,
             config=p.config,
             **p.stage_fields(),
         )
@@ -266,7 +268,7 @@ def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Ex
 
 def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """Signatures without placement: what a trace cache key holds of them."""
-    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None) for a in args)
+    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None, placement=None) for a in args)
 
 
 def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:

@@ -44,6 +44,8 @@ SAME_SIGNATURE = "same_signature"
 UNKNOWN_CAUSE = "unknown"
 _JAX_INTERNAL = "(jax internal)"
 _MAX_CAUSES = 6
+#: Terminal width from which the advice has a column of its own.
+_WIDE = 140
 _MAX_SITES = 2
 
 
@@ -75,7 +77,7 @@ class Cause:
         if self.what == SAME_SIGNATURE:
             return "same signature (context, cache or committed devices)"
         if self.what == UNKNOWN_CAUSE:
-            return "unknown (this JAX does not expose argument signatures)"
+            return "cause unknown (the same argument signature as an earlier compile; see its summary)"
         if self.what == "function":
             return "new function object / closure"
         if self.what == "shape":
@@ -168,15 +170,18 @@ def render(
         f"[bold]jaxdiag compiles[/bold]  {len(log.records)} compile(s) of {len(rows)} function(s), "
         f"{total_s:.2f} s compiling" + (f"  ({len(log.files)} file(s))" if log.files else "")
     )
+    # Below ``_WIDE`` columns the advice goes under the table, so that causes keep room to read.
+    wide = console.width >= _WIDE
     table = Table(show_edge=False, show_lines=True, expand=True)
-    for col, just, ratio in (
-        ("function", "left", None),
-        ("compiles", "right", None),
-        ("compile s", "right", None),
-        ("causes", "left", 2),
-        ("advice", "left", 3),
+    for col, just, ratio, least in (
+        ("function", "left", None, None),
+        ("compiles", "right", None, None),
+        ("compile s", "right", None, None),
+        ("causes", "left", 2, 24),
+        *((("advice", "left", 3, 30),) if wide else ()),
     ):
-        table.add_column(col, justify=just, overflow="fold", ratio=ratio)
+        table.add_column(col, justify=just, overflow="fold", ratio=ratio, min_width=least)
+    below: list[str] = []
     by_function: dict[tuple[str, str | None], list[Advice]] = {}
     for a in advice:
         by_function.setdefault((a.function, a.source), []).append(a)
@@ -192,14 +197,25 @@ def render(
         shown = "\n".join(f"called at {escape(s)}" for s in sites[:_MAX_SITES])
         if len(sites) > _MAX_SITES:
             shown += f"\n... {len(sites) - _MAX_SITES} more call sites"
-        table.add_row(
+        cells = [
             escape(name) + (f"\n[dim]{shown}[/dim]" if shown else ""),
             str(row.compiles),
             f"{row.compile_s:.2f}",
             "\n".join(causes) or "—",
-            "\n\n".join(tips) or "—",
-        )
+        ]
+        if wide:
+            cells.append("\n\n".join(tips) or "—")
+        elif tips:
+            below.append(f"[bold]{escape(name)}[/bold]")
+            below += [f"\t{t}" for t in tips]
+        table.add_row(*cells)
     console.print(table)
+    if below:
+        console.print("\n[bold]Advice[/bold]")
+        from rich.padding import Padding
+
+        for text in below:  # each tip indented under its function, wrapped within the indent
+            console.print(Padding(text[1:], (0, 0, 0, 2)) if text.startswith("\t") else text)
     return buf.getvalue()
 
 

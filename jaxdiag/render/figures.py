@@ -58,6 +58,12 @@ def sharding_collectives(report: "Report") -> "go.Figure":
     return sharding_collectives(report)
 
 
+def sharding_layouts(report: "Report") -> "go.Figure":
+    from jaxdiag.render.sharding_layout import sharding_layouts
+
+    return sharding_layouts(report)
+
+
 def roofline(report: "Report") -> "go.Figure":
     """Top ops on the device's roofline (see ``render.ops_memory``)."""
     from jaxdiag.render.ops_memory import roofline as draw

@@ -34,6 +34,10 @@ SCHEMA_VERSION = "jaxdiag.sharding/1"
 #: Finding kinds the sharding analysis makes.
 FINDING_KINDS = ("implicit_resharding", "replicated_param", "sharding_recompile")
 _MAX_LEAVES = 12
+#: Shapes, specs and op names are kept whole up to this width; past it they wrap.
+_MIN_WIDTH = 28
+#: From this terminal width, the collectives table also shows each collective's kind and JAX op.
+_WIDE = 120
 
 
 def to_json(section: Mapping[str, Any], findings: Sequence["Finding"]) -> dict[str, Any]:
@@ -176,30 +180,19 @@ def mesh_line(fn: Mapping[str, Any]) -> str:
 
 def print_functions(section: Mapping[str, Any], console: "Console", *, detail: bool) -> None:
     """Per function: a header line, its leaves (with ``detail``) and its collectives."""
-    from rich.table import Table
 
     for fn in distinct_compiles(section.get("functions")):
         compiles = ", ".join(str(c) for c in fn.get("compiles") or ())
         console.print(
             f"[bold]{escape(str(fn.get('function')))}[/bold] ({escape(str(fn.get('module') or '?'))}, "
-            f"compile {compiles}){_steady_text(fn)}  "
+            f"compile {compiles}){_steady_text(fn, bool(section.get('captured')))}  "
             f"{escape(mesh_line(fn))}   communication {_bytes(fn.get('comm_bytes_per_call'))} per call"
             + ("" if fn.get("hlo", True) else "   (optimized HLO not read)")
         )
         if detail:
             leaves = [("in", x) for x in fn.get("inputs") or ()] + [("out", x) for x in fn.get("outputs") or ()]
-            t = Table(show_edge=False, pad_edge=False)
-            for col, just in (
-                ("", "left"),
-                ("array", "left"),
-                ("shape", "left"),
-                ("spec", "left"),
-                ("per device", "right"),
-                ("chosen by", "left"),
-            ):
-                t.add_column(col, justify=just, overflow="fold")
-            for side, leaf in leaves[:_MAX_LEAVES]:
-                t.add_row(
+            rows = [
+                [
                     side,
                     *map(
                         escape,
@@ -211,52 +204,112 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
                             str(leaf.get("chosen_by", "")),
                         ),
                     ),
-                )
+                ]
+                for side, leaf in leaves[:_MAX_LEAVES]
+            ]
             if len(leaves) > _MAX_LEAVES:
-                t.add_row("…", f"{len(leaves) - _MAX_LEAVES} more", "", "", "", "")
+                rows.append(["…", f"{len(leaves) - _MAX_LEAVES} more", "", "", "", ""])
+            t = _table(
+                (
+                    ("", "left"),
+                    ("array", "left"),
+                    ("shape", "left"),
+                    ("spec", "left"),
+                    ("per\ndevice", "right"),
+                    ("chosen\nby", "left"),
+                ),
+                rows,
+                "array",
+                console.width,
+                pad_edge=False,
+            )
             console.print(t)
         colls = fn.get("collectives") or ()
         if not colls:
             console.print("  no collectives" if fn.get("hlo", True) else "")
             console.print()
             continue
-        t = Table(show_edge=False, pad_edge=False)
-        for col, just in (
+        # Narrow terminals drop the kind (the op's name says it) and the JAX op (listed below).
+        wide = console.width >= _WIDE
+        columns = [
             ("collective", "left"),
             ("kind", "left"),
-            ("mesh axes", "left"),
-            ("bytes/call", "right"),
+            ("mesh\naxes", "left"),
+            ("bytes/\ncall", "right"),
             ("origin", "left"),
             ("array", "left"),
-            ("from JAX op", "left"),
-            ("timeline ms", "right"),
-        ):
-            t.add_column(col, justify=just, overflow="fold")
+            ("JAX op", "left"),
+            ("timeline\nms", "right"),
+        ]
+        keep = [i for i, (col, _) in enumerate(columns) if wide or col not in ("kind", "JAX op")]
+        rows = []
+        op_names: list[str] = []  # the JAX op paths, too long for a column, go below the table
         for c in colls:
             origin = str(c.get("origin"))
             style = "yellow" if origin == "resharding" else ""
             runs = f" ×{c.get('count')}" if _is_num(c.get("count")) and c["count"] > 1 else ""
             origin = escape(origin)
-            t.add_row(
-                *map(
-                    escape,
-                    (
-                        str(c.get("name")),
-                        str(c.get("kind")),
-                        _axes(c.get("mesh_axes")),
-                        _bytes(c.get("bytes_per_call")) + runs,
-                    ),
-                ),
+            cells = [
+                escape(str(c.get("name"))),
+                escape(str(c.get("kind"))),
+                escape(_axes(c.get("mesh_axes"))),
+                escape(_bytes(c.get("bytes_per_call")) + runs),
                 f"[{style}]{origin}[/{style}]" if style else origin,
                 escape(_arrays(c)),
-                escape(str(c.get("op_name") or "")),
+                escape(_primitive(str(c.get("op_name") or ""))),
                 _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—",
-            )
+            ]
+            rows.append([cells[i] for i in keep])
+            if c.get("op_name"):
+                op_names.append(f"{c.get('name')}: {c.get('op_name')}")
+        t = _table([columns[i] for i in keep], rows, "array", console.width, pad_edge=False)
         console.print(t)
+        for line in op_names:
+            console.print(f"[dim]  {escape(line)}[/dim]", overflow="fold")
         console.print()
 
 
-def _steady_text(fn: Mapping[str, Any]) -> str:
+def _table(
+    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], wraps: str, width: int, **kwargs: Any
+) -> Any:
+    """A table whose columns keep their widest cell (up to ``_MIN_WIDTH``) whole; only ``wraps`` wraps.
+
+    Rich shares a narrow terminal out evenly, cutting names, shapes and specs mid-word;
+    here the short columns are held at their content's width and one column of free
+    text (array names) takes what is left.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(show_edge=False, **kwargs)
+    widths = [
+        max([Text.from_markup(row[i]).cell_len for row in rows] + [len(w) for w in col.split()], default=1)
+        for i, (col, _) in enumerate(columns)
+    ]
+    edges = 3 * (len(columns) - 1) + (0 if kwargs.get("pad_edge") is False else 2)
+    for i, (col, just) in enumerate(columns):
+        if col == wraps:  # what the other columns leave, at least 10
+            rest = width - edges - sum(min(w, _MIN_WIDTH) for j, w in enumerate(widths) if j != i)
+            t.add_column(col, justify=just, overflow="fold", max_width=max(rest, 10))  # type: ignore[arg-type]
+        else:
+            t.add_column(col, justify=just, overflow="fold", min_width=min(widths[i], _MIN_WIDTH))  # type: ignore[arg-type]
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def _timeline_op(row: Mapping[str, Any]) -> str:
+    """``all-reduce.3``, or ``jit_other/all-reduce.3`` when the module is not the function's own."""
+    module, function = str(row.get("module")), row.get("function")
+    return str(row.get("op")) if function and module == f"jit_{function}" else f"{module}/{row.get('op')}"
+
+
+def _primitive(op_name: str) -> str:
+    """The JAX primitive an HLO op came from: the last part of its op name (``reduce_sum``)."""
+    return op_name.split(";")[-1].rsplit("/", 1)[-1].rstrip(")") or "—"
+
+
+def _steady_text(fn: Mapping[str, Any], captured: bool) -> str:
     by = fn.get("steady_by")
     if by is None:
         return ""
@@ -264,39 +317,47 @@ def _steady_text(fn: Mapping[str, Any]) -> str:
         return " [dim]another compile[/dim]"
     if by == "timeline":
         return f" [green]steady[/green]: ran most on the timeline ({_runs(fn)} collective runs)"
-    return (
-        " [yellow]latest[/yellow]: which compile ran most is unknown (no capture, or one that cannot tell them apart)"
-    )
+    if captured:
+        return (
+            " [yellow]latest[/yellow]: which compile ran most is unknown (the capture cannot tell them "
+            "apart: they share op names, or none of their collectives ran in it)"
+        )
+    return " [yellow]latest[/yellow]: which compile ran most is unknown (no capture)"
 
 
 def print_timeline(section: Mapping[str, Any], console: "Console") -> None:
     """Collective ops on the timeline, with the function and array each serves."""
-    from rich.table import Table
 
     rows = section.get("timeline") or ()
     if not rows:
         return
-    t = Table(title="Collectives on the timeline", title_justify="left", show_edge=False)
-    for col, just in (
-        ("op", "left"),
-        ("function", "left"),
-        ("array", "left"),
-        ("mesh axes", "left"),
-        ("count", "right"),
-        ("ms / device", "right"),
-        ("origin", "left"),
-    ):
-        t.add_column(col, justify=just, overflow="fold")
-    for r in rows:
-        t.add_row(
-            escape(f"{r.get('module')}/{r.get('op')}"),
-            escape(str(r.get("function") or "—")),
-            escape(", ".join(str(a) for a in r.get("arrays") or ()) or "—"),
-            escape(_axes(r.get("mesh_axes"))) if r.get("function") else "—",
-            escape(str(r.get("count"))),
-            _ms(r.get("total_ms")),
-            escape(str(r.get("origin") or "—")),
-        )
+    t = _table(
+        (
+            ("op", "left"),
+            ("function", "left"),
+            ("array", "left"),
+            ("mesh\naxes", "left"),
+            ("count", "right"),
+            ("ms /\ndevice", "right"),
+            ("origin", "left"),
+        ),
+        [
+            [
+                escape(_timeline_op(r)),
+                escape(str(r.get("function") or "—")),
+                escape(", ".join(str(a) for a in r.get("arrays") or ()) or "—"),
+                escape(_axes(r.get("mesh_axes"))) if r.get("function") else "—",
+                escape(str(r.get("count"))),
+                _ms(r.get("total_ms")),
+                escape(str(r.get("origin") or "—")),
+            ]
+            for r in rows
+        ],
+        "array",
+        console.width,
+        title="Collectives on the timeline",
+        title_justify="left",
+    )
     console.print(t)
     console.print()
 

@@ -49,7 +49,8 @@ def report(
         (default: what the capture sidecar recorded).
       flops_per_step: model flops per step, for MFU (default: from the sidecar).
       compile_log: a ``jaxdiag.jit`` compile log (file or folder); by default the
-        capture sidecar's, else a ``compiles*.jsonl`` in the run folder or the logdir.
+        capture sidecar's records and those of any ``compiles*.jsonl`` in the run folder
+        or the logdir, each compile once.
       thresholds: analysis tunables (older name of ``settings``).
       deep: also run XProf's converters (``hlo_stats``, ``roofline_model``,
         ``memory_profile``, ``kernel_stats``) and join their FLOPs, bytes and
@@ -240,10 +241,16 @@ def _beside_trace(
     run_dir: str, path: str | Path, compile_log: str | Path | None
 ) -> tuple[Any, list[dict[str, Any]], list[str]]:
     """The capture sidecar's facts (or ``None``), the compile records, and notes about both."""
+    from jaxdiag.capturing.sidecar import record_key
+
     facts, notes = _sidecar_facts(run_dir)
-    if compile_log is None and facts is not None and facts.compile_log:
-        return facts, list(facts.compile_log), notes
     records, log_notes = _compile_log(run_dir, path, compile_log)
+    if compile_log is None and facts is not None and facts.compile_log:
+        # The sidecar's records and the log's, each compile once (the sidecar's copy kept:
+        # it says which compiles were made before the window).
+        known = {record_key(r) for r in facts.compile_log}
+        extra = [r for r in records if record_key(r) not in known]
+        records = sorted([*facts.compile_log, *extra], key=lambda r: r.get("time_unix") or 0.0)
     return facts, records, notes + log_notes
 
 

@@ -136,7 +136,12 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section("device_time", "1.1", dict, analysis="device_time"),
     Section(
-        "sharding", "1.2", dict, analysis="sharding", terminal=f"{_T}:_sharding", figures=("sharding_collectives",)
+        "sharding",
+        "1.2",
+        dict,
+        analysis="sharding",
+        terminal=f"{_T}:_sharding",
+        figures=("sharding_collectives", "sharding_layouts"),
     ),
     Section(
         "top_ops",

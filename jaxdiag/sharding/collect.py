@@ -50,7 +50,7 @@ def _collect(pending: Any, executable: Callable[[], Any]) -> dict[str, Any] | No
     jit_info = jax_internals.jit_info_of(getattr(pending, "frame", None))
     user_in, user_out = specs.user_specified(jit_info)
     jit_in, jit_out = jax_internals.jit_shardings(jit_info)
-    mesh = specs.named_mesh(shardings + jit_in + jit_out)
+    mesh = specs.named_mesh(shardings + jit_in + jit_out) or specs.context_mesh(len(devices))
     text = ex.hlo_modules()[0].to_string() if ex is not None else None
     facts = build_facts(
         text,

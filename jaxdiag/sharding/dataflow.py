@@ -145,11 +145,42 @@ def _update_target(
                     continue
                 for other in user.operands:
                     p = None if other == n else source_param(module, module.entry, other)
-                    if p is not None and p.shape == user.shape:
+                    if p is not None and p.shape == user.shape and _reaches_output(module, user, users):
                         return param_name(p)
                 following.append(user.name)
         frontier = following
     return None
+
+
+def _reaches_output(module: HloModule, start: Instr, users: dict[str, list[Instr]]) -> bool:
+    """Whether ``start``'s result, through a few steps of its own size, is returned: a new value of
+    the parameter (``w - lr * g``), not a use of it (``pred - y``, whose result is reduced to a loss)."""
+    if start.root:
+        return True
+    frontier, seen = [start], {start.name}
+    for _ in range(4):
+        following = []
+        for ins in frontier:
+            for user in users.get(ins.name, ()):
+                if user.name in seen:
+                    continue
+                seen.add(user.name)
+                if user.root:
+                    return True
+                if len(ins.shape) == 1 and _same_size(user.shape, ins.shape[0]) and _elementwise(user):
+                    following.append(user)
+        frontier = following
+    return False
+
+
+#: Ops that mix elements (a matmul of the residual with the input is a gradient, not the value).
+_MIXING = frozenset({"dot", "convolution", "custom-call", "reduce", "reduce-window", "scatter", "gather", "sort"})
+
+
+def _elementwise(ins: Instr) -> bool:
+    if ins.op == "fusion":
+        return ins.attr("kind", "kLoop") == "kLoop"
+    return ins.op not in _MIXING and not ins.op.startswith(("all-", "reduce-scatter", "collective"))
 
 
 def _same_size(shape: tuple[tuple[str, tuple[int, ...]], ...], leaf: tuple[str, tuple[int, ...]]) -> bool:

@@ -58,6 +58,23 @@ def named_mesh(shardings: Iterable[Any]) -> Any:
     return best
 
 
+def context_mesh(n_devices: int) -> Any:
+    """The concrete mesh of ``jax.set_mesh`` in context, when it spans ``n_devices``; else ``None``.
+
+    A program whose arguments carry no mesh (uncommitted arrays, jit's ``in_shardings``
+    given as bare ``PartitionSpec``s) runs on the mesh in context.
+    """
+    try:
+        import jax
+
+        mesh = jax.sharding.get_mesh()
+    except Exception:  # a JAX without get_mesh, or no mesh set
+        return None
+    if mesh is None or not getattr(mesh, "axis_names", ()) or getattr(mesh, "devices", None) is None:
+        return None
+    return mesh if mesh.devices.size == n_devices else None
+
+
 def sharding_of(leaf: Any) -> Any:
     """The sharding of a concrete array, or of a tracer's aval (``None`` if it has neither)."""
     if type(leaf).__name__.endswith("Tracer"):  # every jax tracer class; .sharding may raise on them

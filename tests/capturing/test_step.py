@@ -33,8 +33,11 @@ def test_decorator_numbers_annotates_and_counts_tokens(tmp_path):
     assert run_dir is not None
     facts = read_sidecars(run_dir)
     assert facts.tokens_per_step() == {1: 64.0, 2: 128.0, 3: 128.0}
-    # the shape change at step 2 recompiled inside the window: its record is in the sidecar
-    assert [r["compile_index"] for r in facts.compile_log if r["function"] == "train_step"] == [2]
+    # the shape change at step 2 recompiled inside the window: its record is in the sidecar, after
+    # the first compile (step 0, before the window), which the sidecar carries marked as such
+    assert [
+        (r["compile_index"], r.get("before_capture", False)) for r in facts.compile_log if r["function"] == "train_step"
+    ] == [(1, True), (2, False)]
     frames = jaxdiag.load(run_dir)
     assert sorted(frames.steps["step"].unique()) == [1, 2, 3]
 

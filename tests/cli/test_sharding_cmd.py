@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -79,7 +80,8 @@ def test_capture_joins_timeline_and_saved_report(
     capsys.readouterr()
     assert main(["sharding", str(saved), "--width", "200"]) == 0
     out = capsys.readouterr().out
-    assert "Collectives on the timeline" in out and "jit_bad_step/all-gather" in out
+    # the op, then its function (the module jit_bad_step is the function's own, so not repeated)
+    assert "Collectives on the timeline" in out and re.search(r"all-gather[.\d]* +│ bad_step ", out)
     assert main(["report", str(capture.logdir), "--width", "200"]) == 0  # the report's own section
     out = capsys.readouterr().out
     assert "Sharding (jaxdiag sharding shows every array's spec)" in out
@@ -138,9 +140,9 @@ def test_each_distinct_compile_is_shown_latest_first_without_a_capture(log_file:
     ]
     assert main(["sharding", str(log_file), "--function", "moved", "--width", "200"]) == 0
     out = capsys.readouterr().out
-    assert out.index(
-        "moved (jit_moved, compile 2) latest: which compile ran most is unknown (no capture, or one that cannot tell them apart)"
-    ) < out.index("moved (jit_moved, compile 1) another compile")
+    assert out.index("moved (jit_moved, compile 2) latest: which compile ran most is unknown (no capture)") < out.index(
+        "moved (jit_moved, compile 1) another compile"
+    )
 
 
 def test_settings_reach_the_replicated_parameter_finding(log_file: Path, tmp_path: Path, capsys) -> None:

@@ -12,5 +12,6 @@ FIGURES = (
     "small_op_histogram",
     "collective_overlap",
     "sharding_collectives",
+    "sharding_layouts",
     "roofline",
 )

@@ -39,7 +39,7 @@ def trace(fig, name):
     return next(t for t in fig.data if t.name == name)
 
 
-def test_all_figures_are_the_nine_and_serialize(cpu_report):
+def test_all_figures_are_the_ten_and_serialize(cpu_report):
     figs = figures.all_figures(cpu_report)
     assert list(figs) == list(FIGURES)
     for name, fig in figs.items():

@@ -94,3 +94,27 @@ def test_compiles_that_share_an_op_name_cannot_be_told_apart_by_the_timeline() -
     ]
     out = distinct_compiles(functions)
     assert [(e["compiles"], e["steady_by"]) for e in out] == [([2], "latest compile"), ([1], "latest compile")]
+
+
+def test_tables_read_whole_at_80_and_200_columns() -> None:
+    """Shapes, specs, collective names and who chose a layout are never cut; the JAX op goes below."""
+    from jaxdiag.analyses.sharding import analyze_records
+    from tests import sharding_programs as programs
+
+    result = analyze_records(programs.bad_spec().records + programs.data_parallel().records)
+    section = result.to_dict()
+    section["timeline"] = [
+        {"module": "jit_bad_step", "op": "all-gather", "kind": "all-gather", "count": 16, "total_ms": 1.5}
+        | {"function": "bad_step", "arrays": ["params['w']"], "mesh_axes": ["model"], "origin": "resharding"},
+        {"module": "jit_other", "op": "all-reduce.7", "kind": "all-reduce", "count": 2, "total_ms": 0.5},
+    ]
+    for width in (80, 200):
+        out = render(section, result.findings, width=width)
+        lines = out.splitlines()
+        assert max(len(line.rstrip()) for line in lines) <= width
+        for whole in ("float32[512,512]", "float32[2048,512]", "P('model', None)", "P('data', None)", "compiler"):
+            assert any(whole in line for line in lines), (width, whole)
+        assert any(line.lstrip().startswith("all-gather") and ": jit(bad_step)/" in line for line in lines)
+        assert "jit_other/all-reduce.7" in out  # a module that is not the function's own is named
+        header = " ".join(line for line in lines if "collective" in line and "┃" in line)
+        assert ("JAX op" in header) == (width == 200)
