@@ -96,6 +96,8 @@ class AnalysisInputs:
       flops_per_step: model flops per step when known (for MFU).
       host: restrict to this host (``None`` = every host).
       steps: restrict to these step numbers (``None`` = every step).
+      processes: what each process's capture sidecar says of it (``process_index``,
+        ``process_count``, host, versions); empty without sidecars.
     """
 
     frames: "TraceFrames"
@@ -106,6 +108,7 @@ class AnalysisInputs:
     host: str | None = None
     steps: Sequence[int] | None = None
     count_unit: str = "tokens"
+    processes: Sequence[Mapping[str, Any]] = ()
 
     def tokens_for(self, step: int) -> float | None:
         """Tokens processed by ``step``, or ``None`` when unknown."""

@@ -74,8 +74,10 @@ def _summary(report: "Report") -> str:
         f"<p class='meta'>{_e(src.get('run_dir'))} · hosts: {_e(', '.join(src.get('hosts', [])))}"
         f" · devices: {len(src.get('devices') or [])} · steps from: {_e(src.get('step_source'))}</p>",
         _throughput(report.throughput or {}),
-        "<h2>Findings, by time lost</h2>",
     ]
+    if report.notes:  # what the capture lacks qualifies every finding: before them
+        parts.append("<ul class='meta'>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
+    parts.append("<h2>Findings, by time lost</h2>")
     findings = [f for f in report.findings if f.kind != "loader" or f.time_lost_ms > 0]
     if findings:
         from jaxdiag.render.ops_memory import place_html
@@ -100,8 +102,6 @@ def _summary(report: "Report") -> str:
         )
     else:
         parts.append("<p>No findings: nothing measurable was lost.</p>")
-    if report.notes:
-        parts.append("<ul class='meta'>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
     return "".join(parts)
 
 

@@ -46,6 +46,7 @@ def print_report(report: "Report", console: "Console") -> None:
     from jaxdiag.reporting.sections import renderers
 
     _header(report, console)
+    _notes(report, console)
     _findings(report, console)
     for _section, print_section in renderers("terminal"):
         print_section(report, console)
@@ -115,10 +116,20 @@ def _findings(report: "Report", console: "Console") -> None:
             t.add_row(str(i), f"[{style}]{f.severity.value}[/{style}]", _ms(f.time_lost_ms), f.message, f.suggestion)
         console.print(t)
         console.print()
+
+
+def _notes(report: "Report", console: "Console") -> None:
+    """What the capture lacks and what the loader guessed: before the findings, which they qualify."""
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[yellow]note:[/yellow] {_escape(note)}")
     if report.notes:
         console.print()
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _steps(report: "Report", console: "Console") -> None:

@@ -127,6 +127,7 @@ def _report(
         host=host,
         steps=list(steps) if steps is not None else None,
         count_unit=count_unit,
+        processes=facts.processes if facts is not None else (),
     )
     return build_report(inputs, extra_notes=log_notes, deep=deep)
 
@@ -166,7 +167,9 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
             if section.view is not None:
                 sections[section.name] = clean(section.run(inputs, sections)[0])
     findings: list[Finding] = [f for r in results.values() for f in r.findings]
-    notes = tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes)
+    capture = results.get("capture")  # what the trace cannot tell comes first
+    capture_notes = tuple(n.text for n in capture.notes) if capture is not None else ()
+    notes = capture_notes + tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes)
     findings += [
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="") for n in notes
     ]
