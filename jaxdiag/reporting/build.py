@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
+from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, graded, report_order
 from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds, using
 from jaxdiag.reporting import sections as registry
 from jaxdiag.reporting.model import REPORT_FIELDS, Report
@@ -173,7 +173,8 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
     findings += [
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="") for n in notes
     ]
-    findings.sort(key=lambda f: (-f.time_lost_ms, _SEVERITY_ORDER[f.severity], f.kind))
+    step_time_ms = sum(float(s.get("wall_ms") or 0.0) for s in sections.get("steps") or ())
+    findings = sorted((graded(f, step_time_ms) for f in findings), key=report_order)
     from jaxdiag.analyses.finding_places import place_findings
 
     findings = list(place_findings(findings, frames, sections.get("top_ops"), inputs.host))
@@ -211,9 +212,6 @@ _IMPORTED_WHEN_RUN = (
     "numpy.char",  # the timeline's names
     "pandas.core.methods.to_dict",  # ``DataFrame.to_dict``
 )
-
-
-_SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 def _source(frames: Any) -> dict[str, Any]:
