@@ -147,3 +147,46 @@ def test_reads_every_step_get_the_advice_with_what_is_a_guess_on_cpu(tmp_path):
     assert syncs, [f.message for f in report.findings]
     for f in syncs:
         assert "every step" in f.suggestion and "a guess: measure it" in f.suggestion
+
+
+def _layers(logdir: Path, scanned: bool) -> Path:
+    """24 small layers, under ``lax.scan`` or unrolled by a Python loop."""
+
+    def layer(h, w):
+        return jnp.tanh(h @ w) + 0.1 * h, None
+
+    @jax.jit
+    def model(ws, x):
+        if scanned:
+            h, _ = jax.lax.scan(layer, x, ws)
+        else:
+            h = x
+            for i in range(ws.shape[0]):
+                h, _ = layer(h, ws[i])
+        return h.sum()
+
+    ws, x = jnp.full((24, 16, 16), 0.01), jnp.ones((4, 16))
+    float(model(ws, x))
+    with jaxdiag.capture(logdir, skip=0, take=3, run="scanned" if scanned else "unrolled") as cap:
+        for _ in range(3):
+            with cap.step():
+                float(model(ws, x))
+    return cap.run_dir
+
+
+def test_small_ops_of_a_model_already_under_scan_get_no_use_scan_advice(tmp_path):
+    from jaxdiag.config import Thresholds
+
+    run_dir = _layers(tmp_path / "scan", scanned=True)
+    loops = _events(run_dir, lambda name: name.startswith("while"))
+    assert loops and all(stats.get("hlo_module") == "jit_model" for _, stats in loops)  # the scan, in the trace
+    fine = Thresholds(min_finding_ms=0.001)
+    (finding,) = [f for f in jaxdiag.report(run_dir, thresholds=fine).findings if f.kind == "small_ops"]
+    assert finding.evidence["in_loop_body"] >= 0.5 * finding.evidence["count"]
+    assert "already run in a loop" in finding.suggestion and "A guess" in finding.suggestion
+    assert "replace Python loops" not in finding.suggestion
+    # The same layers unrolled by a Python loop: there rolling them into `lax.scan` is the advice.
+    unrolled = _layers(tmp_path / "unrolled", scanned=False)
+    assert not _events(unrolled, lambda name: name.startswith("while"))
+    (finding,) = [f for f in jaxdiag.report(unrolled, thresholds=fine).findings if f.kind == "small_ops"]
+    assert finding.evidence["in_loop_body"] == 0 and "`lax.scan`" in finding.suggestion
