@@ -94,6 +94,11 @@ _SUGGESTIONS = {
         "in each jitted call (one jit around the whole step, `lax.scan` over micro-steps), and "
         "avoid many small jitted calls or eager jnp ops between steps."
     ),
+    "one_off_dispatch": (
+        "Most of it is one step's launching ({share}), a one-off (moving or resharding data once, say), not a "
+        "per-step cost: putting more work in each jitted call would not help. A guess, if it recurs (each "
+        "epoch): do it before the timed loop, or in one jitted call rather than op by op."
+    ),
     "sparse_sync": (
         "Reads come only at some steps, not every step, so reading less often is not the change to make. "
         "If this time matters, a guess: start each copy as soon as the value exists (`x.copy_to_host_async()`) "
@@ -332,6 +337,10 @@ def _pieces(host: str, bounds: _Bounds, part: np.ndarray, cause: str, kind: str,
     return [Wait(host, st, s, e, cause, kind, detail) for (s, e), st in zip(part.tolist(), steps.tolist())]
 
 
+#: A dispatch wait is one step's one-off when that step holds at least this share of it.
+ONE_OFF_SHARE = 0.8
+
+
 def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -> tuple[Finding, ...]:
     out = []
     graded_against = r.steady_wall_ms if r.steady_wall_ms > 0 else r.wall_ms
@@ -395,6 +404,13 @@ def _findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) 
                 "tracing, part of the compile)."
             )
             evidence["left_out_compile_steps"] = left_out
+        if c.kind == DISPATCH and len(all_steps) >= 3 and amounts:
+            top_step, top_ms = max(amounts.items(), key=lambda kv: kv[1])
+            if top_ms >= ONE_OFF_SHARE * ms:  # one step's launching: no per-step habit to change
+                suggestion = _SUGGESTIONS["one_off_dispatch"].format(
+                    share=f"{top_ms:.1f} of {ms:.1f} ms at step {top_step}"
+                )
+                evidence["one_off_step"] = int(top_step)
         if c.kind == DISPATCH:
             by_fn = _dispatch_by_function(r)
             evidence["by_function"] = by_fn

@@ -190,3 +190,45 @@ def test_small_ops_of_a_model_already_under_scan_get_no_use_scan_advice(tmp_path
     assert not _events(unrolled, lambda name: name.startswith("while"))
     (finding,) = [f for f in jaxdiag.report(unrolled, thresholds=fine).findings if f.kind == "small_ops"]
     assert finding.evidence["in_loop_body"] == 0 and "`lax.scan`" in finding.suggestion
+
+
+def _one_off(logdir: Path, at: int | None) -> Path:
+    """A jitted step every step; at step ``at`` the host also rebuilds a table op by op, eagerly, once."""
+
+    @jax.jit
+    def train_step(w, x):
+        return w - 0.01 * jnp.tanh(x @ w)
+
+    w, x = jnp.zeros((128, 128)), jnp.ones((128, 128))
+    table = jnp.zeros(64)
+    for i in range(64):  # compile every eager op outside the window
+        table = table.at[i].set(float(i))
+    w = train_step(w, x)
+    float(w[0, 0])
+    with jaxdiag.capture(logdir, skip=0, take=8, run=f"once{at}") as cap:
+        for step in range(8):
+            with cap.step():
+                if step == at:
+                    for i in range(64):
+                        table = table.at[i].set(float(i) * 2)
+                w = train_step(w, x)
+                float(w.sum())
+    return cap.run_dir
+
+
+def test_a_one_off_launch_burst_gets_no_put_more_work_in_each_call_advice(tmp_path):
+    from jaxdiag.config import Thresholds
+
+    run_dir = _one_off(tmp_path / "once", at=4)
+    launches = _events(run_dir, lambda name: name.startswith("PjitFunction("))
+    assert len(launches) >= 64  # the burst, in the trace
+    fine = Thresholds(min_finding_ms=0.01)
+    dispatch = [
+        f
+        for f in jaxdiag.report(run_dir, thresholds=fine).findings
+        if f.kind == "host_wait" and f.evidence["kind"] == "dispatch"
+    ]
+    assert dispatch, "the burst left the device idle while launching"
+    (f,) = dispatch
+    assert f.evidence["one_off_step"] == 4
+    assert "one-off" in f.suggestion and "lax.scan" not in f.suggestion and "A guess" in f.suggestion
