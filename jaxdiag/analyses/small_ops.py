@@ -51,9 +51,9 @@ _USELESS_FRAMEWORK_OP = re.compile(r"^(?:XlaModule:.*|(?:jit|pjit|pmap)\([^/]*\)
 _JIT_PREFIX = re.compile(r"^(?:jit|pjit|pmap)\([^/]*\)/")
 
 SUGGESTION = (
-    "Fuse the small ops: replace Python loops that unroll into many ops with `lax.scan` or "
-    "`lax.fori_loop`, batch repeated work with `vmap` or a larger batch, and keep elementwise "
-    "chains inside one jitted function so XLA can fuse them."
+    "Make each op bigger: batch repeated work into one op (`vmap` over the repeats, or a larger batch), "
+    "and keep elementwise chains inside one jitted function so XLA can fuse them. Rolling an unrolled "
+    "Python loop into `lax.scan` shortens its compile, but each iteration still runs its own small ops."
 )
 #: For small ops that already run in a loop body (``lax.scan``, ``fori_loop``, ``while_loop``): rolled up
 #: already, and unrolling such a loop made a model 0.54x as fast.

@@ -232,3 +232,59 @@ def test_a_one_off_launch_burst_gets_no_put_more_work_in_each_call_advice(tmp_pa
     (f,) = dispatch
     assert f.evidence["one_off_step"] == 4
     assert "one-off" in f.suggestion and "lax.scan" not in f.suggestion and "A guess" in f.suggestion
+
+
+def _rows(logdir: Path, batched: bool) -> Path:
+    """The same small computation on each of 32 rows: a Python loop over the rows, or one ``vmap``."""
+
+    def one(row):
+        return jnp.cumsum(jnp.tanh(row) * 0.5)
+
+    @jax.jit
+    def per_row(x):
+        if batched:
+            return jax.vmap(one)(x)
+        return jnp.stack([one(x[i]) for i in range(x.shape[0])])
+
+    x = jnp.ones((32, 16))
+    float(per_row(x).sum())
+    with jaxdiag.capture(logdir, skip=0, take=3, run="batched" if batched else "looped") as cap:
+        for _ in range(3):
+            with cap.step():
+                float(per_row(x).sum())
+    return cap.run_dir
+
+
+def _small_xla_ops(run_dir: Path, module: str) -> int:
+    """XLA ops of ``module`` shorter than 10 us (ProfileData alone)."""
+    from jax.profiler import ProfileData
+
+    return sum(
+        1
+        for path in run_dir.glob("*.xplane.pb")
+        for plane in ProfileData.from_file(str(path)).planes
+        for line in plane.lines
+        for e in line.events
+        if dict(e.stats).get("hlo_module") == module and "hlo_op" in dict(e.stats) and e.duration_ns < 10_000
+    )
+
+
+def test_batching_the_repeats_with_vmap_shrinks_the_small_ops(tmp_path):
+    from jaxdiag.config import Thresholds
+
+    fine = Thresholds(min_finding_ms=0.001)
+    looped = _rows(tmp_path / "looped", batched=False)
+    (finding,) = [
+        f
+        for f in jaxdiag.report(looped, thresholds=fine).findings
+        if f.kind == "small_ops" and f.evidence["module"] == "jit_per_row"
+    ]
+    assert "`vmap` over the repeats" in finding.suggestion
+    batched = _rows(tmp_path / "batched", batched=True)  # the advice applied
+    assert _small_xla_ops(batched, "jit_per_row") < 0.25 * _small_xla_ops(looped, "jit_per_row")
+    after = [
+        f
+        for f in jaxdiag.report(batched, thresholds=fine).findings
+        if f.kind == "small_ops" and f.evidence["module"] == "jit_per_row"
+    ]
+    assert not after or after[0].evidence["count"] < 0.25 * finding.evidence["count"]
