@@ -3,14 +3,11 @@
 Every other analysis reads the trace as if it held the whole window. It may not:
 
 - ``device_work_missing``: a host launched a jitted program (``PjitFunction(f)``)
-  more times than the trace holds executions of it (``jit_f``'s first op, on
-  its busiest device), so the trace stopped before the devices ran the last
-  launches (the host runs ahead of the device, and a trace stopped without
-  waiting loses the queued work). The steps that launched them show too little
-  device work. Only programs seen running in the trace count, unless no device
-  op ran at all (then every launch lacks its work). Executions of
-  launches made before the trace started make the count err on the side of
-  silence.
+  after the last op of ``jit_f`` in the trace, so the trace stopped before the
+  devices ran the last launches (the host runs ahead of the device, and a trace
+  stopped without waiting loses the queued work). The steps that launched them
+  show too little device work. Only programs seen running in the trace count,
+  unless no device op ran at all (then every launch lacks its work).
 - ``events_dropped``: the profiler says it dropped events (a stat with ``drop``
   in its name on a metadata plane, as profilers write when their buffers fill).
 - ``hosts_missing``: the capture sidecars say the run had more processes than
@@ -29,9 +26,8 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.collectives import platform_of
 from jaxdiag.analyses.device_work import device_ops, host_events, hosts_of, step_windows
 from jaxdiag.trace import frames as F
 
@@ -90,74 +86,108 @@ def analyze(inputs: AnalysisInputs) -> CompletenessResult:
     frames = inputs.frames
     notes: list[CaptureNote] = []
     for host in hosts_of(frames, inputs.host):
-        note = _device_work_missing(frames, host)
-        if note is not None:
-            notes.append(note)
+        notes += _device_work_missing(frames, host)
     notes += _events_dropped(frames)
     notes += _hosts_missing(frames, inputs)
     notes += _short_window(frames, inputs)
     return CompletenessResult(tuple(notes))
 
 
-def _device_work_missing(frames: "TraceFrames", host: str) -> CaptureNote | None:
-    """Launches of a program beyond the executions of it the trace holds: the last ones never ran in it."""
+def _device_work_missing(frames: "TraceFrames", host: str) -> list[CaptureNote]:
+    """Launches of a program that came after its last op in the trace: the trace ended before they ran.
+
+    How many launches lack their work: those after the program's last op, or, on
+    XLA:CPU, where an op's name is the same in every execution of a program, the
+    launches beyond the executions the trace holds (the last ones, as executions
+    run in launch order), when that is more: an execution running when the trace
+    stopped may have ended ops after a later launch. (A GPU runs a command buffer's
+    kernels under names that alternate between executions, so there the ops do
+    not count executions.)
+    """
     ops = device_ops(frames, host)
-    runs = _executions(ops)
+    runs = _executions(ops) if platform_of(frames) == "cpu" else {}
+    last_end = _last_ends(ops)
     events = host_events(frames, host)
-    if ops.empty:  # no device work at all: every launch lacks it
-        launches = _launches(events, None)
-        runs = dict.fromkeys(launches, 0)
-    else:
-        launches = _launches(events, set(runs))
-    missing: list[tuple[int, str]] = []
-    counts: dict[str, tuple[int, int]] = {}
+    launches = _launches(events, None if ops.empty else set(last_end))
+    ended: dict[str, list[int]] = {}
     for function, starts in launches.items():
-        lacking = len(starts) - runs[function]
-        if lacking > 0:  # executions run in launch order: the last launches are the ones without device work
-            missing += [(s, function) for s in starts[-lacking:]]
-            counts[function] = (lacking, len(starts))
-    if not missing:
-        return None
+        after = sum(1 for s in starts if s > last_end.get(function, -1))
+        if after:
+            lacking = len(starts) - runs[function] if function in runs else 0
+            ended[function] = starts[-max(lacking, after) :]
+    if not ended:
+        return []
+    listed, steps = _listed(frames, host, ended, launches)
+    return [
+        CaptureNote(
+            "device_work_missing",
+            (
+                f"The trace of {host} ends before its devices ran all the work the host launched: {listed} "
+                "have no device work in it, so those steps show too little device work and throughput reads high."
+            ),
+            (
+                "Wait for the last step's outputs before stopping the trace (`jax.block_until_ready(state)`; "
+                "`jaxdiag.capture` and `@jaxdiag.step` do)."
+            ),
+            {"host": host, "steps": steps, "launches": _counts(ended, launches)},
+        )
+    ]
+
+
+def _listed(
+    frames: "TraceFrames", host: str, missing: dict[str, list[int]], launches: dict[str, list[int]]
+) -> tuple[str, list[int]]:
+    """``"N of M launches of `f` (steps ...)"`` for the launches ``missing``, and those steps."""
     windows = step_windows(frames, host)
     steps = sorted(
         {
             int(st)
-            for s, _ in missing
+            for starts in missing.values()
+            for s in starts
             for st, lo, hi in zip(windows[F.STEP], windows[F.START_NS], windows["end_ns"])
             if lo <= s < hi and st >= 0
         }
     )
-    listed = ", ".join(f"{n} of {of} launches of `{f}`" for f, (n, of) in sorted(counts.items()))
-    where = f" (steps {_span(steps)})" if steps else ""
-    return CaptureNote(
-        "device_work_missing",
-        (
-            f"The trace of {host} ends before its devices ran all the work the host launched: {listed}{where} "
-            "have no device work in it, so those steps show too little device work and throughput reads high."
-        ),
-        (
-            "Wait for the last step's outputs before stopping the trace (`jax.block_until_ready(state)`; "
-            "`jaxdiag.capture` and `@jaxdiag.step` do)."
-        ),
-        {"host": host, "steps": steps, "launches": {f: {"missing": n, "of": of} for f, (n, of) in counts.items()}},
-    )
+    listed = ", ".join(f"{len(v)} of {len(launches[f])} launches of `{f}`" for f, v in sorted(missing.items()))
+    return listed + (f" (steps {_span(steps)})" if steps else ""), steps
+
+
+def _counts(missing: dict[str, list[int]], launches: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+    return {f: {"missing": len(v), "of": len(launches[f])} for f, v in missing.items()}
+
+
+def _last_ends(ops: "pd.DataFrame") -> dict[str, int]:
+    """Per jitted function, when its last op in the trace ended."""
+    out: dict[str, int] = {}
+    if ops.empty:
+        return out
+    for module, end in ops.groupby(F.HLO_MODULE, sort=False, observed=True)["end_ns"].max().items():
+        function = _function_of(str(module))
+        if function:
+            out[function] = max(out.get(function, -1), int(end))
+    return out
 
 
 def _executions(ops: "pd.DataFrame") -> dict[str, int]:
-    """Per jitted function, how many times its program ran on the busiest device.
+    """Per jitted function, how many times its programs ran, on the device that ran them most.
 
-    Every execution of a program starts with the same op, so the count of the op
-    that starts the program's first execution is its number of executions.
+    One execution runs each op of a program once, so the commonest number of
+    occurrences of an op (kernel and HLO op) is the program's executions: ops in a
+    loop body run more often, a GPU command buffer's update copies less often, and a
+    kernel XLA reuses for identical fusions more often, but fewer ops than the rest.
+    Each compile of a function (``program_id``) counts apart.
     """
     out: dict[str, int] = {}
-    for module, rows in ops.groupby(F.HLO_MODULE, sort=False, observed=True):
-        function = _function_of(str(module))
-        if not function or rows.empty:
-            continue
-        first = rows[F.NAME].iloc[int(np.argmin(rows[F.START_NS].to_numpy()))]
-        same = rows.loc[rows[F.NAME] == first]
-        per_device = same.groupby([F.PLANE, F.DEVICE], sort=False, observed=True).size()
-        out[function] = out.get(function, 0) + int(per_device.max())
+    keys = [F.HLO_MODULE, F.PROGRAM_ID, F.PLANE, F.DEVICE]
+    best: dict[tuple[str, int], int] = {}
+    for (module, program, _plane, _device), rows in ops.groupby(keys, sort=False, observed=True):
+        counts = (rows[F.NAME].astype(str) + "\0" + rows[F.HLO_OP].astype(str)).value_counts()
+        runs = int(counts.value_counts().idxmax()) if len(counts) else 0
+        best[(str(module), int(program))] = max(best.get((str(module), int(program)), 0), runs)
+    for (module, _program), runs in best.items():
+        function = _function_of(module)
+        if function:
+            out[function] = out.get(function, 0) + runs
     return out
 
 
