@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import platform_of
-from jaxdiag.analyses.device_work import device_ops, host_events, hosts_of, step_windows
+from jaxdiag.analyses.device_work import device_ops, host_events, hosts_of, name_matches, step_windows
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -196,6 +196,7 @@ def _launches(events: "pd.DataFrame", functions: set[str] | None) -> dict[str, l
 
     Launches made inside another (the ``jnp`` functions a first call traces) are part of it.
     """
+    events = events.loc[name_matches(events[F.NAME], _LAUNCH, at_start=True)]  # tested once per distinct name
     found = sorted(
         (int(s), int(e), launched)
         for s, e, name in zip(events[F.START_NS], events["end_ns"], events[F.NAME].astype(str))
