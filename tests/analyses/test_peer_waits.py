@@ -112,3 +112,21 @@ def test_the_finding_names_the_late_device_and_advises_on_the_work_not_the_bytes
     for f in report.findings:
         if f.kind == "exposed_collective":  # the transfer alone: not the waiting
             assert f.time_lost_ms <= truth["transfer_ms"] * 1.05 + 0.01
+
+
+def test_a_run_whose_participant_the_trace_lacks_is_still_split():
+    """XLA:CPU now and then drops one device's op of a collective run: the others still split."""
+    from jaxdiag.analyses import peer_waits
+    from jaxdiag.analyses.device_work import device_ops
+    from tests.frames_builders import device_event, frames
+
+    def ar(start, dur, device):
+        return device_event(start, dur, "all-reduce.1", device=device, line="XLA Ops", line_kind="xla_ops")
+
+    events = [ar(0, 100, 0), ar(60, 40, 1), ar(95, 5, 2)]  # run 1: device 2 came last
+    events += [ar(200, 100, 0), ar(295, 5, 1)]  # run 2: device 2's op is not in the trace
+    runs = peer_waits.instances(device_ops(frames(events, steps=[(0, 400)])))
+    assert [(r.late_device, r.transfer_ns, list(r.waits_ns)) for r in runs] == [
+        ("/device:GPU:2#2", 5000, [95000, 35000, 0]),
+        ("/device:GPU:1#1", 5000, [95000, 0]),
+    ]
