@@ -105,10 +105,18 @@ class Settings:
     )
     min_finding_ms: float = _setting(0.5, "ms", "Findings that cost less than this over the run are dropped.", "number")
     severity_warning_share: float = _setting(
-        0.02, "share", "A finding that costs at least this share of the run's wall time is a warning.", "share"
+        0.02,
+        "share",
+        "A finding that costs at least this share of the analysed steps' wall time (summed over the report's "
+        "steps) is a warning.",
+        "share",
     )
     severity_critical_share: float = _setting(
-        0.10, "share", "A finding that costs at least this share of the run's wall time is critical.", "share"
+        0.10,
+        "share",
+        "A finding that costs at least this share of the analysed steps' wall time (summed over the report's "
+        "steps) is critical.",
+        "share",
     )
     replicated_param_bytes: int = _setting(
         64 * 2**20,

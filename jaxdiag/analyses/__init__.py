@@ -15,6 +15,7 @@ from jaxdiag.analyses.base import Analysis, AnalysisInputs, AnalysisResult
 
 #: Report section -> the module (in this package) whose ``analyze`` fills it, in report order.
 _MODULES = {
+    "capture": "completeness",
     "steps": "step_breakdown",
     "host_waits": "host_waits",
     "recompiles": "recompiles",

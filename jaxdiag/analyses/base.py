@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Severity(str, enum.Enum):
-    """How much a finding matters: by share of wall time lost (see ``severity_for``)."""
+    """How much a finding matters: by share of wall time lost (see ``severity_for`` and ``graded``)."""
 
     INFO = "info"
     WARNING = "warning"
@@ -35,6 +35,37 @@ def severity_for(time_lost_ms: float, total_ms: float) -> Severity:
     if share >= current().severity_warning_share:
         return Severity.WARNING
     return Severity.INFO
+
+
+def graded(finding: "Finding", step_time_ms: float) -> "Finding":
+    """``finding`` with the report's severity, by the one rule every report applies.
+
+    A finding that lost time is graded by the share of the analysed steps' wall
+    time (``step_time_ms``, summed over the report's steps) it lost, with
+    ``severity_for``: critical from 10%, warning from 2%, else info (settings
+    ``severity_critical_share`` and ``severity_warning_share``). Analyses grade
+    against the figure they measure (a host-wait finding against the time outside
+    compiles, say); the report grades all against the same total, so a finding that
+    lost more is never less severe than one that lost less. A finding that lost no
+    measured time (memory near capacity, functions compiled differently across
+    hosts: a risk of a crash or a hang, not of time) keeps its analysis's severity.
+    """
+    if finding.time_lost_ms <= 0 or step_time_ms <= 0:
+        return finding
+    severity = severity_for(finding.time_lost_ms, step_time_ms)
+    return finding if severity is finding.severity else dataclasses.replace(finding, severity=severity)
+
+
+_SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def report_order(finding: "Finding") -> tuple[int, float, str]:
+    """How a report orders its findings: by severity, then by time lost, largest first.
+
+    With every finding ``graded`` against one total, severity rises with time lost,
+    so this is time-lost order; a risk that lost no time comes last among its severity.
+    """
+    return (_SEVERITY_RANK[finding.severity], -finding.time_lost_ms, finding.kind)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,6 +127,8 @@ class AnalysisInputs:
       flops_per_step: model flops per step when known (for MFU).
       host: restrict to this host (``None`` = every host).
       steps: restrict to these step numbers (``None`` = every step).
+      processes: what each process's capture sidecar says of it (``process_index``,
+        ``process_count``, host, versions); empty without sidecars.
     """
 
     frames: "TraceFrames"
@@ -106,6 +139,7 @@ class AnalysisInputs:
     host: str | None = None
     steps: Sequence[int] | None = None
     count_unit: str = "tokens"
+    processes: Sequence[Mapping[str, Any]] = ()
 
     def tokens_for(self, step: int) -> float | None:
         """Tokens processed by ``step``, or ``None`` when unknown."""

@@ -14,7 +14,11 @@ waiting 10 ms on the same all-reduce report 10 ms, not 80 ms.
 ``time_lost_ms`` is the exposed time summed over the analysed steps: the upper
 bound of what perfect overlap would save. Time a device spent in a collective
 waiting for a late host (``stragglers``) is not exposed communication: it is
-left out, and the straggler finding books it. Advice names the flags of the
+left out, and the straggler finding books it. Nor is time a device of one host
+spent in a collective waiting for a later device of that host (``peer_waits``):
+it is ``waiting_for_devices_ms``, with the late device named in a
+``collective_wait`` finding, and only the transfer itself (the shortest
+participant's duration) counts as communication. Advice names the flags of the
 platform the run used.
 """
 
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
+from jaxdiag.analyses import peer_waits
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import COLLECTIVE, device_ops, hosts_of, intervals_of, kind_is, step_windows
@@ -164,6 +169,8 @@ class CollectivesResult:
     n_devices: int
     findings: tuple[Finding, ...] = ()
     waiting_ms: float = 0.0  # per device (mean): time in collectives waiting for a late host, left out above
+    waiting_for_devices_ms: float = 0.0  # per device (mean): waiting for a later device of the same host, left out
+    late_devices: tuple[peer_waits.LateDevice, ...] = ()
 
     @property
     def overlap_fraction(self) -> float | None:
@@ -175,6 +182,8 @@ class CollectivesResult:
             "exposed_ms": round(self.exposed_ms, 3),
             "total_ms": round(self.total_ms, 3),
             "waiting_for_hosts_ms": round(self.waiting_ms, 3),
+            "waiting_for_devices_ms": round(self.waiting_for_devices_ms, 3),
+            "late_devices": [dataclasses.asdict(x) for x in self.late_devices],
             "by_kind": [
                 {
                     "kind": k.kind,
@@ -204,7 +213,9 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
     per_step: dict[int, list[float]] = {}
     kinds: dict[str, list[float]] = {}
     n_devices = 0
-    wall_ns = waiting_ns = 0
+    wall_ns = waiting_ns = peer_ns = 0
+    late: dict[tuple[str, str], list[Any]] = {}  # (host, device) -> [runs, wait ns, max ns, transfer ns, ops]
+    runs = 0
     outside: dict[str, list[float]] = {}  # kind -> [ops, ns] of collectives that start outside every step
     for host in hosts_of(frames, inputs.host):
         win = windows_all.loc[windows_all[F.HOST] == host]
@@ -224,7 +235,9 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
             if waited is not comms
             else 0
         )
-        comms = waited
+        comms, waited_ns, runs_here = _less_peer_waits(ops, waited, steps_iv, host, late)
+        peer_ns += waited_ns
+        runs += runs_here
         n_devices += n
         every = windows_every.loc[windows_every[F.HOST] == host]  # every step, not only those asked for
         every_iv = iv.union(
@@ -256,9 +269,73 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
     steps = tuple(StepComm(s, float(v[0]) / d / 1e6, float(v[1]) / d / 1e6) for s, v in sorted(per_step.items()))
     total = sum(s.total_ms for s in steps)
     exposed = sum(s.exposed_ms for s in steps)
-    result = CollectivesResult(total, exposed, by_kind, steps, n_devices, waiting_ms=waiting_ns / d / 1e6)
-    findings = _findings(result, wall_ns / 1e6, inputs) + _outside_steps(outside, d)
+    late_devices = tuple(
+        peer_waits.LateDevice(h, dev, int(v[0]), runs, v[1] / d / 1e6, v[2] / 1e6, v[3] / 1e6, tuple(sorted(v[4])))
+        for (h, dev), v in sorted(late.items(), key=lambda kv: -kv[1][1])
+    )
+    result = CollectivesResult(
+        total,
+        exposed,
+        by_kind,
+        steps,
+        n_devices,
+        waiting_ms=waiting_ns / d / 1e6,
+        waiting_for_devices_ms=peer_ns / d / 1e6,
+        late_devices=late_devices,
+    )
+    findings = _findings(result, wall_ns / 1e6, inputs)
+    findings += peer_waits.late_device_finding(
+        late_devices, result.waiting_for_devices_ms, wall_ns / 1e6, inputs, platform_of(frames) == "cpu"
+    )
+    findings += _outside_steps(outside, d)
     return dataclasses.replace(result, findings=findings)
+
+
+def _less_peer_waits(
+    ops: "pd.DataFrame",
+    comms: list[DeviceComm],
+    steps_iv: np.ndarray,
+    host: str,
+    late: dict[tuple[str, str], list[Any]],
+) -> tuple[list[DeviceComm], int, int]:
+    """``comms`` less each device's wait for a later device of its host (``peer_waits``).
+
+    Returns the new ``comms``, the waiting left out inside the steps (ns, summed over
+    devices), and the collective runs inside the steps; ``late`` gathers, per late
+    device, its runs, the wait it caused, the longest wait, the transfer and the ops.
+    """
+    found = [r for r in peer_waits.instances(ops) if _starts_inside(r.starts_ns[:1], steps_iv)]
+    if not found:
+        return comms, 0, 0
+    for run in found:
+        acc = late.setdefault((host, run.late_device), [0, 0, 0, 0, set()])
+        acc[0] += 1
+        acc[1] += int(run.waits_ns.sum())
+        acc[2] = max(acc[2], int(run.waits_ns.max()))
+        acc[3] += run.transfer_ns
+        acc[4].add(run.name)
+    waiting = peer_waits.waiting_by_device(found)
+    out, waited = [], 0
+    for c in comms:
+        stretch = waiting.get(c.device)
+        if stretch is not None:
+            waited += iv.intersection_length(iv.intersect(c.collective, stretch), steps_iv)
+            c = _less(c, stretch)
+        out.append(c)
+    return out, waited, len(found)
+
+
+def _less(c: DeviceComm, waiting: np.ndarray) -> DeviceComm:
+    """``c`` without the time in ``waiting``."""
+    return dataclasses.replace(
+        c,
+        collective=iv.subtract(c.collective, waiting),
+        exposed=iv.subtract(c.exposed, waiting),
+        by_kind={
+            k: (starts, iv.subtract(k_all, waiting), iv.subtract(k_exp, waiting))
+            for k, (starts, k_all, k_exp) in c.by_kind.items()
+        },
+    )
 
 
 def _length(intervals: np.ndarray) -> float:
@@ -292,26 +369,25 @@ def _outside_steps(outside: dict[str, list[float]], n_devices: int) -> tuple[Fin
     )
 
 
-def without_waiting(frames: "TraceFrames", host: str, comms: list[DeviceComm]) -> list[DeviceComm]:
-    """``comms`` less the time spent waiting for a late host (``stragglers``): that is the straggler's cost."""
-    if len(frames.hosts) < 2:
-        return comms
-    from jaxdiag.analyses.stragglers import waiting_intervals
+def without_waiting(
+    frames: "TraceFrames", host: str, comms: list[DeviceComm], ops: "pd.DataFrame | None" = None
+) -> list[DeviceComm]:
+    """``comms`` less the time spent waiting for a late host (``stragglers``): that is the straggler's cost.
 
-    out = []
-    for c in comms:
-        waiting = waiting_intervals(frames, host, int(c.device.rsplit("#", 1)[-1]))
-        if len(waiting):
-            c = dataclasses.replace(
-                c,
-                collective=iv.subtract(c.collective, waiting),
-                exposed=iv.subtract(c.exposed, waiting),
-                by_kind={
-                    k: (starts, iv.subtract(k_all, waiting), iv.subtract(k_exp, waiting))
-                    for k, (starts, k_all, k_exp) in c.by_kind.items()
-                },
-            )
-        out.append(c)
+    Given ``ops`` (``comms``' device ops), also less each device's wait for a later
+    device of its own host (``peer_waits``).
+    """
+    out = comms
+    if len(frames.hosts) >= 2:
+        from jaxdiag.analyses.stragglers import waiting_intervals
+
+        out = []
+        for c in comms:
+            waiting = waiting_intervals(frames, host, int(c.device.rsplit("#", 1)[-1]))
+            out.append(_less(c, waiting) if len(waiting) else c)
+    if ops is not None:
+        peers = peer_waits.waiting_by_device(peer_waits.instances(ops))
+        out = [_less(c, peers[c.device]) if c.device in peers else c for c in out]
     return out
 
 

@@ -69,6 +69,12 @@ _COLLECTIVE_KINDS = (
     ("alltoall", "all-to-all"),
     ("collectivepermute", "collective-permute"),
     ("collectivebroadcast", "collective-broadcast"),
+    # XLA:CPU names a collective after the JAX primitive (``psum_invariant.7``, ``ppermute.2``).
+    ("psumscatter", "reduce-scatter"),
+    ("psum", "all-reduce"),
+    ("pmax", "all-reduce"),
+    ("pmin", "all-reduce"),
+    ("ppermute", "collective-permute"),
     ("sendrecv", "collective-permute"),
     ("ncclkernelbroadcast", "broadcast"),
     ("nccldevkernelbroadcast", "broadcast"),

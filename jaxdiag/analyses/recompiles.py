@@ -158,7 +158,9 @@ def analyze(inputs: AnalysisInputs) -> RecompilesResult:
 def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], ran_before: dict[str, int]) -> Compile:
     explanation = (rec or {}).get("explanation") or {}
     if rec is not None and rec.get("compile_index") is not None:
-        recompile = int(rec["compile_index"]) > 1
+        # A first compile seen while JAX's cache already held a trace of the function (recording began
+        # after its first call, as a capture window's does) is a recompile all the same.
+        recompile = int(rec["compile_index"]) > 1 or bool(rec.get("earlier_unseen"))
     else:
         first_run = ran_before.get(span.module or f"jit_{span.function}")
         recompile = span.function in seen or (first_run is not None and first_run < span.start_ns)
@@ -274,6 +276,29 @@ def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
     return " ".join(tips) if tips else _GENERIC
 
 
+def remainder_advice(changes: Sequence[Mapping[str, Any]]) -> str | None:
+    """Advice for a batch that shrank once, as the last batch of an epoch does; ``None`` for other changes.
+
+    Buckets are for sizes that keep changing; a remainder batch compiles once, for
+    one smaller size, and the full size comes back from the cache.
+    """
+    shapes = [ch for ch in changes if ch.get("what") == "shape"]
+    if not shapes or len(shapes) != len(changes):
+        return None
+    sizes = {(str(ch.get("old")), str(ch.get("new"))) for ch in shapes}
+    axes = {ch.get("axis") for ch in shapes}
+    if None in axes or len(axes) != 1 or len(sizes) != 1:
+        return None
+    old, new = next(iter(sizes))
+    if not (old.isdigit() and new.isdigit() and int(new) < int(old)):
+        return None
+    return (
+        f"A remainder batch: axis {next(iter(axes))} shrank once, {old} -> {new}, as the last batch of an "
+        "epoch does. Drop it (`drop_remainder=True`, or stop each epoch at `len(data) // batch_size` batches) or "
+        f"pad it to {old} rows and mask the padding, so no size but {old} is compiled."
+    )
+
+
 def _findings(r: RecompilesResult, inputs: AnalysisInputs) -> tuple[Finding, ...]:
     """One finding per recompiling function, and one per user line whose eager code recompiled JAX helpers."""
     groups: dict[tuple[str, str], list[Compile]] = {}
@@ -311,7 +336,7 @@ def _group_finding(
     changes = [ch for c in group for ch in c.changes]
     if kind == "function":
         head = f"`{name}` recompiled {times}, {where}: {fmt_ms(total)} ms"
-        suggestion = suggestion_for(changes)
+        suggestion = (remainder_advice(changes) if count == 1 else None) or suggestion_for(changes)
     else:
         helpers = sorted({c.function for c in group})
         again = sum(1 for c in group if c.recompile)

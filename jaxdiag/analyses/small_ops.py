@@ -10,6 +10,10 @@ between two consecutive small ops on the same stream (line), when shorter than
 ops' own time and their launch gaps. A fused kernel still moves the same data,
 so the real saving is lower; for ops this short most of the time is fixed
 launch and tail cost, which fusion does remove.
+
+Small ops that run inside a loop of their program (on XLA:CPU, inside a ``while``
+op: a ``lax.scan`` body) are rolled up already, so their finding does not advise
+``lax.scan``; it says what else might help, as a guess.
 """
 
 from __future__ import annotations
@@ -47,9 +51,17 @@ _USELESS_FRAMEWORK_OP = re.compile(r"^(?:XlaModule:.*|(?:jit|pjit|pmap)\([^/]*\)
 _JIT_PREFIX = re.compile(r"^(?:jit|pjit|pmap)\([^/]*\)/")
 
 SUGGESTION = (
-    "Fuse the small ops: replace Python loops that unroll into many ops with `lax.scan` or "
-    "`lax.fori_loop`, batch repeated work with `vmap` or a larger batch, and keep elementwise "
-    "chains inside one jitted function so XLA can fuse them."
+    "Make each op bigger: batch repeated work into one op (`vmap` over the repeats, or a larger batch), "
+    "and keep elementwise chains inside one jitted function so XLA can fuse them. Rolling an unrolled "
+    "Python loop into `lax.scan` shortens its compile, but each iteration still runs its own small ops."
+)
+#: For small ops that already run in a loop body (``lax.scan``, ``fori_loop``, ``while_loop``): rolled up
+#: already, and unrolling such a loop made a model 0.54x as fast.
+LOOPED_SUGGESTION = (
+    "These small ops already run in a loop (a `lax.scan`, `fori_loop` or `while_loop` body runs them once per "
+    "iteration), so rolling them into a loop is done, and unrolling it grows the program rather than speeding "
+    "it up. A guess, to measure: give each iteration more work, by batching independent iterations together "
+    "(`vmap` over them, a larger batch) or by fewer, wider layers."
 )
 
 
@@ -74,6 +86,7 @@ class ModuleSmallOps:
     launch_gap_ms: float
     compute_ms: float
     step_numbers: tuple[int, ...] = ()  # the steps that ran its small ops in earnest (``_main_steps``)
+    looped: int = 0  # of ``count``, small ops that ran more often than the module did: a loop body's
 
     @property
     def share(self) -> float:
@@ -208,6 +221,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
                         v[2] / 1e6,
                         v[3] / 1e6,
                         _main_steps(v[4]),  # type: ignore[arg-type]
+                        int(v[5]),
                     )
                     for m, v in modules.items()
                     if v[0]
@@ -230,14 +244,41 @@ def _main_steps(per_step: dict[int, int]) -> tuple[int, ...]:
     return tuple(sorted(s for s, n in per_step.items() if n >= MAIN_STEP_SHARE * most))
 
 
+def _in_loop(program_ops: "pd.DataFrame", small: "pd.DataFrame") -> int:
+    """How many of a program's small ops ran inside one of its loops (a ``while`` op on their device).
+
+    XLA:CPU records a ``lax.scan``/``fori_loop``/``while_loop`` as a ``while`` op
+    spanning its body's ops. Where loops leave no such span (GPU kernels), no op
+    is counted: a repeated kernel name is no sign of a loop, since XLA reuses one
+    kernel for identical fusions.
+    """
+    loops = program_ops.loc[program_ops[F.NAME].astype(str).str.startswith("while")]
+    if loops.empty:
+        return 0
+    mine = program_ops.loc[program_ops.index.isin(small.index)]
+    inside = 0
+    for (plane, device), rows in mine.groupby([F.PLANE, F.DEVICE], sort=False, observed=True):
+        spans = iv.union(intervals_of(loops.loc[(loops[F.PLANE] == plane) & (loops[F.DEVICE] == device)]))
+        if not len(spans):
+            continue
+        starts, ends = rows[F.START_NS].to_numpy(np.int64), rows[END_NS].to_numpy(np.int64)
+        at = np.searchsorted(spans[:, 0], starts, side="right") - 1
+        inside += int(((at >= 0) & (ends <= spans[np.maximum(at, 0), 1])).sum())
+    return inside
+
+
 def _add_modules(
     acc: dict[str, list], ops: "pd.DataFrame", small: "pd.DataFrame", gaps: np.ndarray, gap_module: np.ndarray
 ) -> None:
-    """Accumulate per module: [count, small ns, gap ns, compute ns, steps]."""
+    """Accumulate per module: [count, small ns, gap ns, compute ns, steps, small ops in a loop body]."""
     spans = intervals_of(ops)
     for module, rows in row_groups(ops[F.HLO_MODULE]):
-        a = acc.setdefault(str(module), [0, 0, 0, 0, {}])
+        a = acc.setdefault(str(module), [0, 0, 0, 0, {}, 0])
         a[3] += iv.total(spans[rows])
+        module_ops = ops.take(rows)
+        programs = module_ops[F.PROGRAM_ID].to_numpy()
+        for program in np.unique(programs):  # each compile of the module runs its own program
+            a[5] += _in_loop(module_ops.loc[programs == program], small)
     spans, steps = intervals_of(small), small[F.STEP].to_numpy(np.int64)
     for module, rows in row_groups(small[F.HLO_MODULE]):
         a = acc[str(module)]
@@ -371,9 +412,10 @@ def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tu
                     f"{m.launch_gap_ms:.2f} ms of launch gaps between them. Fusing them would save "
                     f"up to {lost:.2f} ms (an upper bound: a fused kernel still does the work)."
                 ),
-                suggestion=SUGGESTION,
+                suggestion=LOOPED_SUGGESTION if m.looped >= 0.5 * m.count else SUGGESTION,
                 evidence={
                     "module": m.module,
+                    "in_loop_body": m.looped,
                     "count": m.count,
                     "steps": m.steps,
                     "step_numbers": list(m.step_numbers),

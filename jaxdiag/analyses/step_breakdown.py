@@ -15,7 +15,8 @@ Definitions, per step window on one host (all in milliseconds):
   compiles have their own column. An idle stretch counts in full once it is long
   enough, even where a step boundary cuts it.
 - ``collective_ms`` / ``exposed_collective_ms``: collective time, and its part no
-  compute overlapped, per device (mean), as in ``collectives``.
+  compute overlapped, per device (mean), as in ``collectives`` (waiting there
+  for a late host or device is left out).
 - ``tokens``: from ``AnalysisInputs.tokens_per_step``, else ``None``.
 
 With several hosts, each step is shown for its slowest host (largest wall time),
@@ -114,7 +115,7 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
     coll_ns = np.zeros(len(lo))
     exposed_ns = np.zeros(len(lo))
     comms, _ = per_device(ops)
-    comms = without_waiting(inputs.frames, host, comms)  # waiting for a late host is not exposed
+    comms = without_waiting(inputs.frames, host, comms, ops)  # waiting for a late host or device is not exposed
     for c in comms:
         coll_ns = coll_ns + iv.covered_in_windows(c.collective, lo, hi)
         exposed_ns = exposed_ns + iv.covered_in_windows(c.exposed, lo, hi)

@@ -96,13 +96,19 @@ class Capture:
         return self
 
     def stop(self) -> Path:
-        """Stop the trace, write it and the sidecar; returns the run folder."""
+        """Wait for the queued device work, stop the trace, write it and the sidecar; returns the run folder.
+
+        A loop that never reads a value has queued steps the devices have not run
+        yet when it stops; stopping the trace then would leave those steps with no
+        device work in it. So the capture waits for every live array first.
+        """
         global _active
         import jax
 
         with _ACTIVE_LOCK:
             if _active is not self:
                 raise CaptureError("this capture is not running")
+            _drain_devices()
             _active = None
             records = _stop_watch(self._watch)
             self._watch = None
@@ -296,6 +302,26 @@ def _describe_process(mesh: Any | None) -> dict[str, Any]:
         "mesh": described_mesh,
         "env": sidecar.environment(),
     }
+
+
+def _drain_devices() -> None:
+    """Wait until the work queued on the devices has run (effects, then every live array).
+
+    An array deleted meanwhile (donated) or one whose computation failed is
+    skipped: the failure is the program's to report, not the capture's.
+    """
+    try:
+        import jax
+
+        jax.effects_barrier()
+        arrays = jax.live_arrays()
+    except Exception:  # noqa: BLE001 - instrumentation never breaks the program
+        return
+    for array in arrays:
+        try:
+            array.block_until_ready()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def _analysis_on() -> Any:

@@ -78,8 +78,10 @@ def _summary(report: "Report") -> str:
         + (f" · made by: {_e(made_by)}" if (made_by := versions_text(src.get("versions") or {})) else "")
         + "</p>",
         _throughput(report.throughput or {}),
-        "<h2>Findings, by time lost</h2>",
     ]
+    if report.notes:  # what the capture lacks qualifies every finding: before them
+        parts.append("<ul class='meta'>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
+    parts.append("<h2>Findings, by time lost</h2>")
     findings = [f for f in report.findings if f.kind != "loader" or f.time_lost_ms > 0]
     if findings:
         from jaxdiag.render.ops_memory import place_html
@@ -104,8 +106,6 @@ def _summary(report: "Report") -> str:
         )
     else:
         parts.append("<p>No findings: nothing measurable was lost.</p>")
-    if report.notes:
-        parts.append("<ul class='meta'>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
     return "".join(parts)
 
 

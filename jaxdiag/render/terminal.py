@@ -54,6 +54,7 @@ def print_report(report: "Report", console: "Console") -> None:
     from jaxdiag.reporting.sections import renderers
 
     _header(report, console)
+    _notes(report, console)
     _findings(report, console)
     for _section, print_section in renderers("terminal"):
         print_section(report, console)
@@ -127,8 +128,12 @@ def _findings(report: "Report", console: "Console") -> None:
             t.add_row(str(i), severity, _ms(f.time_lost_ms), esc(f.message), esc(f.suggestion))
         console.print(t)
         console.print()
+
+
+def _notes(report: "Report", console: "Console") -> None:
+    """What the capture lacks and what the loader guessed: before the findings, which they qualify."""
     for note in report.notes:
-        console.print(f"[dim]note: {esc(note)}[/dim]")
+        console.print(f"[yellow]note:[/yellow] {esc(note)}")
     if report.notes:
         console.print()
 

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
+from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, graded, report_order
 from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds, using
 from jaxdiag.reporting import sections as registry
 from jaxdiag.reporting.model import REPORT_FIELDS, Report
@@ -129,6 +129,7 @@ def _report(
         host=host,
         steps=list(steps) if steps is not None else None,
         count_unit=count_unit,
+        processes=facts.processes if facts is not None else (),
     )
     return build_report(inputs, extra_notes=log_notes, deep=deep)
 
@@ -168,11 +169,14 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
             if section.view is not None:
                 sections[section.name] = clean(section.run(inputs, sections)[0])
     findings: list[Finding] = [f for r in results.values() for f in r.findings]
-    notes = tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes) + _version_notes(frames.meta)
+    capture = results.get("capture")  # what the trace cannot tell comes first
+    capture_notes = tuple(n.text for n in capture.notes) if capture is not None else ()
+    notes = capture_notes + tuple(frames.notes) + tuple(extra_notes) + tuple(deep_notes) + _version_notes(frames.meta)
     findings += [
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="") for n in notes
     ]
-    findings.sort(key=lambda f: (-f.time_lost_ms, _SEVERITY_ORDER[f.severity], f.kind))
+    step_time_ms = sum(float(s.get("wall_ms") or 0.0) for s in sections.get("steps") or ())
+    findings = sorted((graded(f, step_time_ms) for f in findings), key=report_order)
     from jaxdiag.analyses.finding_places import place_findings
 
     findings = list(place_findings(findings, frames, sections.get("top_ops"), inputs.host))
@@ -210,9 +214,6 @@ _IMPORTED_WHEN_RUN = (
     "numpy.char",  # the timeline's names
     "pandas.core.methods.to_dict",  # ``DataFrame.to_dict``
 )
-
-
-_SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 def _source(frames: Any) -> dict[str, Any]:

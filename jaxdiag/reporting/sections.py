@@ -81,6 +81,7 @@ _T, _H, _O = "jaxdiag.render.terminal", "jaxdiag.render.html", "jaxdiag.render.o
 
 #: Every section, in the order the JSON report, the terminal and the HTML report show them.
 SECTIONS: tuple[Section, ...] = (
+    Section("capture", "1.4", dict, analysis="completeness"),  # printed first, as notes (``build``)
     Section("steps", "1.0", list, analysis="step_breakdown", terminal=f"{_T}:_steps", figures=("step_breakdown",)),
     Section(
         "timeline",

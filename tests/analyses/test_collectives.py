@@ -118,7 +118,16 @@ def test_per_step_and_findings():
     assert "--xla_gpu_enable_latency_hiding_scheduler=true" in f.suggestion
     assert "--xla_gpu_all_reduce_combine_threshold_bytes" in f.suggestion
     d = r.to_dict()
-    assert set(d) == {"overlap_fraction", "exposed_ms", "total_ms", "waiting_for_hosts_ms", "by_kind", "per_step"}
+    assert set(d) == {
+        "overlap_fraction",
+        "exposed_ms",
+        "total_ms",
+        "waiting_for_hosts_ms",
+        "waiting_for_devices_ms",
+        "late_devices",
+        "by_kind",
+        "per_step",
+    }
     assert d["by_kind"][0] == {
         "kind": "all-reduce",
         "count": 2,

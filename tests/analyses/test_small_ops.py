@@ -118,7 +118,7 @@ def test_finding_per_module_costliest_first():
     assert soup_finding.time_lost_ms == pytest.approx(2 * (0.3 + 0.198))
     assert soup_finding.evidence["share_of_module"] == 1.0
     assert "200 device ops under 10 us" in soup_finding.message and "2 of 2 steps" in soup_finding.message
-    assert "lax.scan" in soup_finding.suggestion
+    assert "`vmap` over the repeats" in soup_finding.suggestion
     assert step_finding.evidence["module"] == "jit_step"
     assert step_finding.evidence["share_of_module"] == round(15 / 315, 4)
 

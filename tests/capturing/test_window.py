@@ -63,3 +63,35 @@ def test_exception_in_a_captured_step_closes_the_trace(tmp_path):
 def test_empty_window_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="empty or negative"):
         jaxdiag.capture(tmp_path, skip=3, take=0)
+
+
+def _executions(run_dir, module: str) -> int:
+    """Executions of ``module`` in the trace: distinct XLA:CPU ``run_id`` stats on its ops (ProfileData alone)."""
+    from jax.profiler import ProfileData
+
+    runs = set()
+    for path in run_dir.glob("*.xplane.pb"):
+        for plane in ProfileData.from_file(str(path)).planes:
+            for line in plane.lines:
+                for event in line.events:
+                    stats = dict(event.stats)
+                    if stats.get("hlo_module") == module and "run_id" in stats:
+                        runs.add(stats["run_id"])
+    return len(runs)
+
+
+def test_window_of_a_loop_that_never_reads_holds_the_device_work_of_every_step(tmp_path):
+    @jax.jit
+    def heavy(w, x):
+        for _ in range(3):
+            x = jnp.tanh(x @ w)
+        return w + 1e-3 * x.mean(), x
+
+    w, x = jnp.full((512, 512), 1e-3), jnp.ones((512, 512))
+    w, x = jax.block_until_ready(heavy(w, x))
+    with jaxdiag.capture(tmp_path, skip=0, take=6, run="noread") as cap:
+        for _ in range(6):
+            with cap.step():
+                w, x = heavy(w, x)  # never read: the host runs ahead of the device
+    # Each of the 6 queued executions ran before the trace stopped (before the fix: 2 of them).
+    assert _executions(cap.run_dir, "jit_heavy") == 6

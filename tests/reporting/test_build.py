@@ -35,3 +35,21 @@ def test_the_garbage_collector_is_left_as_it_was(enabled: bool, cpu_trace_dir) -
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_severity_is_one_rule_and_findings_are_ordered_by_time_lost(cpu_trace_dir) -> None:
+    """A recompile, a loader stall and small ops are graded against the same step time, so a finding that
+    lost more time is never below, nor less severe than, one that lost less."""
+    from jaxdiag.analyses.base import Severity, severity_for
+
+    built = report(cpu_trace_dir.logdir)
+    step_time_ms = sum(s["wall_ms"] for s in built.steps)
+    timed = [f for f in built.findings if f.time_lost_ms > 0]
+    assert len({f.kind for f in timed}) >= 3  # recompile, host_wait, small_ops at least
+    for f in timed:
+        assert f.severity == severity_for(f.time_lost_ms, step_time_ms), f.message
+    lost = [f.time_lost_ms for f in timed]
+    assert lost == sorted(lost, reverse=True)
+    rank = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    ranks = [rank[f.severity] for f in built.findings]
+    assert ranks == sorted(ranks)  # no critical below a warning

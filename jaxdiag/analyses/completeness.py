@@ -1,0 +1,291 @@
+"""Is the capture whole? What the trace cannot tell, said before any figure is read.
+
+Every other analysis reads the trace as if it held the whole window. It may not:
+
+- ``device_work_missing``: a host launched a jitted program (``PjitFunction(f)``)
+  after the last op of ``jit_f`` in the trace, so the trace stopped before the
+  devices ran the last launches (the host runs ahead of the device, and a trace
+  stopped without waiting loses the queued work). The steps that launched them
+  show too little device work. Only programs seen running in the trace count,
+  unless no device op ran at all (then every launch lacks its work).
+- ``events_dropped``: the profiler says it dropped events (a stat with ``drop``
+  in its name on a metadata plane, as profilers write when their buffers fill).
+- ``hosts_missing``: the capture sidecars say the run had more processes than
+  host files were read (a process crashed, or its file is elsewhere).
+- ``short_window``: fewer than two steps, so there is no step to compare with
+  and no steady throughput; or no step at all, the whole capture read as one.
+
+Each ``CaptureNote`` says what the capture lacks and what to change in it. The
+notes cost no time: they qualify every figure after them, so reports print them
+first. The Python tracer's share of the capture is the loader's note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Any
+
+from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.collectives import platform_of
+from jaxdiag.analyses.device_work import device_ops, host_events, hosts_of, name_matches, step_windows
+from jaxdiag.trace import frames as F
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from jaxdiag.trace.frames import TraceFrames
+
+_LAUNCH = re.compile(r"^PjitFunction\((.+)\)$")
+#: A program's module name from the function jit wrapped: ``jit_f`` (``jit(f)`` in some releases).
+_MODULE = re.compile(r"^(?:jit|pjit)[_(](.+?)\)?(?:\.\d+)?$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CaptureNote:
+    """One way the capture is not whole.
+
+    Attributes:
+      kind: ``device_work_missing``, ``events_dropped``, ``hosts_missing`` or ``short_window``.
+      message: what the trace lacks, and which figures it makes wrong.
+      change: what to change in the capture.
+      evidence: the facts behind it.
+    """
+
+    kind: str
+    message: str
+    change: str
+    evidence: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The note as one line: what is missing, then what to change."""
+        return f"{self.message} {self.change}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "change": self.change, "evidence": dict(self.evidence)}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompletenessResult:
+    """The notes on what the capture lacks; ``whole`` when there are none."""
+
+    notes: tuple[CaptureNote, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return not self.notes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"whole": self.whole, "notes": [n.to_dict() for n in self.notes]}
+
+
+def analyze(inputs: AnalysisInputs) -> CompletenessResult:
+    """Check the capture for missing device work, dropped events, missing hosts and a short window."""
+    frames = inputs.frames
+    notes: list[CaptureNote] = []
+    for host in hosts_of(frames, inputs.host):
+        notes += _device_work_missing(frames, host)
+    notes += _events_dropped(frames)
+    notes += _hosts_missing(frames, inputs)
+    notes += _short_window(frames, inputs)
+    return CompletenessResult(tuple(notes))
+
+
+def _device_work_missing(frames: "TraceFrames", host: str) -> list[CaptureNote]:
+    """Launches of a program that came after its last op in the trace: the trace ended before they ran.
+
+    How many launches lack their work: those after the program's last op, or, on
+    XLA:CPU, where an op's name is the same in every execution of a program, the
+    launches beyond the executions the trace holds (the last ones, as executions
+    run in launch order), when that is more: an execution running when the trace
+    stopped may have ended ops after a later launch. (A GPU runs a command buffer's
+    kernels under names that alternate between executions, so there the ops do
+    not count executions.)
+    """
+    ops = device_ops(frames, host)
+    runs = _executions(ops) if platform_of(frames) == "cpu" else {}
+    last_end = _last_ends(ops)
+    events = host_events(frames, host)
+    launches = _launches(events, None if ops.empty else set(last_end))
+    ended: dict[str, list[int]] = {}
+    for function, starts in launches.items():
+        after = sum(1 for s in starts if s > last_end.get(function, -1))
+        if after:
+            lacking = len(starts) - runs[function] if function in runs else 0
+            ended[function] = starts[-max(lacking, after) :]
+    if not ended:
+        return []
+    listed, steps = _listed(frames, host, ended, launches)
+    return [
+        CaptureNote(
+            "device_work_missing",
+            (
+                f"The trace of {host} ends before its devices ran all the work the host launched: {listed} "
+                "have no device work in it, so those steps show too little device work and throughput reads high."
+            ),
+            (
+                "Wait for the last step's outputs before stopping the trace (`jax.block_until_ready(state)`; "
+                "`jaxdiag.capture` and `@jaxdiag.step` do)."
+            ),
+            {"host": host, "steps": steps, "launches": _counts(ended, launches)},
+        )
+    ]
+
+
+def _listed(
+    frames: "TraceFrames", host: str, missing: dict[str, list[int]], launches: dict[str, list[int]]
+) -> tuple[str, list[int]]:
+    """``"N of M launches of `f` (steps ...)"`` for the launches ``missing``, and those steps."""
+    windows = step_windows(frames, host)
+    steps = sorted(
+        {
+            int(st)
+            for starts in missing.values()
+            for s in starts
+            for st, lo, hi in zip(windows[F.STEP], windows[F.START_NS], windows["end_ns"])
+            if lo <= s < hi and st >= 0
+        }
+    )
+    listed = ", ".join(f"{len(v)} of {len(launches[f])} launches of `{f}`" for f, v in sorted(missing.items()))
+    return listed + (f" (steps {_span(steps)})" if steps else ""), steps
+
+
+def _counts(missing: dict[str, list[int]], launches: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+    return {f: {"missing": len(v), "of": len(launches[f])} for f, v in missing.items()}
+
+
+def _last_ends(ops: "pd.DataFrame") -> dict[str, int]:
+    """Per jitted function, when its last op in the trace ended."""
+    out: dict[str, int] = {}
+    if ops.empty:
+        return out
+    for module, end in ops.groupby(F.HLO_MODULE, sort=False, observed=True)["end_ns"].max().items():
+        function = _function_of(str(module))
+        if function:
+            out[function] = max(out.get(function, -1), int(end))
+    return out
+
+
+def _executions(ops: "pd.DataFrame") -> dict[str, int]:
+    """Per jitted function, how many times its programs ran, on the device that ran them most.
+
+    One execution runs each op of a program once, so the commonest number of
+    occurrences of an op (kernel and HLO op) is the program's executions: ops in a
+    loop body run more often, a GPU command buffer's update copies less often, and a
+    kernel XLA reuses for identical fusions more often, but fewer ops than the rest.
+    Each compile of a function (``program_id``) counts apart.
+    """
+    out: dict[str, int] = {}
+    keys = [F.HLO_MODULE, F.PROGRAM_ID, F.PLANE, F.DEVICE]
+    best: dict[tuple[str, int], int] = {}
+    for (module, program, _plane, _device), rows in ops.groupby(keys, sort=False, observed=True):
+        counts = (rows[F.NAME].astype(str) + "\0" + rows[F.HLO_OP].astype(str)).value_counts()
+        runs = int(counts.value_counts().idxmax()) if len(counts) else 0
+        best[(str(module), int(program))] = max(best.get((str(module), int(program)), 0), runs)
+    for (module, _program), runs in best.items():
+        function = _function_of(module)
+        if function:
+            out[function] = out.get(function, 0) + runs
+    return out
+
+
+def _launches(events: "pd.DataFrame", functions: set[str] | None) -> dict[str, list[int]]:
+    """Start times of each launch of ``functions`` (``None``: any) (``PjitFunction(f)``), outermost events only.
+
+    Launches made inside another (the ``jnp`` functions a first call traces) are part of it.
+    """
+    events = events.loc[name_matches(events[F.NAME], _LAUNCH, at_start=True)]  # tested once per distinct name
+    found = sorted(
+        (int(s), int(e), launched)
+        for s, e, name in zip(events[F.START_NS], events["end_ns"], events[F.NAME].astype(str))
+        if (launched := _launched(name)) and (functions is None or launched in functions)
+    )
+    out: dict[str, list[int]] = {}
+    reach = -1
+    for s, e, function in found:  # launches nest (Python's and the runtime's, jnp calls traced inside): the outer one
+        if s >= reach:
+            out.setdefault(function, []).append(s)
+        reach = max(reach, e)
+    return out
+
+
+def _launched(name: str) -> str:
+    m = _LAUNCH.match(name)
+    return m[1] if m else ""
+
+
+def _function_of(module: str) -> str:
+    m = _MODULE.match(module)
+    return m[1] if m else ""
+
+
+def _events_dropped(frames: "TraceFrames") -> list[CaptureNote]:
+    dropped = {
+        k: v
+        for k, v in frames.meta.items()
+        if "drop" in k.lower() and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    }
+    if not dropped:
+        return []
+    listed = ", ".join(f"{k} = {v:,}" for k, v in sorted(dropped.items()))
+    return [
+        CaptureNote(
+            "events_dropped",
+            f"The profiler dropped events ({listed}): device and host time are undercounted where they fell.",
+            "Capture fewer steps, or raise the profiler's buffer limits (e.g. `options={'host_tracer_level': 1}` "
+            "records fewer host events).",
+            {"stats": dropped},
+        )
+    ]
+
+
+def _hosts_missing(frames: "TraceFrames", inputs: AnalysisInputs) -> list[CaptureNote]:
+    expected = max((int(p.get("process_count") or 0) for p in inputs.processes), default=0)
+    read = len(frames.hosts) if inputs.host is None else 0
+    if expected <= 1 or read == 0 or read >= expected:
+        return []
+    seen = sorted({int(p["process_index"]) for p in inputs.processes if isinstance(p.get("process_index"), int)})
+    missing = sorted(set(range(expected)) - set(seen))
+    which = f" (no sidecar from process {', '.join(map(str, missing))})" if missing else ""
+    return [
+        CaptureNote(
+            "hosts_missing",
+            f"The run had {expected} processes but the trace holds {read} host file(s){which}: stragglers, "
+            "collectives and step times describe only the hosts read.",
+            "Copy every process's host file into the run folder (each process writes its own), or rerun if a "
+            "process failed.",
+            {"expected": expected, "read": read, "missing_processes": missing},
+        )
+    ]
+
+
+def _short_window(frames: "TraceFrames", inputs: AnalysisInputs) -> list[CaptureNote]:
+    windows = step_windows(frames, inputs.host, inputs.steps)
+    steps = sorted({int(s) for s in windows[F.STEP]}) if len(windows) else []
+    if steps == [-1]:
+        return [
+            CaptureNote(
+                "short_window",
+                "The capture marks no steps, so it is read as one: nothing per step, and no steady throughput.",
+                "Mark each step with `jax.profiler.StepTraceAnnotation` (`jaxdiag.capture` and `@jaxdiag.step` do).",
+                {"steps": 0},
+            )
+        ]
+    if len(steps) < 2:
+        return [
+            CaptureNote(
+                "short_window",
+                f"The window holds {len(steps)} step(s): no step to compare it with and no steady throughput.",
+                "Capture at least 3 steps after the compiles (e.g. `jaxdiag.capture(..., skip=2, take=5)`).",
+                {"steps": len(steps)},
+            )
+        ]
+    return []
+
+
+def _span(steps: list[int]) -> str:
+    if len(steps) > 1 and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}-{steps[-1]}"
+    return ", ".join(map(str, steps))

@@ -1,0 +1,290 @@
+"""Advice that fits the program, each applied to a real program to show the problem shrink.
+
+Truth comes from the trace through ``jax.profiler.ProfileData`` alone: XLA's compiles are the
+host's ``backend_compile`` events, device-to-host reads the host's ``np.asarray``/``ToLiteral``
+events, steps the ``StepTraceAnnotation`` events.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdiag
+
+BATCH = 32
+
+
+def _events(run_dir: Path, match) -> list[tuple[str, dict]]:
+    from jax.profiler import ProfileData
+
+    out = []
+    for path in run_dir.glob("*.xplane.pb"):
+        for plane in ProfileData.from_file(str(path)).planes:
+            for line in plane.lines:
+                out += [(e.name, dict(e.stats)) for e in line.events if match(e.name)]
+    return out
+
+
+def _compiles(run_dir: Path) -> int:
+    """XLA compiles in the trace: the host's ``backend_compile`` spans (ProfileData alone)."""
+    return len(_events(run_dir, lambda name: name.startswith("backend_compile")))
+
+
+def _epochs(logdir: Path, *, rows: int, drop_remainder: bool) -> Path:
+    """Two epochs over ``rows`` examples in batches of 32; the last batch of each is the remainder."""
+
+    @jax.jit
+    def train_step(w, x):
+        return w - 0.01 * jnp.tanh(x @ w).T @ x / x.shape[0]
+
+    data = np.ones((rows, 64), np.float32)
+    w = jnp.zeros((64, 64))
+    n = rows // BATCH if drop_remainder else -(-rows // BATCH)
+    with jaxdiag.capture(logdir, skip=1, take=2 * n - 1, run="epochs") as cap:
+        for _epoch in range(2):
+            for i in range(n):
+                with cap.step(samples=min(BATCH, rows - i * BATCH)):
+                    w = train_step(w, data[i * BATCH : (i + 1) * BATCH])
+                    float(w[0, 0])
+    return cap.run_dir
+
+
+@pytest.fixture(scope="module")
+def remainder(tmp_path_factory):
+    run_dir = _epochs(tmp_path_factory.mktemp("remainder"), rows=4 * BATCH + 8, drop_remainder=False)
+    return jaxdiag.report(run_dir), run_dir
+
+
+def test_a_remainder_batch_gets_remainder_advice_not_buckets(remainder):
+    report, run_dir = remainder
+    assert _compiles(run_dir) >= 1  # the 8-row batch compiled, in the trace
+    (finding,) = [f for f in report.findings if f.kind == "recompile" and f.evidence.get("function") == "train_step"]
+    assert finding.evidence["count"] == 1  # once: the full batch came back from the cache in epoch 2
+    assert "remainder batch" in finding.suggestion and "32 -> 8" in finding.suggestion
+    assert "bucket" not in finding.suggestion
+
+
+def test_dropping_the_remainder_removes_the_recompile(remainder, tmp_path):
+    _, planted = remainder
+    run_dir = _epochs(tmp_path, rows=4 * BATCH + 8, drop_remainder=True)  # the advice applied
+    assert _compiles(run_dir) == 0 < _compiles(planted)
+    report = jaxdiag.report(run_dir)
+    assert not [f for f in report.findings if f.kind == "recompile"]
+
+
+def test_no_dispatch_advice_is_drawn_from_the_step_that_compiled(remainder):
+    report, run_dir = remainder
+    (compile_step,) = _steps_holding(run_dir, "backend_compile")
+    for f in report.findings:
+        if f.kind == "host_wait" and f.evidence["kind"] == "dispatch":
+            assert compile_step not in f.evidence["per_step"]
+
+
+def _steps_holding(run_dir: Path, prefix: str) -> list[int]:
+    """The ``train`` steps whose annotation holds an event named ``prefix...`` (ProfileData alone)."""
+    from jax.profiler import ProfileData
+
+    steps, marks = [], []
+    for path in run_dir.glob("*.xplane.pb"):
+        for plane in ProfileData.from_file(str(path)).planes:
+            for line in plane.lines:
+                for e in line.events:
+                    if e.name == "train":
+                        steps.append((e.start_ns, e.start_ns + e.duration_ns, int(dict(e.stats)["step_num"])))
+                    elif e.name.startswith(prefix):
+                        marks.append(e.start_ns)
+    return sorted({n for lo, hi, n in steps for t in marks if lo <= t < hi})
+
+
+def _reads_every(logdir: Path, every: int) -> Path:
+    """A step the device takes a few ms over, host work before each, and ``float(loss)`` every ``every`` steps."""
+
+    @jax.jit
+    def train_step(w, x):
+        for _ in range(4):
+            x = jnp.tanh(x @ w)
+        return w + 1e-4 * x.mean(), (x**2).mean()
+
+    rng = np.random.default_rng(0)
+    w = jnp.full((384, 384), 1e-3)
+    w, _ = train_step(w, jnp.ones((384, 384)))
+    with jaxdiag.capture(logdir, skip=1, take=20, run=f"every{every}") as cap:
+        for i in range(21):
+            with cap.step():
+                batch = np.sort(rng.standard_normal((384, 384)).astype(np.float32), axis=0)  # the host's own work
+                w, loss = train_step(w, batch)
+                if i % every == 0:
+                    float(loss)
+    return cap.run_dir
+
+
+def test_reads_at_a_few_steps_get_no_read_less_often_advice(tmp_path):
+    from jaxdiag.config import Thresholds
+
+    run_dir = _reads_every(tmp_path, 10)
+    report = jaxdiag.report(run_dir, thresholds=Thresholds(min_finding_ms=0.01))
+    syncs = [f for f in report.findings if f.kind == "host_wait" and f.evidence["kind"] == "device_to_host_sync"]
+    assert syncs, [f.message for f in report.findings]
+    for f in syncs:
+        assert "every step" not in f.suggestion.replace("not every step", "")
+        assert "a guess" in f.suggestion
+
+
+def test_reads_every_step_get_the_advice_with_what_is_a_guess_on_cpu(tmp_path):
+    """Reading every 10th step rather than every step: on this two-core machine the device's busy time
+    for the same work varied from 86 to 434 ms between runs, so the overlap the advice buys cannot be
+    shown here, and on XLA:CPU the advice says so."""
+    from jaxdiag.config import Thresholds
+
+    run_dir = _reads_every(tmp_path, 1)
+    report = jaxdiag.report(run_dir, thresholds=Thresholds(min_finding_ms=0.01))
+    syncs = [f for f in report.findings if f.kind == "host_wait" and f.evidence["kind"] == "device_to_host_sync"]
+    assert syncs, [f.message for f in report.findings]
+    for f in syncs:
+        assert "every step" in f.suggestion and "a guess: measure it" in f.suggestion
+
+
+def _layers(logdir: Path, scanned: bool) -> Path:
+    """24 small layers, under ``lax.scan`` or unrolled by a Python loop."""
+
+    def layer(h, w):
+        return jnp.tanh(h @ w) + 0.1 * h, None
+
+    @jax.jit
+    def model(ws, x):
+        if scanned:
+            h, _ = jax.lax.scan(layer, x, ws)
+        else:
+            h = x
+            for i in range(ws.shape[0]):
+                h, _ = layer(h, ws[i])
+        return h.sum()
+
+    ws, x = jnp.full((24, 16, 16), 0.01), jnp.ones((4, 16))
+    float(model(ws, x))
+    with jaxdiag.capture(logdir, skip=0, take=3, run="scanned" if scanned else "unrolled") as cap:
+        for _ in range(3):
+            with cap.step():
+                float(model(ws, x))
+    return cap.run_dir
+
+
+def test_small_ops_of_a_model_already_under_scan_get_no_use_scan_advice(tmp_path):
+    from jaxdiag.config import Thresholds
+
+    run_dir = _layers(tmp_path / "scan", scanned=True)
+    loops = _events(run_dir, lambda name: name.startswith("while"))
+    assert loops and all(stats.get("hlo_module") == "jit_model" for _, stats in loops)  # the scan, in the trace
+    fine = Thresholds(min_finding_ms=0.001)
+    (finding,) = [f for f in jaxdiag.report(run_dir, thresholds=fine).findings if f.kind == "small_ops"]
+    assert finding.evidence["in_loop_body"] >= 0.5 * finding.evidence["count"]
+    assert "already run in a loop" in finding.suggestion and "A guess" in finding.suggestion
+    assert "replace Python loops" not in finding.suggestion
+    # The same layers unrolled by a Python loop: there rolling them into `lax.scan` is the advice.
+    unrolled = _layers(tmp_path / "unrolled", scanned=False)
+    assert not _events(unrolled, lambda name: name.startswith("while"))
+    (finding,) = [f for f in jaxdiag.report(unrolled, thresholds=fine).findings if f.kind == "small_ops"]
+    assert finding.evidence["in_loop_body"] == 0 and "`lax.scan`" in finding.suggestion
+
+
+def _one_off(logdir: Path, at: int | None) -> Path:
+    """A jitted step every step; at step ``at`` the host also rebuilds a table op by op, eagerly, once."""
+
+    @jax.jit
+    def train_step(w, x):
+        return w - 0.01 * jnp.tanh(x @ w)
+
+    w, x = jnp.zeros((128, 128)), jnp.ones((128, 128))
+    table = jnp.zeros(64)
+    for i in range(64):  # compile every eager op outside the window
+        table = table.at[i].set(float(i))
+    w = train_step(w, x)
+    float(w[0, 0])
+    with jaxdiag.capture(logdir, skip=0, take=8, run=f"once{at}") as cap:
+        for step in range(8):
+            with cap.step():
+                if step == at:
+                    for i in range(64):
+                        table = table.at[i].set(float(i) * 2)
+                w = train_step(w, x)
+                float(w.sum())
+    return cap.run_dir
+
+
+def test_a_one_off_launch_burst_gets_no_put_more_work_in_each_call_advice(tmp_path):
+    from jaxdiag.config import Thresholds
+
+    run_dir = _one_off(tmp_path / "once", at=4)
+    launches = _events(run_dir, lambda name: name.startswith("PjitFunction("))
+    assert len(launches) >= 64  # the burst, in the trace
+    fine = Thresholds(min_finding_ms=0.01)
+    dispatch = [
+        f
+        for f in jaxdiag.report(run_dir, thresholds=fine).findings
+        if f.kind == "host_wait" and f.evidence["kind"] == "dispatch"
+    ]
+    assert dispatch, "the burst left the device idle while launching"
+    (f,) = dispatch
+    assert f.evidence["one_off_step"] == 4
+    assert "one-off" in f.suggestion and "lax.scan" not in f.suggestion and "A guess" in f.suggestion
+
+
+def _rows(logdir: Path, batched: bool) -> Path:
+    """The same small computation on each of 32 rows: a Python loop over the rows, or one ``vmap``."""
+
+    def one(row):
+        return jnp.cumsum(jnp.tanh(row) * 0.5)
+
+    @jax.jit
+    def per_row(x):
+        if batched:
+            return jax.vmap(one)(x)
+        return jnp.stack([one(x[i]) for i in range(x.shape[0])])
+
+    x = jnp.ones((32, 16))
+    float(per_row(x).sum())
+    with jaxdiag.capture(logdir, skip=0, take=3, run="batched" if batched else "looped") as cap:
+        for _ in range(3):
+            with cap.step():
+                float(per_row(x).sum())
+    return cap.run_dir
+
+
+def _small_xla_ops(run_dir: Path, module: str) -> int:
+    """XLA ops of ``module`` shorter than 10 us (ProfileData alone)."""
+    from jax.profiler import ProfileData
+
+    return sum(
+        1
+        for path in run_dir.glob("*.xplane.pb")
+        for plane in ProfileData.from_file(str(path)).planes
+        for line in plane.lines
+        for e in line.events
+        if dict(e.stats).get("hlo_module") == module and "hlo_op" in dict(e.stats) and e.duration_ns < 10_000
+    )
+
+
+def test_batching_the_repeats_with_vmap_shrinks_the_small_ops(tmp_path):
+    from jaxdiag.config import Thresholds
+
+    fine = Thresholds(min_finding_ms=0.001)
+    looped = _rows(tmp_path / "looped", batched=False)
+    (finding,) = [
+        f
+        for f in jaxdiag.report(looped, thresholds=fine).findings
+        if f.kind == "small_ops" and f.evidence["module"] == "jit_per_row"
+    ]
+    assert "`vmap` over the repeats" in finding.suggestion
+    batched = _rows(tmp_path / "batched", batched=True)  # the advice applied
+    assert _small_xla_ops(batched, "jit_per_row") < 0.25 * _small_xla_ops(looped, "jit_per_row")
+    after = [
+        f
+        for f in jaxdiag.report(batched, thresholds=fine).findings
+        if f.kind == "small_ops" and f.evidence["module"] == "jit_per_row"
+    ]
+    assert not after or after[0].evidence["count"] < 0.25 * finding.evidence["count"]

@@ -1,0 +1,143 @@
+"""What the trace cannot tell: a real loop that never reads, a one-step window, a missing host.
+
+The truth comes from the trace through ``jax.profiler.ProfileData`` alone: the loop's
+launches are its step annotations (one call each), its executions the distinct ``run_id``
+stats on the program's XLA:CPU ops.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxdiag
+from jaxdiag.analyses import completeness
+from jaxdiag.analyses.base import AnalysisInputs
+from tests.frames_builders import device_event, frames
+
+STEPS = 6
+
+
+@jax.jit
+def heavy(w, x):
+    for _ in range(3):
+        x = jnp.tanh(x @ w)
+    return w + 1e-3 * x.mean(), x
+
+
+def _loop_that_never_reads(logdir: Path) -> None:
+    """Six steps, no read, the trace stopped at once (as a plain ``jax.profiler`` user would)."""
+    w, x = jnp.full((512, 512), 1e-3), jnp.ones((512, 512))
+    for _ in range(2):  # compiled for the arrays it returns, and nothing queued, before the trace
+        w, x = jax.block_until_ready(heavy(w, x))
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    jax.profiler.start_trace(str(logdir), profiler_options=options)
+    for step in range(STEPS):
+        with jax.profiler.StepTraceAnnotation("train", step_num=step):
+            w, x = heavy(w, x)
+    jax.profiler.stop_trace()
+    jax.block_until_ready(w)
+
+
+def _truth(logdir: Path) -> dict:
+    from jax.profiler import ProfileData
+
+    (path,) = logdir.glob("plugins/profile/*/*.xplane.pb")
+    runs, steps = set(), []
+    for plane in ProfileData.from_file(str(path)).planes:
+        for line in plane.lines:
+            for event in line.events:
+                stats = dict(event.stats)
+                if stats.get("hlo_module") == "jit_heavy" and "run_id" in stats:
+                    runs.add(stats["run_id"])
+                if event.name == "train":
+                    steps.append(int(stats["step_num"]))
+    return {"executions": len(runs), "steps": sorted(steps)}
+
+
+@pytest.fixture(scope="module")
+def unread(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("unread")
+    _loop_that_never_reads(logdir)
+    return jaxdiag.report(logdir), _truth(logdir)
+
+
+def test_a_trace_stopped_before_the_device_ran_its_steps_says_so(unread):
+    report, truth = unread
+    assert truth["steps"] == list(range(STEPS))
+    missing = STEPS - truth["executions"]
+    if missing == 0:  # the device kept up with the host this time: nothing to say, and nothing said
+        assert report.capture["whole"]
+        return
+    (note,) = [n for n in report.capture["notes"] if n["kind"] == "device_work_missing"]
+    assert note["evidence"]["launches"] == {"heavy": {"missing": missing, "of": STEPS}}
+    assert note["evidence"]["steps"] == list(range(STEPS - missing, STEPS))  # the last launches never ran
+    assert "block_until_ready" in note["change"]
+    assert report.notes[0] == f"{note['message']} {note['change']}"
+
+
+def test_the_notes_come_before_the_findings(unread):
+    from jaxdiag.render import html, terminal
+
+    report, _ = unread
+    if report.capture["whole"]:
+        pytest.skip("the device kept up with the host")
+    text = terminal.render(report, width=200)
+    assert text.index("note: The trace of") < text.index("Per step (ms)")
+    page = html.render(report)
+    assert page.index("ends before its devices ran") < page.index("Findings, by time lost")
+
+
+def test_capture_waits_for_the_device_so_the_same_loop_is_whole(tmp_path):
+    w, x = jnp.full((512, 512), 1e-3), jnp.ones((512, 512))
+    w, x = jax.block_until_ready(heavy(w, x))
+    with jaxdiag.capture(tmp_path, skip=0, take=STEPS, run="drained") as cap:
+        for _ in range(STEPS):
+            with cap.step():
+                w, x = heavy(w, x)
+    assert _truth(tmp_path)["executions"] == STEPS
+    report = jaxdiag.report(cap.run_dir)
+    assert report.capture == {"whole": True, "notes": []}
+
+
+def test_a_one_step_window_and_a_missing_host_are_said(tmp_path):
+    f = jax.jit(lambda a: jnp.tanh(a @ a).sum())
+    with jaxdiag.capture(tmp_path, skip=1, take=1, run="one") as cap:
+        for _ in range(3):
+            with cap.step():
+                float(f(jnp.ones((64, 64))))
+    assert _truth_steps(cap.run_dir) == [1]
+    kinds = {n["kind"]: n for n in jaxdiag.report(cap.run_dir).capture["notes"]}
+    assert set(kinds) == {"short_window"} and kinds["short_window"]["evidence"] == {"steps": 1}
+    # The run's other process wrote nothing here: its sidecar says there were two.
+    (sidecar,) = cap.run_dir.glob("jaxdiag-*.json")
+    doc = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**doc, "process_count": 2}))
+    kinds = {n["kind"]: n for n in jaxdiag.report(cap.run_dir).capture["notes"]}
+    assert kinds["hosts_missing"]["evidence"] == {"expected": 2, "read": 1, "missing_processes": [1]}
+
+
+def _truth_steps(run_dir: Path) -> list[int]:
+    from jax.profiler import ProfileData
+
+    (path,) = run_dir.glob("*.xplane.pb")
+    return sorted(
+        int(dict(e.stats)["step_num"])
+        for plane in ProfileData.from_file(str(path)).planes
+        for line in plane.lines
+        for e in line.events
+        if e.name == "train"
+    )
+
+
+def test_dropped_event_stats_are_said():
+    events = [device_event(0, 100), device_event(1000, 100)]
+    held = frames(events, steps=[(0, 500), (500, 1200)], meta={"dropped_events": 1234})
+    (note,) = completeness.analyze(AnalysisInputs(held)).notes
+    assert note.kind == "events_dropped" and "dropped_events = 1,234" in note.message
+    assert completeness.analyze(AnalysisInputs(frames(events, steps=[(0, 500), (500, 1200)]))).whole
