@@ -278,6 +278,7 @@ def _add_cpu_op(cols: HostColumns, name: str, e: Any, no_hlo: set[str]) -> bool:
         "",
         program_id_of(stats.get("program_id")),
         "device",
+        program_id_of(stats.get("run_id")),
     )
     return True
 
