@@ -2,7 +2,9 @@
 
 In order of preference: ``StepTraceAnnotation`` events on the host (an event
 named by the annotation with a ``step_num`` stat); a TPU "Steps" line; else the
-executions of the dominant jitted module (the one with the most device time).
+executions of the dominant jitted module (of the modules run at least an eighth
+as often as the most run one, the one with the most device time; executions are told
+apart by ``trace.executions``).
 Steps are per host because hosts do not share a clock.
 
 Steps tile the run: each step begins where the one before it ended, so the
@@ -17,6 +19,11 @@ never past the next mark. The first step begins at
 its own mark (for module runs: at the host's first event, so the first compile
 is booked to the first run). The last step ends where the device work that
 started in it ends, so it is not cut short when the device runs behind the host.
+
+Work between steps is not a step: executions of another program that runs in
+fewer than half of the steps (an evaluation, a checkpoint, a reshard), before a
+step's mark, are cut out of that step, which then begins where they end. The
+hole this leaves in the tiling is reported on its own row (``analyses.between_steps``).
 """
 
 from __future__ import annotations
@@ -26,8 +33,6 @@ import functools
 import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Sequence
-
-from jaxdiag import config
 
 from jaxdiag.trace.frames import (
     CATEGORY,
@@ -47,7 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 #: A device idle for longer than this between two events of the dominant module
-#: starts a new execution, so back-to-back runs with a host sync between them split.
+#: starts a new execution where the trace does not tell executions apart (GPU; see
+#: ``trace.executions``), so back-to-back runs with a host sync between them split.
 EXECUTION_GAP_NS = 1_000_000
 
 #: Host events that read device results back (``float(x)``, ``np.asarray``,
@@ -105,7 +111,8 @@ def find_steps(
     if marks:
         rows, notes = _from_marks(marks)
         names = {r[2] for r in rows}
-        return FoundSteps(_table(tile(rows, events, read_back=True, step_names=names)), "annotation", notes)
+        tiled = tile(rows, events, read_back=True, step_names=names)
+        return FoundSteps(_table(_cut_between(tiled, rows, events)), "annotation", notes)
     if device_steps:
         merged: dict[tuple[str, int], list[int]] = {}
         for host, _device, step, start, end in device_steps:
@@ -310,6 +317,8 @@ def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, in
 
 
 def _from_module(events: "pd.DataFrame") -> FoundSteps:
+    from jaxdiag.trace.executions import END_NS, SOURCE, executions
+
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
         note = (
@@ -317,55 +326,110 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
             "Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i)"
         )
         return FoundSteps(_table([]), "none", (note,))
-    work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
-    module = str(work.groupby(HLO_MODULE, observed=True)[DUR_NS].sum().idxmax())
+    execs = executions(events)
+    module = step_module(device, execs)
     rows: list[tuple[str, int, str, int, int]] = []
-    for host, on_host in device.groupby(HOST, sort=False, observed=True):
+    sources: set[str] = set()
+    for host, on_host in execs.groupby(HOST, sort=False):
         mine = on_host[on_host[HLO_MODULE] == module]
         if mine.empty:
             continue
-        ordinal = mine[DEVICE].value_counts().sort_index().idxmax()
-        runs = mine[(mine[DEVICE] == ordinal) & (mine[LINE_KIND] == "xla_modules")]
-        if runs.empty:
-            executions = _executions(on_host[on_host[DEVICE] == ordinal], module)
-        else:
-            executions = sorted(zip(runs[START_NS].tolist(), (runs[START_NS] + runs[DUR_NS]).tolist()))
-        for i, (start, end) in enumerate(executions):
+        if (mine[SOURCE] != "run_id").any():  # per-device runs: the device with the most of the module's ops
+            ops = device[(device[HOST] == host) & (device[HLO_MODULE] == module)]
+            ordinal = ops[DEVICE].value_counts().sort_index().idxmax()
+            mine = mine[mine[DEVICE] == ordinal]
+        sources |= set(mine[SOURCE])
+        for i, (start, end) in enumerate(sorted(zip(mine[START_NS].tolist(), mine[END_NS].tolist()))):
             rows.append((str(host), i, module, start, end))
+    how = {"run_id": "told apart by their run_id", "module_span": "XLA Modules spans", "timing": "runs of its ops"}
     note = (
-        f"no step annotations; each of the {len(rows)} executions of {module} (the module with the most "
-        "device time), with the gap before it (where its inputs were made and its compile ran), is taken "
-        "as a step. Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i) "
-        "for exact steps"
+        f"no step annotations; steps from executions of {module} (of the programs run often, the one with the "
+        f"most device time; {', '.join(how[s] for s in sorted(sources))}): each of the {len(rows)} executions, with the gap "
+        "before it (where its inputs were made and its compile ran), is a step. Wrap each training step in "
+        "jax.profiler.StepTraceAnnotation('train', step_num=i) for exact steps"
     )
-    return FoundSteps(_table(tile(rows, events, first_from_host_start=True)), "module", (note,))
+    tiled = tile(rows, events, first_from_host_start=True)
+    marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
+    return FoundSteps(_table(between_steps_cut(tiled, marked, execs, module)), "module", (note,))
 
 
-def _executions(device_events: "pd.DataFrame", module: str) -> list[tuple[int, int]]:
-    """Split the module's events on one device into executions.
+def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame") -> list[Row]:
+    """``between_steps_cut`` for marked steps, the step's program found as for inferred steps."""
+    from jaxdiag.trace.executions import executions
 
-    A new execution starts where another module's work starts in between, or
-    after an idle gap longer than ``EXECUTION_GAP_NS``.
+    device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
+    if device.empty:
+        return tiled
+    execs = executions(device)
+    marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
+    return between_steps_cut(tiled, marked, execs, step_module(device, execs))
+
+
+def step_module(device: "pd.DataFrame", execs: "pd.DataFrame") -> str:
+    """The program that defines a step: of the modules run at least an eighth as often as the most run
+    one, the one with the most device time. An evaluation run once an epoch is not the step, however long;
+    the training step is, beside the few eager ops (``jnp.ones``) a loop runs each step."""
+    work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
+    time = work.groupby(HLO_MODULE, observed=True)[DUR_NS].sum()
+    counts = execs.groupby([HOST, HLO_MODULE]).size().groupby(level=1).max() if len(execs) else None
+    if counts is not None and len(counts):
+        often = [m for m, n in counts.items() if n * 8 >= counts.max() and m in time.index]
+        if often:
+            time = time.loc[often]
+    return str(time.idxmax())
+
+
+def between_steps_cut(
+    tiled: Sequence[Row], marked: dict[tuple[str, int], tuple[int, int]], execs: "pd.DataFrame", module: str
+) -> list[Row]:
+    """Cut work between steps out of the steps: executions of programs other than the step's that run
+    in fewer than half of the steps, between a step's start and its mark (for inferred steps: its
+    execution), no longer belong to it. The step then begins where the last of them ends, leaving a
+    hole in the tiling that ``analyses.between_steps`` reports on its own row.
+
+    Args:
+      tiled: ``tile``'s rows.
+      marked: ``(host, step) -> (start, end)`` of each step's mark (annotation span or execution).
+      execs: ``trace.executions.executions`` of the events.
+      module: the step's program; its executions never move.
     """
-    ordered = device_events[device_events[LINE_KIND] != "xla_modules"].sort_values(START_NS, kind="stable")
-    executions: list[tuple[int, int]] = []
-    current: list[int] | None = None
-    for name, start, dur in zip(ordered[HLO_MODULE].tolist(), ordered[START_NS].tolist(), ordered[DUR_NS].tolist()):
-        if name != module:
-            if current is not None:
-                executions.append((current[0], current[1]))
-                current = None
+    import numpy as np
+
+    from jaxdiag.trace.executions import END_NS
+
+    out = list(tiled)
+    if execs.empty or not out:
+        return out
+    others = execs[execs[HLO_MODULE] != module]
+    by_host: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(out):
+        by_host[row[0]].append(i)
+    for host, positions in by_host.items():
+        mine = others[others[HOST] == host]
+        if mine.empty or len(positions) < 2:
             continue
-        if current is not None and start - current[1] > config.current().step_gap_us * 1000:
-            executions.append((current[0], current[1]))
-            current = None
-        if current is None:
-            current = [start, start + dur]
-        else:
-            current[1] = max(current[1], start + dur)
-    if current is not None:
-        executions.append((current[0], current[1]))
-    return executions
+        positions.sort(key=lambda i: out[i][3])
+        starts = np.array([out[i][3] for i in positions], dtype=np.int64)
+        ends = np.array([out[i][4] for i in positions], dtype=np.int64)
+        e_start, e_end = mine[START_NS].to_numpy(np.int64), mine[END_NS].to_numpy(np.int64)
+        at = np.searchsorted(starts, e_start, side="right") - 1
+        inside = (at >= 0) & (e_start < ends[np.maximum(at, 0)])
+        modules = mine[HLO_MODULE].to_numpy(object)
+        steps_with: dict[str, set[int]] = defaultdict(set)
+        for m, k, ok in zip(modules, at.tolist(), inside.tolist()):
+            if ok:
+                steps_with[str(m)].add(k)
+        rare = {m for m, ks in steps_with.items() if 2 * len(ks) < len(positions)}
+        for k in range(1, len(positions)):
+            row = out[positions[k]]
+            mark_start = marked.get((row[0], row[1]), (row[3], row[4]))[0]
+            lead = (at == k) & inside & (e_start < mark_start) & np.isin(modules, list(rare))
+            if not lead.any():
+                continue
+            cut = min(int(e_end[lead].max()), mark_start)
+            if cut > row[3]:
+                out[positions[k]] = (row[0], row[1], row[2], cut, max(row[4], cut))
+    return out
 
 
 def _table(rows: Sequence[tuple[str, int, str, int, int]]) -> "pd.DataFrame":
