@@ -12,8 +12,11 @@ Definitions, per step window on one host (all in milliseconds):
 - ``compile_ms``: host time inside compile spans (``compile_spans``) in the step.
 - ``host_wait_ms``: device-idle stretches at least ``thresholds.host_wait_min_us``
   long (shorter ones are launch jitter), minus any compile time in them, since
-  compiles have their own column. An idle stretch counts in full once it is long
-  enough, even where a step boundary cuts it.
+  compiles have their own column, and minus the time an execution was in flight
+  (``device_work.in_flight``): a device waits for the host only when nothing runs.
+  An idle stretch counts in full once it is long enough, even where a step boundary cuts it.
+- ``in_execution_gap_ms``: those idle stretches while an execution was in flight (XLA:CPU's
+  thread pool between thunks, a TPU module's own gaps); 0 where the trace cannot tell.
 - ``collective_ms`` / ``exposed_collective_ms``: collective time, and its part no
   compute overlapped, per device (mean), as in ``collectives``.
 - ``tokens``: from ``AnalysisInputs.tokens_per_step``, else ``None``.
@@ -33,7 +36,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows
+from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, in_flight, intervals_of, step_windows
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +59,7 @@ class StepRow:
     exposed_collective_ms: float
     tokens: float | None
     n_devices: int
+    in_execution_gap_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +68,7 @@ class StepRow:
             "device_busy_ms": round(self.device_busy_ms, 4),
             "device_idle_ms": round(self.device_idle_ms, 4),
             "host_wait_ms": round(self.host_wait_ms, 4),
+            "in_execution_gap_ms": round(self.in_execution_gap_ms, 4),
             "compile_ms": round(self.compile_ms, 4),
             "collective_ms": round(self.collective_ms, 4),
             "exposed_collective_ms": round(self.exposed_collective_ms, 4),
@@ -109,7 +114,9 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
     n_devices = len(per_dev)
     busy_mean_ns = np.mean(per_dev, axis=0) if per_dev else np.zeros(len(lo))
     idle = iv.gaps(busy, int(lo.min()), int(hi.max()), int(inputs.thresholds.host_wait_min_us * 1000))
-    wait_ns = iv.covered_in_windows(iv.subtract(idle, compiles), lo, hi)
+    flight, _label = in_flight(frames, host)
+    wait_ns = iv.covered_in_windows(iv.subtract(iv.subtract(idle, compiles), flight), lo, hi)
+    inside_ns = iv.covered_in_windows(iv.intersect(idle, flight), lo, hi) if flight.size else np.zeros(len(lo))
     compile_ns = iv.covered_in_windows(compiles, lo, hi)
     coll_ns = np.zeros(len(lo))
     exposed_ns = np.zeros(len(lo))
@@ -136,6 +143,7 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
                 exposed_collective_ms=float(exposed_ns[i]) / d / 1e6,
                 tokens=inputs.tokens_for(int(step)),
                 n_devices=n_devices,
+                in_execution_gap_ms=float(inside_ns[i]) / 1e6,
             )
         )
     return rows

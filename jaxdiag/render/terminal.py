@@ -154,11 +154,17 @@ def _steps(report: "Report", console: "Console") -> None:
 def _host_waits(report: "Report", console: "Console") -> None:
     hw = report.host_waits or {}
     by_cause = hw.get("by_cause") or []
-    if not by_cause:
-        return
-    parts = ", ".join(f"{c.get('cause')} {_ms(c.get('ms'))} ms" for c in by_cause)
-    console.print(f"[bold]Host waits[/bold] {_ms(hw.get('total_ms'))} ms: {parts}")
-    console.print()
+    inside = hw.get("in_execution") or {}
+    if by_cause:
+        parts = ", ".join(f"{c.get('cause')} {_ms(c.get('ms'))} ms" for c in by_cause)
+        console.print(f"[bold]Host waits[/bold] {_ms(hw.get('total_ms'))} ms: {parts}")
+    if inside.get("total_ms"):
+        console.print(
+            f"[bold]Device idle while an execution ran[/bold] {_ms(inside.get('total_ms'))} ms: "
+            f"{inside.get('label')}, not host waits"
+        )
+    if by_cause or inside.get("total_ms"):
+        console.print()
 
 
 def _small_ops(report: "Report", console: "Console") -> None:

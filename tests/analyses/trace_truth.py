@@ -1,0 +1,94 @@
+"""The truth about an XLA:CPU capture, counted with jaxlib's ``ProfileData`` alone (no jaxdiag code).
+
+An XLA:CPU op event carries ``hlo_op``, ``hlo_module`` and ``run_id`` stats; the ops that
+share a ``run_id`` are one execution of one program. From those alone: the executions of
+each program, the time with an execution in flight (from an execution's first op to its
+last), and each execution's op-busy time (the union of its ops).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    module: str
+    run_id: int
+    start_ns: int
+    end_ns: int
+    busy_ns: int  # union of its ops
+
+
+@dataclasses.dataclass(frozen=True)
+class Truth:
+    executions: tuple[Execution, ...]  # by start
+    dispatches: tuple[tuple[str, int, int], ...]  # (name, start_ns, end_ns) of PjitFunction spans, outermost
+
+    def of(self, module: str) -> list[Execution]:
+        return [e for e in self.executions if e.module == module]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for e in self.executions:
+            out[e.module] += 1
+        return dict(out)
+
+    def dominant(self) -> str:
+        busy: dict[str, int] = defaultdict(int)
+        for e in self.executions:
+            busy[e.module] += e.busy_ns
+        return max(busy, key=busy.__getitem__)
+
+    def in_flight(self) -> list[tuple[int, int]]:
+        return union([(e.start_ns, e.end_ns) for e in self.executions])
+
+    def nothing_in_flight_ns(self, lo: int, hi: int) -> int:
+        """Time in ``[lo, hi)`` with no execution in flight."""
+        covered = sum(max(0, min(b, hi) - max(a, lo)) for a, b in self.in_flight())
+        return (hi - lo) - covered
+
+
+def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def read(xplane: str | Path) -> Truth:
+    from jax.profiler import ProfileData
+
+    data = ProfileData.from_file(str(xplane))
+    ops: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    pjit: list[tuple[str, int, int]] = []
+    for plane in data.planes:
+        if plane.name != "/host:CPU":
+            continue
+        for line in plane.lines:
+            for e in line.events:
+                start, end = int(round(e.start_ns)), int(round(e.start_ns + e.duration_ns))
+                if e.name.startswith("PjitFunction("):
+                    pjit.append((e.name, start, end))
+                    continue
+                stats = {k: v for k, v in e.stats if k is not None}
+                if "hlo_op" in stats and "hlo_module" in stats and "run_id" in stats:
+                    ops[int(stats["run_id"])].append((str(stats["hlo_module"]), start, end))
+    executions = []
+    for run, rows in ops.items():
+        spans = [(a, b) for _m, a, b in rows]
+        busy = sum(b - a for a, b in union(spans))
+        executions.append(Execution(rows[0][0], run, min(a for a, _ in spans), max(b for _, b in spans), busy))
+    executions.sort(key=lambda e: e.start_ns)
+    pjit.sort(key=lambda r: (r[1], -r[2]))
+    outer: list[tuple[str, int, int]] = []
+    for row in pjit:  # a call shows as nested spans of one name: keep the outermost
+        if outer and row[1] < outer[-1][2] and row[0] == outer[-1][0]:
+            continue
+        outer.append(row)
+    return Truth(tuple(executions), tuple(outer))
