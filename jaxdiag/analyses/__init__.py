@@ -16,6 +16,7 @@ from jaxdiag.analyses.base import Analysis, AnalysisInputs, AnalysisResult
 #: Report section -> the module (in this package) whose ``analyze`` fills it, in report order.
 _MODULES = {
     "steps": "step_breakdown",
+    "between_steps": "between_steps",
     "host_waits": "host_waits",
     "recompiles": "recompiles",
     "small_ops": "small_ops",

@@ -72,7 +72,7 @@ def _summary(report: "Report") -> str:
     parts = [
         "<h1>jaxdiag report</h1>",
         f"<p class='meta'>{_e(src.get('run_dir'))} · hosts: {_e(', '.join(src.get('hosts', [])))}"
-        f" · devices: {len(src.get('devices') or [])} · steps from: {_e(src.get('step_source'))}</p>",
+        f" · devices: {len(src.get('devices') or [])} · steps from: {_e(_steps_from(src))}</p>",
         _throughput(report.throughput or {}),
         "<h2>Findings, by time lost</h2>",
     ]
@@ -272,3 +272,9 @@ def _num(value: Any) -> str:
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
+
+
+def _steps_from(source: dict[str, Any]) -> str:
+    from jaxdiag.reporting.model import steps_from
+
+    return steps_from(source)

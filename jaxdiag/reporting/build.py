@@ -224,8 +224,16 @@ def _source(frames: Any) -> dict[str, Any]:
         "devices": devices,
         "skipped": [{"file": str(f), "reason": r} for f, r in frames.skipped],
         "step_source": frames.step_source,
+        "step_program": _step_program(frames),
         "meta": {k: v for k, v in frames.meta.items() if isinstance(v, (str, int, float, bool))},
     }
+
+
+def _step_program(frames: Any) -> str:
+    """The program whose executions are the steps, where no annotation marked them, else ``""``."""
+    if frames.step_source != "module" or not len(frames.steps):
+        return ""
+    return str(frames.steps["step_name"].iloc[0])
 
 
 def _beside_trace(

@@ -1,0 +1,148 @@
+"""Work between steps: an evaluation, a checkpoint or a reshard run between two training steps.
+
+``trace.steps`` cuts executions of programs that run in fewer than half of the steps
+(before a step's mark) out of the step they preceded, leaving a hole in the tiling of
+the steps. Each hole is a row here, with the programs that ran in it: it is no
+step's time, so step statistics, steady throughput and the per-step op tables leave
+it out. A finding says what it cost when that matters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+
+from jaxdiag.analyses import intervals as iv
+from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.device_work import device_ops, executions_of, hosts_of, intervals_of, step_windows
+from jaxdiag.trace import frames as F
+
+_MODULE_FUNCTION = re.compile(r"^(?:jit|pjit|pmap)[_(](.*?)\)?$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BetweenRow:
+    """One stretch of work between two steps on one host."""
+
+    host: str
+    after_step: int
+    before_step: int
+    start_ns: int
+    end_ns: int
+    device_busy_ms: float
+    programs: tuple[tuple[str, int], ...]  # (function, executions), most run first
+
+    @property
+    def ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    def describe(self) -> str:
+        """``between steps 468 and 469: `accuracy` x2, 15.0 s``."""
+        listed = ", ".join(f"`{name}` x{count}" for name, count in self.programs) or "no device program"
+        took = f"{self.ms / 1e3:.1f} s" if self.ms >= 1000 else f"{self.ms:.1f} ms"
+        return f"between steps {self.after_step} and {self.before_step}: {listed}, {took}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "after_step": self.after_step,
+            "before_step": self.before_step,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "ms": round(self.ms, 4),
+            "device_busy_ms": round(self.device_busy_ms, 4),
+            "programs": [{"function": n, "executions": c} for n, c in self.programs],
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BetweenSteps:
+    """Every stretch of work between steps, by host then time."""
+
+    rows: tuple[BetweenRow, ...]
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def total_ms(self) -> float:
+        return sum(r.ms for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"total_ms": round(self.total_ms, 4), "rows": [r.to_dict() for r in self.rows]}
+
+
+def function_of(module: str) -> str:
+    """``jit_train_step`` -> ``train_step``; other names unchanged."""
+    m = _MODULE_FUNCTION.match(module)
+    return m[1] if m else module
+
+
+def analyze(inputs: AnalysisInputs) -> BetweenSteps:
+    """Find the holes between steps and the programs that ran in them."""
+    frames = inputs.frames
+    rows: list[BetweenRow] = []
+    wall_ns = 0
+    for host in hosts_of(frames, inputs.host):
+        win = step_windows(frames, host)
+        if win.empty or (win[F.STEP] < 0).all():
+            continue
+        lo, hi = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
+        steps = win[F.STEP].to_numpy(np.int64)
+        wall_ns = max(wall_ns, int(hi.max() - lo.min()))
+        holes = np.flatnonzero(lo[1:] > hi[:-1])
+        if not len(holes):
+            continue
+        from jaxdiag.trace.executions import END_NS
+
+        execs = executions_of(frames)
+        execs = execs.loc[execs[F.HOST] == host]
+        e_start, e_end = execs[F.START_NS].to_numpy(np.int64), execs[END_NS].to_numpy(np.int64)
+        busy = iv.union(intervals_of(device_ops(frames, host)))
+        for k in holes.tolist():
+            a, b = int(hi[k]), int(lo[k + 1])
+            if inputs.steps is not None and not {int(steps[k]), int(steps[k + 1])} & set(inputs.steps):
+                continue
+            inside = (e_start < b) & (e_end > a)
+            counts: dict[str, int] = {}
+            seen: set[tuple[str, int]] = set()
+            for module, start in zip(execs[F.HLO_MODULE].to_numpy(object)[inside], e_start[inside].tolist()):
+                if (module, start) in seen:  # one execution per device: count it once
+                    continue
+                seen.add((module, start))
+                name = function_of(str(module))
+                counts[name] = counts.get(name, 0) + 1
+            programs = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+            busy_ms = iv.covered_in_windows(busy, np.array([a]), np.array([b]))[0] / 1e6
+            rows.append(BetweenRow(host, int(steps[k]), int(steps[k + 1]), a, b, float(busy_ms), programs))
+    result = BetweenSteps(tuple(rows))
+    return dataclasses.replace(result, findings=_findings(result, inputs, wall_ns / 1e6))
+
+
+def _findings(r: BetweenSteps, inputs: AnalysisInputs, wall_ms: float) -> tuple[Finding, ...]:
+    total = r.total_ms
+    if not r.rows or total < inputs.thresholds.min_finding_ms:
+        return ()
+    largest = sorted(r.rows, key=lambda row: -row.ms)
+    listed = "; ".join(row.describe() for row in largest[:3])
+    more = f"; and {len(largest) - 3} more" if len(largest) > 3 else ""
+    names = sorted({n for row in r.rows for n, _ in row.programs})
+    return (
+        Finding(
+            kind="between_steps",
+            severity=severity_for(total, wall_ms),
+            time_lost_ms=total,
+            message=(
+                f"Work between steps took {total:.1f} ms ({total / wall_ms * 100 if wall_ms > 0 else 0:.0f}% of the "
+                f"run), outside every step: {listed}{more}. It is left out of the step figures and steady throughput."
+            ),
+            suggestion=(
+                "This is the run's time spent on "
+                + (", ".join(f"`{n}`" for n in names) or "other work")
+                + " between training steps (evaluation, checkpointing, a reshard). If the run's wall time matters, "
+                "run it less often or on fewer batches; it does not slow the training step itself."
+            ),
+            evidence={"rows": [row.to_dict() for row in r.rows[:20]], "total_ms": round(total, 3)},
+        ),
+    )
