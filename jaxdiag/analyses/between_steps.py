@@ -4,7 +4,8 @@
 (before a step's mark) out of the step they preceded, leaving a hole in the tiling of
 the steps. Each hole is a row here, with the programs that ran in it: it is no
 step's time, so step statistics, steady throughput and the per-step op tables leave
-it out. A finding says what it cost when that matters.
+it out. Programs other than the step's that run after the last step ends (a final
+evaluation) are a row too, ``after step N``. A finding says what it cost when that matters.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.booking import step_program
 from jaxdiag.analyses.device_work import device_ops, executions_of, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
 
@@ -29,7 +31,7 @@ class BetweenRow:
 
     host: str
     after_step: int
-    before_step: int
+    before_step: int  # -1: after the last step
     start_ns: int
     end_ns: int
     device_busy_ms: float
@@ -43,7 +45,13 @@ class BetweenRow:
         """``between steps 468 and 469: `accuracy` x2, 15.0 s``."""
         listed = ", ".join(f"`{name}` x{count}" for name, count in self.programs) or "no device program"
         took = f"{self.ms / 1e3:.1f} s" if self.ms >= 1000 else f"{self.ms:.1f} ms"
-        return f"between steps {self.after_step} and {self.before_step}: {listed}, {took}"
+        return f"{self.where()}: {listed}, {took}"
+
+    def where(self) -> str:
+        """``between steps 468 and 469``, or ``after step 469`` for work after the last step."""
+        if self.before_step < 0:
+            return f"after step {self.after_step}"
+        return f"between steps {self.after_step} and {self.before_step}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,18 +99,22 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         lo, hi = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
         steps = win[F.STEP].to_numpy(np.int64)
         wall_ns = max(wall_ns, int(hi.max() - lo.min()))
-        holes = np.flatnonzero(lo[1:] > hi[:-1])
-        if not len(holes):
-            continue
         from jaxdiag.trace.executions import END_NS
 
         execs = executions_of(frames)
         execs = execs.loc[execs[F.HOST] == host]
         e_start, e_end = execs[F.START_NS].to_numpy(np.int64), execs[END_NS].to_numpy(np.int64)
+        spans = [(int(k), int(hi[k]), int(lo[k + 1])) for k in np.flatnonzero(lo[1:] > hi[:-1])]
+        after = (e_start >= hi[-1]) & (execs[F.HLO_MODULE].to_numpy(object) != step_program(frames))
+        if after.any():
+            spans.append((len(steps) - 1, int(hi[-1]), int(e_end[after].max())))
+        if not spans:
+            continue
+        wall_ns = max(wall_ns, max(b for _k, _a, b in spans) - int(lo.min()))
         busy = iv.union(intervals_of(device_ops(frames, host)))
-        for k in holes.tolist():
-            a, b = int(hi[k]), int(lo[k + 1])
-            if inputs.steps is not None and not {int(steps[k]), int(steps[k + 1])} & set(inputs.steps):
+        for k, a, b in spans:
+            before = int(steps[k + 1]) if k + 1 < len(steps) else -1
+            if inputs.steps is not None and not {int(steps[k]), before} & set(inputs.steps):
                 continue
             inside = (e_start < b) & (e_end > a)
             counts: dict[str, int] = {}
@@ -115,7 +127,7 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
                 counts[name] = counts.get(name, 0) + 1
             programs = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
             busy_ms = iv.covered_in_windows(busy, np.array([a]), np.array([b]))[0] / 1e6
-            rows.append(BetweenRow(host, int(steps[k]), int(steps[k + 1]), a, b, float(busy_ms), programs))
+            rows.append(BetweenRow(host, int(steps[k]), before, a, b, float(busy_ms), programs))
     result = BetweenSteps(tuple(rows))
     return dataclasses.replace(result, findings=_findings(result, inputs, wall_ns / 1e6))
 

@@ -17,11 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from jaxdiag.analyses.device_work import executions_of, host_events, step_windows, StepWindows
+from jaxdiag.analyses import intervals as iv
+from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.analyses.device_work import (
+    executions_of,
+    host_events,
+    intervals_of,
+    name_matches,
+    step_windows,
+    StepWindows,
+)
 from jaxdiag.analyses.shared import once
 from jaxdiag.trace import frames as F
 
@@ -133,3 +142,61 @@ def _pair(dispatches: np.ndarray, starts: np.ndarray) -> np.ndarray:
     if (out[out >= 0] > starts[out >= 0]).any():
         return np.full(len(starts), -1, dtype=np.int64)
     return out
+
+
+#: XLA:CPU's executor running a program (``ThunkExecutor::Execute``, and its wait for the last thunk).
+_CPU_EXECUTOR = re.compile(r"ThunkExecutor::Execute")
+#: What device-idle time with work in flight or queued is, by where executions came from.
+IN_EXECUTION_GAPS = {
+    "run_id": "gaps inside or between queued executions (XLA:CPU thread scheduling)",
+    "module_span": "gaps inside or between queued executions (TPU)",
+}
+
+
+def in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
+    """When ``host`` had an execution in flight or queued (a union), and what device idle then is called.
+
+    In flight: from an execution's first op to its last (and, on XLA:CPU, while its executor
+    runs). Queued: from the dispatch that queued an execution (paired as in the module
+    docstring, for every program) to its start, less any compile. Only where the trace tells executions apart
+    (XLA:CPU run ids, TPU module spans): a GPU trace's kernels carry no run id, and a gap
+    between two of a program's kernels may be the host launching the next one late, so
+    there nothing counts as in flight (``""``).
+    """
+    return once(frames, ("in_flight", host), lambda: _in_flight(frames, host))
+
+
+def _in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
+    from jaxdiag.trace.executions import END_NS, SOURCE
+
+    execs = executions_of(frames)
+    mine = execs.loc[(execs[F.HOST] == host) & execs[SOURCE].isin(list(IN_EXECUTION_GAPS))]
+    if mine.empty:
+        return iv.EMPTY, ""
+    starts, ends = mine[F.START_NS].to_numpy(np.int64), mine[END_NS].to_numpy(np.int64)
+    parts = [iv.as_intervals(starts, ends)]
+    source = str(mine[SOURCE].value_counts().idxmax())
+    if source == "run_id":  # XLA:CPU's executor runs a program from before its first op to after its last
+        ev = host_events(frames, host)
+        parts.append(intervals_of(ev.loc[name_matches(ev[F.NAME], _CPU_EXECUTOR, at_start=True)]))
+    keys = list(zip(mine[F.HLO_MODULE].astype(object).tolist(), mine[F.DEVICE].tolist()))
+    for module, device in dict.fromkeys(keys):
+        rows = np.flatnonzero([k == (module, device) for k in keys])
+        rows = rows[np.argsort(starts[rows], kind="stable")]
+        dispatch = _pair(_dispatches(frames, host, str(module)), starts[rows])
+        paired = dispatch >= 0
+        parts.append(iv.as_intervals(dispatch[paired], starts[rows][paired]))
+    # A dispatch that compiles first queues nothing until its compile ends: that wait is the compile's.
+    compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
+    return iv.subtract(iv.union(np.concatenate(parts)), compiles), IN_EXECUTION_GAPS[source]
+
+
+def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:
+    """The step a compile of the step's program belongs to: where the host ran ahead, the step of the
+    execution that waited for it (the first to start after it, dispatched before it ended), not the
+    step the device was in meanwhile. Other compiles, and unpaired executions: ``span.step``."""
+    b = booked(frames, host)
+    if span.module != b.module or not len(b.starts) or (b.dispatch < 0).any():
+        return int(span.step)
+    after = np.flatnonzero((b.starts >= span.end_ns) & (b.dispatch < span.end_ns))
+    return int(b.by_dispatch[after[0]]) if len(after) else int(span.step)

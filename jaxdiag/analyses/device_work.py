@@ -379,38 +379,3 @@ def executions_of(frames: "TraceFrames") -> "pd.DataFrame":
     from jaxdiag.trace.executions import executions
 
     return once(frames, ("executions",), lambda: executions(frames.events))
-
-
-#: XLA:CPU's executor running a program (``ThunkExecutor::Execute``, and its wait for the last thunk).
-_CPU_EXECUTOR = re.compile(r"ThunkExecutor::Execute")
-#: What the gaps between the ops of one running execution are, by where executions came from.
-IN_EXECUTION_GAPS = {
-    "run_id": "gaps inside executions (XLA:CPU thread scheduling)",
-    "module_span": "gaps inside executions (TPU, inside an XLA module)",
-}
-
-
-def in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
-    """When ``host`` had an execution in flight (a union), and what gaps inside one are called.
-
-    Only where the trace tells executions apart (XLA:CPU run ids, TPU module spans): a GPU
-    trace's kernels carry no run id, and a gap between two of a program's kernels may be the
-    host launching the next one late, so there nothing counts as in flight (``""``).
-    """
-    from jaxdiag.analyses import intervals as iv
-    from jaxdiag.trace.executions import END_NS as EXEC_END, SOURCE
-
-    def compute() -> tuple[np.ndarray, str]:
-        execs = executions_of(frames)
-        mine = execs.loc[(execs[F.HOST] == host) & execs[SOURCE].isin(list(IN_EXECUTION_GAPS))]
-        if mine.empty:
-            return iv.EMPTY, ""
-        spans = iv.as_intervals(mine[F.START_NS].to_numpy(np.int64), mine[EXEC_END].to_numpy(np.int64))
-        source = str(mine[SOURCE].value_counts().idxmax())
-        if source == "run_id":  # XLA:CPU's executor runs a program from before its first op to after its last
-            ev = host_events(frames, host)
-            running = name_matches(ev[F.NAME], _CPU_EXECUTOR, at_start=True)
-            spans = np.concatenate([spans, intervals_of(ev.loc[running])])
-        return iv.union(spans), IN_EXECUTION_GAPS[source]
-
-    return once(frames, ("in_flight", host), compute)

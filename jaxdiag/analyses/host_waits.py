@@ -35,6 +35,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.booking import in_flight
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
@@ -43,7 +44,6 @@ from jaxdiag.analyses.device_work import (
     device_rows,
     host_events,
     hosts_of,
-    in_flight,
     intervals_of,
     StepWindows,
     isin,

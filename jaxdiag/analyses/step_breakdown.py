@@ -36,7 +36,8 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, in_flight, intervals_of, step_windows
+from jaxdiag.analyses.booking import in_flight
+from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover

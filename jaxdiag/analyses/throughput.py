@@ -14,8 +14,8 @@ their names and ``count_unit`` says which. MFU is a step's FLOPs over its period
 over the summed peak FLOP/s of the analysed hosts' devices, and is ``None`` unless
 both are known; ``analyses.mfu`` says where each comes from (``mfu_basis`` in the
 section). A capture without step markers (one window, step -1) has no step rate.
-Work between steps (the holes ``trace.steps`` cuts out of the tiling: an evaluation,
-a checkpoint) is no step's period.
+Work between steps (the holes ``trace.steps`` cuts out of the tiling where other
+programs ran: an evaluation, a checkpoint) is no step's period.
 
 Steady rates come from the device where the trace tells the step program's
 executions apart (``analyses.booking``): steady steps/s is those executions per
@@ -39,7 +39,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import booked
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.device_work import hosts_of, step_windows
+from jaxdiag.analyses.device_work import executions_of, hosts_of, step_windows
 from jaxdiag.analyses.mfu import mfu_basis
 from jaxdiag.trace import frames as F
 
@@ -125,17 +125,21 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         lo = win[F.START_NS].to_numpy(np.int64)
         hi = win["end_ns"].to_numpy(np.int64)
         nxt = np.append(lo[1:], hi[-1])
-        # Steps tile the run, but for work between steps: a hole after a step is no step's period.
-        period = np.where(nxt > hi, hi - lo, np.maximum(nxt - lo, hi - lo))
+        # Steps tile the run, but for work between steps: a hole after a step where programs ran
+        # (``between_steps``) is no step's period.
+        period = np.where(_holds_executions(frames, host, hi, nxt), hi - lo, np.maximum(nxt - lo, hi - lo))
         cw = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
         in_compile = iv.covered_in_windows(cw, lo, hi) > 0
+        b = booked(frames, host)
+        waited = _waited_for_compile(b, cw)
+        if waited is not None:  # the host ran ahead: a compile is the step's whose execution waited for it
+            in_compile = np.isin(win[F.STEP].to_numpy(np.int64), list(b.by_dispatch[waited]))
         steady_steps = {int(x) for x, c in zip(win[F.STEP].to_numpy(np.int64), in_compile) if not c}
         if inputs.steps is not None:
             steady_steps &= set(inputs.steps)
-        rate = _device_rate(booked(frames, host), steady_steps, np.stack([hi, nxt], axis=1), cw)
+        rate = _device_rate(b, steady_steps, np.stack([hi, nxt], axis=1), waited)
         if rate is not None:
             device_rates.append(rate)
-        b = booked(frames, host)
         ahead += [int(a) for a in b.ahead[b.ahead >= 0]]
         for step, p, w, c in zip(win[F.STEP].to_numpy(np.int64), period, hi - lo, in_compile):
             step = int(step)
@@ -183,12 +187,36 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
     )
 
 
-def _device_rate(b: Any, steady: set[int], holes: np.ndarray, compiles: np.ndarray) -> tuple[int, float] | None:
+def _holds_executions(frames: Any, host: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Which windows ``[lo, hi)`` hold the start of one of ``host``'s executions."""
+    execs = executions_of(frames)
+    starts = np.sort(execs.loc[execs[F.HOST] == host, F.START_NS].to_numpy(np.int64))
+    return (hi > lo) & (np.searchsorted(starts, hi, side="left") > np.searchsorted(starts, lo, side="left"))
+
+
+def _waited_for_compile(b: Any, compiles: np.ndarray) -> np.ndarray | None:
+    """Which executions waited for a compile: for each compile, the first one to start after it ends,
+    among those dispatched before it ended. ``None`` unless every execution is paired with its dispatch."""
+    if not len(b.starts) or (b.dispatch < 0).any():
+        return None
+    waited = np.zeros(len(b.starts), dtype=bool)
+    for _cs, ce in compiles.tolist():
+        after = np.flatnonzero((b.starts >= ce) & (b.dispatch < ce))
+        if len(after):
+            waited[after[0]] = True
+    return waited
+
+
+def _device_rate(b: Any, steady: set[int], holes: np.ndarray, waited: np.ndarray | None) -> tuple[int, float] | None:
     """``(executions, ms)`` of the step program's executions in ``steady`` steps, each to the next one's start.
 
-    ``None`` unless every steady step holds one execution (by dispatch where paired, else by time).
-    ``holes``: ``(end, next start)`` after each step; a period that holds one, or a compile, is left out.
+    ``None`` unless every steady step holds one execution (by dispatch where paired, else by time) and
+    executions are paired with their dispatches (``waited`` says which waited for a compile).
+    ``holes``: ``(end, next start)`` after each step; a period that holds one, or that ends in an
+    execution that waited for a compile, is left out.
     """
+    if waited is None:
+        return None
     if not len(b.starts) or not steady:
         return None
     step = np.where(b.by_dispatch >= 0, b.by_dispatch, b.by_time)
@@ -197,8 +225,8 @@ def _device_rate(b: Any, steady: set[int], holes: np.ndarray, compiles: np.ndarr
         return None
     nxt = np.append(b.starts[1:], b.ends[-1])
     lo, hi = b.starts[mine], nxt[mine]
-    gaps = iv.union(np.concatenate([holes[holes[:, 1] > holes[:, 0]], compiles]))
-    clean = iv.covered_in_windows(gaps, lo, hi) == 0
+    next_waited = np.append(waited[1:], False)[mine]
+    clean = (iv.covered_in_windows(iv.union(holes[holes[:, 1] > holes[:, 0]]), lo, hi) == 0) & ~next_waited
     if not clean.any():
         return None
     return int(clean.sum()), float((hi[clean] - lo[clean]).sum()) / 1e6

@@ -171,8 +171,11 @@ def _between_steps(report: "Report", console: "Console") -> None:
         listed = ", ".join(
             f"`{escape(str(p.get('function')))}` x{p.get('executions')}" for p in r.get("programs") or []
         )
+        where = f"between steps {r.get('after_step')} and {r.get('before_step')}"
+        if r.get("before_step") == -1:
+            where = f"after step {r.get('after_step')}"
         console.print(
-            f"  between steps {r.get('after_step')} and {r.get('before_step')}: {listed or 'no device program'}, "
+            f"  {where}: {listed or 'no device program'}, "
             f"{_ms(r.get('ms'))} ms (device busy {_ms(r.get('device_busy_ms'))} ms)"
         )
     if len(rows) > 10:
@@ -191,7 +194,7 @@ def _host_waits(report: "Report", console: "Console") -> None:
         console.print(f"[bold]Host waits[/bold] {_ms(hw.get('total_ms'))} ms: {parts}")
     if inside.get("total_ms"):
         console.print(
-            f"[bold]Device idle while an execution ran[/bold] {_ms(inside.get('total_ms'))} ms: "
+            f"[bold]Device idle with work in flight or queued[/bold] {_ms(inside.get('total_ms'))} ms: "
             f"{escape(str(inside.get('label')))}, not host waits"
         )
     if by_cause or inside.get("total_ms"):

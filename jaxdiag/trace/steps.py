@@ -366,17 +366,17 @@ def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame") 
 
 
 def step_module(device: "pd.DataFrame", execs: "pd.DataFrame") -> str:
-    """The program that defines a step: of the modules run at least an eighth as often as the most run
-    one, the one with the most device time. An evaluation run once an epoch is not the step, however long;
-    the training step is, beside the few eager ops (``jnp.ones``) a loop runs each step."""
+    """The program that defines a step: of the modules with at least a tenth of the device time of the
+    busiest one, the one run most often (ties: the busier). An evaluation run once an epoch is not the
+    step, however long; nor are the eager ops (``jnp.ones``) a loop runs each step, however many."""
     work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
     time = work.groupby(HLO_MODULE, observed=True)[DUR_NS].sum()
+    time = time[time > 0] if (time > 0).any() else time
     counts = execs.groupby([HOST, HLO_MODULE]).size().groupby(level=1).max() if len(execs) else None
-    if counts is not None and len(counts):
-        often = [m for m, n in counts.items() if n * 8 >= counts.max() and m in time.index]
-        if often:
-            time = time.loc[often]
-    return str(time.idxmax())
+    if counts is None or not len(counts):
+        return str(time.idxmax())
+    busy = [m for m in time.index if time[m] * 10 >= time.max()]
+    return str(max(busy, key=lambda m: (int(counts.get(m, 0)), float(time[m]))))
 
 
 def between_steps_cut(
@@ -429,6 +429,13 @@ def between_steps_cut(
             cut = min(int(e_end[lead].max()), mark_start)
             if cut > row[3]:
                 out[positions[k]] = (row[0], row[1], row[2], cut, max(row[4], cut))
+        last = out[positions[-1]]
+        mark_end = marked.get((last[0], last[1]), (last[3], last[4]))[1]
+        trail = (at == len(positions) - 1) & inside & (e_start >= mark_end) & np.isin(modules, list(rare))
+        if trail.any():  # work after the last step (a final evaluation) is not the last step's
+            steps_own = (at == len(positions) - 1) & inside & ~np.isin(modules, list(rare))
+            end = max([mark_end] + [int(e) for e in e_end[steps_own & (e_start < int(e_start[trail].min()))]])
+            out[positions[-1]] = (last[0], last[1], last[2], last[3], max(last[3], min(last[4], end)))
     return out
 
 
