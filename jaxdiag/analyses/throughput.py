@@ -213,7 +213,7 @@ def _device_rate(b: Any, steady: set[int], holes: np.ndarray, waited: np.ndarray
     ``None`` unless every steady step holds one execution (by dispatch where paired, else by time) and
     executions are paired with their dispatches (``waited`` says which waited for a compile).
     ``holes``: ``(end, next start)`` after each step; a period that holds one, or that ends in an
-    execution that waited for a compile, is left out.
+    execution that waited for a compile, is left out, as is the last execution's (no next start).
     """
     if waited is None:
         return None
@@ -225,7 +225,7 @@ def _device_rate(b: Any, steady: set[int], holes: np.ndarray, waited: np.ndarray
         return None
     nxt = np.append(b.starts[1:], b.ends[-1])
     lo, hi = b.starts[mine], nxt[mine]
-    next_waited = np.append(waited[1:], False)[mine]
+    next_waited = np.append(waited[1:], True)[mine]  # the last execution: no next start, no period
     clean = (iv.covered_in_windows(iv.union(holes[holes[:, 1] > holes[:, 0]]), lo, hi) == 0) & ~next_waited
     if not clean.any():
         return None

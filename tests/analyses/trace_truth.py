@@ -16,6 +16,7 @@ from pathlib import Path
 @dataclasses.dataclass(frozen=True)
 class Execution:
     module: str
+    program_id: int
     run_id: int
     start_ns: int
     end_ns: int
@@ -45,6 +46,29 @@ class Truth:
     def in_flight(self) -> list[tuple[int, int]]:
         return union([(e.start_ns, e.end_ns) for e in self.executions])
 
+    def steady_rate(self, module: str) -> float:
+        """Executions of ``module`` per second, each from its start to the next one's, leaving out a
+        period in which another program started (work between steps) or that ends in a new program
+        id of ``module`` (a recompile: the device waited for it)."""
+        mine = self.of(module)
+        others = sorted(e.start_ns for e in self.executions if e.module != module)
+        count, total = 0, 0
+        for a, b in zip(mine, mine[1:]):
+            if any(a.start_ns <= t < b.start_ns for t in others) or a.program_id != b.program_id:
+                continue
+            count, total = count + 1, total + (b.start_ns - a.start_ns)
+        return count / (total / 1e9)
+
+    def host_ahead(self, module: str) -> list[int]:
+        """For each dispatch of ``module``'s function, executions dispatched before it not yet finished."""
+        mine = self.of(module)
+        name = f"PjitFunction({module.removeprefix('jit_')})"
+        dispatches = [start for n, start, _end in self.dispatches if n == name]
+        if len(dispatches) != len(mine):
+            return []
+        ends = sorted(e.end_ns for e in mine)
+        return [i - sum(1 for e in ends if e <= d) for i, d in enumerate(dispatches)]
+
     def nothing_in_flight_ns(self, lo: int, hi: int) -> int:
         """Time in ``[lo, hi)`` with no execution in flight."""
         covered = sum(max(0, min(b, hi) - max(a, lo)) for a, b in self.in_flight())
@@ -65,7 +89,7 @@ def read(xplane: str | Path) -> Truth:
     from jax.profiler import ProfileData
 
     data = ProfileData.from_file(str(xplane))
-    ops: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    ops: dict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
     pjit: list[tuple[str, int, int]] = []
     for plane in data.planes:
         if plane.name != "/host:CPU":
@@ -78,12 +102,14 @@ def read(xplane: str | Path) -> Truth:
                     continue
                 stats = {k: v for k, v in e.stats if k is not None}
                 if "hlo_op" in stats and "hlo_module" in stats and "run_id" in stats:
-                    ops[int(stats["run_id"])].append((str(stats["hlo_module"]), start, end))
+                    program = int(stats.get("program_id", -1))
+                    ops[int(stats["run_id"])].append((str(stats["hlo_module"]), program, start, end))
     executions = []
     for run, rows in ops.items():
-        spans = [(a, b) for _m, a, b in rows]
+        spans = [(a, b) for _m, _p, a, b in rows]
         busy = sum(b - a for a, b in union(spans))
-        executions.append(Execution(rows[0][0], run, min(a for a, _ in spans), max(b for _, b in spans), busy))
+        first, last = min(a for a, _ in spans), max(b for _, b in spans)
+        executions.append(Execution(rows[0][0], rows[0][1], run, first, last, busy))
     executions.sort(key=lambda e: e.start_ns)
     pjit.sort(key=lambda r: (r[1], -r[2]))
     outer: list[tuple[str, int, int]] = []
