@@ -48,13 +48,19 @@ class Truth:
 
     def steady_rate(self, module: str) -> float:
         """Executions of ``module`` per second, each from its start to the next one's, leaving out a
-        period in which another program started (work between steps) or that ends in a new program
-        id of ``module`` (a recompile: the device waited for it)."""
+        period in which a program run in fewer than half of the periods started (work between steps)
+        or that ends in a new program id of ``module`` (a recompile: the device waited for it)."""
         mine = self.of(module)
-        others = sorted(e.start_ns for e in self.executions if e.module != module)
+        periods = list(zip(mine, mine[1:]))
+        seen: dict[str, set[int]] = defaultdict(set)  # the periods each other program starts in
+        for e in self.executions:
+            for i, (a, b) in enumerate(periods):
+                if e.module != module and a.start_ns <= e.start_ns < b.start_ns:
+                    seen[e.module].add(i)
+        rare = {m for m, where in seen.items() if 2 * len(where) < len(periods)}  # not run every step
         count, total = 0, 0
-        for a, b in zip(mine, mine[1:]):
-            if any(a.start_ns <= t < b.start_ns for t in others) or a.program_id != b.program_id:
+        for i, (a, b) in enumerate(periods):
+            if any(i in seen[m] for m in rare) or a.program_id != b.program_id:
                 continue
             count, total = count + 1, total + (b.start_ns - a.start_ns)
         return count / (total / 1e9)
