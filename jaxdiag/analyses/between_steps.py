@@ -5,7 +5,8 @@
 the steps. Each hole is a row here, with the programs that ran in it: it is no
 step's time, so step statistics, steady throughput and the per-step op tables leave
 it out. Programs other than the step's that run after the last step ends (a final
-evaluation) are a row too, ``after step N``. A finding says what it cost when that matters.
+evaluation) are a row too, ``after step N``, as are those cut out of the first step
+(work queued before the loop, run once its trace began), ``before step 0``. A finding says what it cost when that matters.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class BetweenRow:
     """One stretch of work between two steps on one host."""
 
     host: str
-    after_step: int
+    after_step: int  # -1: before the first step
     before_step: int  # -1: after the last step
     start_ns: int
     end_ns: int
@@ -48,7 +49,9 @@ class BetweenRow:
         return f"{self.where()}: {listed}, {took}"
 
     def where(self) -> str:
-        """``between steps 468 and 469``, or ``after step 469`` for work after the last step."""
+        """``between steps 468 and 469``, ``before step 0`` or ``after step 469``."""
+        if self.after_step < 0:
+            return f"before step {self.before_step}"
         if self.before_step < 0:
             return f"after step {self.after_step}"
         return f"between steps {self.after_step} and {self.before_step}"
@@ -105,6 +108,10 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         execs = execs.loc[execs[F.HOST] == host]
         e_start, e_end = execs[F.START_NS].to_numpy(np.int64), execs[END_NS].to_numpy(np.int64)
         spans = [(int(k), int(hi[k]), int(lo[k + 1])) for k in np.flatnonzero(lo[1:] > hi[:-1])]
+        before = (e_start < lo[0]) & (execs[F.HLO_MODULE].to_numpy(object) != step_program(frames))
+        if before.any() and frames.step_source == "module":  # the first step began at the host's first
+            # event, so this is work cut out of it: queued before the loop, run once the trace began
+            spans.insert(0, (-1, int(e_start[before].min()), int(lo[0])))
         after = (e_start >= hi[-1]) & (execs[F.HLO_MODULE].to_numpy(object) != step_program(frames))
         if after.any():
             spans.append((len(steps) - 1, int(hi[-1]), int(e_end[after].max())))
@@ -113,8 +120,9 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         wall_ns = max(wall_ns, max(b for _k, _a, b in spans) - int(lo.min()))
         busy = iv.union(intervals_of(device_ops(frames, host)))
         for k, a, b in spans:
-            before = int(steps[k + 1]) if k + 1 < len(steps) else -1
-            if inputs.steps is not None and not {int(steps[k]), before} & set(inputs.steps):
+            after_step = int(steps[k]) if k >= 0 else -1
+            before_step = int(steps[k + 1]) if k + 1 < len(steps) else -1
+            if inputs.steps is not None and not {after_step, before_step} & set(inputs.steps):
                 continue
             inside = (e_start < b) & (e_end > a)
             counts: dict[str, int] = {}
@@ -127,7 +135,7 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
                 counts[name] = counts.get(name, 0) + 1
             programs = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
             busy_ms = iv.covered_in_windows(busy, np.array([a]), np.array([b]))[0] / 1e6
-            rows.append(BetweenRow(host, int(steps[k]), before, a, b, float(busy_ms), programs))
+            rows.append(BetweenRow(host, after_step, before_step, a, b, float(busy_ms), programs))
     result = BetweenSteps(tuple(rows))
     return dataclasses.replace(result, findings=_findings(result, inputs, wall_ns / 1e6))
 

@@ -180,15 +180,17 @@ def _in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
         ev = host_events(frames, host)
         parts.append(intervals_of(ev.loc[name_matches(ev[F.NAME], _CPU_EXECUTOR, at_start=True)]))
     keys = list(zip(mine[F.HLO_MODULE].astype(object).tolist(), mine[F.DEVICE].tolist()))
+    queued = []
     for module, device in dict.fromkeys(keys):
         rows = np.flatnonzero([k == (module, device) for k in keys])
         rows = rows[np.argsort(starts[rows], kind="stable")]
         dispatch = _pair(_dispatches(frames, host, str(module)), starts[rows])
         paired = dispatch >= 0
-        parts.append(iv.as_intervals(dispatch[paired], starts[rows][paired]))
+        queued.append(iv.as_intervals(dispatch[paired], starts[rows][paired]))
     # A dispatch that compiles first queues nothing until its compile ends: that wait is the compile's.
     compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
-    return iv.subtract(iv.union(np.concatenate(parts)), compiles), IN_EXECUTION_GAPS[source]
+    parts.append(iv.subtract(np.concatenate(queued), compiles) if queued else iv.EMPTY)
+    return iv.union(np.concatenate(parts)), IN_EXECUTION_GAPS[source]
 
 
 def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:

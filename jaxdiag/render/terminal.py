@@ -174,6 +174,8 @@ def _between_steps(report: "Report", console: "Console") -> None:
         where = f"between steps {r.get('after_step')} and {r.get('before_step')}"
         if r.get("before_step") == -1:
             where = f"after step {r.get('after_step')}"
+        if r.get("after_step") == -1:
+            where = f"before step {r.get('before_step')}"
         console.print(
             f"  {where}: {listed or 'no device program'}, "
             f"{_ms(r.get('ms'))} ms (device busy {_ms(r.get('device_busy_ms'))} ms)"

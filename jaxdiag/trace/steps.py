@@ -420,7 +420,7 @@ def between_steps_cut(
             if ok:
                 steps_with[str(m)].add(k)
         rare = {m for m, ks in steps_with.items() if 2 * len(ks) < len(positions)}
-        for k in range(1, len(positions)):
+        for k in range(len(positions)):  # step 0 too: work queued before the loop is not its own
             row = out[positions[k]]
             mark_start = marked.get((row[0], row[1]), (row[3], row[4]))[0]
             lead = (at == k) & inside & (e_start < mark_start) & np.isin(modules, list(rare))
