@@ -2,9 +2,8 @@
 
 In order of preference: ``StepTraceAnnotation`` events on the host (an event
 named by the annotation with a ``step_num`` stat); a TPU "Steps" line; else the
-executions of the dominant jitted module (of the modules run at least an eighth
-as often as the most run one, the one with the most device time; executions are told
-apart by ``trace.executions``).
+executions of the step's program (``step_module``: of the big programs, the one run
+most often; executions are told apart by ``trace.executions``).
 Steps are per host because hosts do not share a clock.
 
 Steps tile the run: each step begins where the one before it ended, so the
@@ -39,6 +38,7 @@ from jaxdiag.trace.frames import (
     DEVICE,
     DUR_NS,
     HLO_MODULE,
+    HLO_OP,
     HOST,
     LINE_KIND,
     NAME,
@@ -343,8 +343,8 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
             rows.append((str(host), i, module, start, end))
     how = {"run_id": "told apart by their run_id", "module_span": "XLA Modules spans", "timing": "runs of its ops"}
     note = (
-        f"no step annotations; steps from executions of {module} (of the programs run often, the one with the "
-        f"most device time; {', '.join(how[s] for s in sorted(sources))}): each of the {len(rows)} executions, with the gap "
+        f"no step annotations; steps from executions of {module} (of the big programs, by ops and device "
+        f"time, the one run most often; {', '.join(how[s] for s in sorted(sources))}): each of the {len(rows)} executions, with the gap "
         "before it (where its inputs were made and its compile ran), is a step. Wrap each training step in "
         "jax.profiler.StepTraceAnnotation('train', step_num=i) for exact steps"
     )
@@ -366,17 +366,19 @@ def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame") 
 
 
 def step_module(device: "pd.DataFrame", execs: "pd.DataFrame") -> str:
-    """The program that defines a step: of the modules with at least a tenth of the device time of the
-    busiest one, the one run most often (ties: the busier). An evaluation run once an epoch is not the
-    step, however long; nor are the eager ops (``jnp.ones``) a loop runs each step, however many."""
+    """The program that defines a step: of the big programs (distinct ops times device time at least a
+    quarter of the biggest's), the one run most often (ties: the bigger). An evaluation run once an
+    epoch is not the step, however long; nor are the one-op programs a loop runs each step (``jnp.ones``,
+    a batch's gather), however many or slow."""
     work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
-    time = work.groupby(HLO_MODULE, observed=True)[DUR_NS].sum()
-    time = time[time > 0] if (time > 0).any() else time
+    grouped = work.groupby(HLO_MODULE, observed=True)
+    time = grouped[DUR_NS].sum()
+    size = (time * grouped[HLO_OP].nunique().clip(lower=1)).astype(float)
     counts = execs.groupby([HOST, HLO_MODULE]).size().groupby(level=1).max() if len(execs) else None
-    if counts is None or not len(counts):
+    if counts is None or not len(counts) or not (size > 0).any():
         return str(time.idxmax())
-    busy = [m for m in time.index if time[m] * 10 >= time.max()]
-    return str(max(busy, key=lambda m: (int(counts.get(m, 0)), float(time[m]))))
+    big = [m for m in size.index if size[m] * 4 >= size.max()]
+    return str(max(big, key=lambda m: (int(counts.get(m, 0)), float(size[m]))))
 
 
 def between_steps_cut(
