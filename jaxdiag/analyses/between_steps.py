@@ -119,20 +119,20 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
             continue
         wall_ns = max(wall_ns, max(b for _k, _a, b in spans) - int(lo.min()))
         busy = iv.union(intervals_of(device_ops(frames, host)))
+        devices = execs[F.DEVICE].to_numpy(np.int64)
         for k, a, b in spans:
             after_step = int(steps[k]) if k >= 0 else -1
             before_step = int(steps[k + 1]) if k + 1 < len(steps) else -1
             if inputs.steps is not None and not {after_step, before_step} & set(inputs.steps):
                 continue
             inside = (e_start < b) & (e_end > a)
+            per_device: dict[tuple[str, int], int] = {}  # TPU module spans and GPU runs are per device
+            for module, device in zip(execs[F.HLO_MODULE].to_numpy(object)[inside], devices[inside].tolist()):
+                key = (function_of(str(module)), int(device))
+                per_device[key] = per_device.get(key, 0) + 1
             counts: dict[str, int] = {}
-            seen: set[tuple[str, int]] = set()
-            for module, start in zip(execs[F.HLO_MODULE].to_numpy(object)[inside], e_start[inside].tolist()):
-                if (module, start) in seen:  # one execution per device: count it once
-                    continue
-                seen.add((module, start))
-                name = function_of(str(module))
-                counts[name] = counts.get(name, 0) + 1
+            for (name, _device), n in per_device.items():
+                counts[name] = max(counts.get(name, 0), n)
             programs = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
             busy_ms = iv.covered_in_windows(busy, np.array([a]), np.array([b]))[0] / 1e6
             rows.append(BetweenRow(host, after_step, before_step, a, b, float(busy_ms), programs))
@@ -141,13 +141,16 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
 
 
 def _findings(r: BetweenSteps, inputs: AnalysisInputs, wall_ms: float) -> tuple[Finding, ...]:
-    total = r.total_ms
-    if not r.rows or total < inputs.thresholds.min_finding_ms:
+    """One finding for the work between steps and after the last; setup before the first step
+    (which may hold the first compiles) is a row, not a cost of the loop."""
+    rows = [row for row in r.rows if row.after_step >= 0]
+    total = sum(row.ms for row in rows)
+    if not rows or total < inputs.thresholds.min_finding_ms:
         return ()
-    largest = sorted(r.rows, key=lambda row: -row.ms)
+    largest = sorted(rows, key=lambda row: -row.ms)
     listed = "; ".join(row.describe() for row in largest[:3])
     more = f"; and {len(largest) - 3} more" if len(largest) > 3 else ""
-    names = sorted({n for row in r.rows for n, _ in row.programs})
+    names = sorted({n for row in rows for n, _ in row.programs})
     return (
         Finding(
             kind="between_steps",
@@ -163,6 +166,6 @@ def _findings(r: BetweenSteps, inputs: AnalysisInputs, wall_ms: float) -> tuple[
                 + " between training steps (evaluation, checkpointing, a reshard). If the run's wall time matters, "
                 "run it less often or on fewer batches; it does not slow the training step itself."
             ),
-            evidence={"rows": [row.to_dict() for row in r.rows[:20]], "total_ms": round(total, 3)},
+            evidence={"rows": [row.to_dict() for row in rows[:20]], "total_ms": round(total, 3)},
         ),
     )
