@@ -68,7 +68,7 @@ def step_program(frames: "TraceFrames") -> str:
     """The program whose executions are the steps (``trace.steps.step_module``), or ``""``."""
 
     def compute() -> str:
-        from jaxdiag.trace.steps import step_module
+        from jaxdiag.trace.executions import step_module
 
         if frames.step_source == "module" and len(frames.steps):
             return str(frames.steps["step_name"].iloc[0])

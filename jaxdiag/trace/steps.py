@@ -38,7 +38,6 @@ from jaxdiag.trace.frames import (
     DEVICE,
     DUR_NS,
     HLO_MODULE,
-    HLO_OP,
     HOST,
     LINE_KIND,
     NAME,
@@ -317,7 +316,7 @@ def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, in
 
 
 def _from_module(events: "pd.DataFrame") -> FoundSteps:
-    from jaxdiag.trace.executions import END_NS, SOURCE, executions
+    from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, executions, step_module
 
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
@@ -355,7 +354,7 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
 
 def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame") -> list[Row]:
     """``between_steps_cut`` for marked steps, the step's program found as for inferred steps."""
-    from jaxdiag.trace.executions import executions
+    from jaxdiag.trace.executions import between_steps_cut, executions, step_module
 
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
@@ -363,82 +362,6 @@ def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame") 
     execs = executions(device)
     marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
     return between_steps_cut(tiled, marked, execs, step_module(device, execs))
-
-
-def step_module(device: "pd.DataFrame", execs: "pd.DataFrame") -> str:
-    """The program that defines a step: of the big programs (distinct ops times device time at least a
-    quarter of the biggest's), the one run most often (ties: the bigger). An evaluation run once an
-    epoch is not the step, however long; nor are the one-op programs a loop runs each step (``jnp.ones``,
-    a batch's gather), however many or slow."""
-    work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
-    grouped = work.groupby(HLO_MODULE, observed=True)
-    time = grouped[DUR_NS].sum()
-    size = (time * grouped[HLO_OP].nunique().clip(lower=1)).astype(float)
-    counts = execs.groupby([HOST, HLO_MODULE]).size().groupby(level=1).max() if len(execs) else None
-    if counts is None or not len(counts) or not (size > 0).any():
-        return str(time.idxmax())
-    big = [m for m in size.index if size[m] * 4 >= size.max()]
-    return str(max(big, key=lambda m: (int(counts.get(m, 0)), float(size[m]))))
-
-
-def between_steps_cut(
-    tiled: Sequence[Row], marked: dict[tuple[str, int], tuple[int, int]], execs: "pd.DataFrame", module: str
-) -> list[Row]:
-    """Cut work between steps out of the steps: executions of programs other than the step's that run
-    in fewer than half of the steps, between a step's start and its mark (for inferred steps: its
-    execution), no longer belong to it. The step then begins where the last of them ends, leaving a
-    hole in the tiling that ``analyses.between_steps`` reports on its own row.
-
-    Args:
-      tiled: ``tile``'s rows.
-      marked: ``(host, step) -> (start, end)`` of each step's mark (annotation span or execution).
-      execs: ``trace.executions.executions`` of the events.
-      module: the step's program; its executions never move.
-    """
-    import numpy as np
-
-    from jaxdiag.trace.executions import END_NS
-
-    out = list(tiled)
-    if execs.empty or not out:
-        return out
-    others = execs[execs[HLO_MODULE] != module]
-    by_host: dict[str, list[int]] = defaultdict(list)
-    for i, row in enumerate(out):
-        by_host[row[0]].append(i)
-    for host, positions in by_host.items():
-        mine = others[others[HOST] == host]
-        if mine.empty or len(positions) < 2:
-            continue
-        positions.sort(key=lambda i: out[i][3])
-        starts = np.array([out[i][3] for i in positions], dtype=np.int64)
-        ends = np.array([out[i][4] for i in positions], dtype=np.int64)
-        e_start, e_end = mine[START_NS].to_numpy(np.int64), mine[END_NS].to_numpy(np.int64)
-        at = np.searchsorted(starts, e_start, side="right") - 1
-        inside = (at >= 0) & (e_start < ends[np.maximum(at, 0)])
-        modules = mine[HLO_MODULE].to_numpy(object)
-        steps_with: dict[str, set[int]] = defaultdict(set)
-        for m, k, ok in zip(modules, at.tolist(), inside.tolist()):
-            if ok:
-                steps_with[str(m)].add(k)
-        rare = {m for m, ks in steps_with.items() if 2 * len(ks) < len(positions)}
-        for k in range(len(positions)):  # step 0 too: work queued before the loop is not its own
-            row = out[positions[k]]
-            mark_start = marked.get((row[0], row[1]), (row[3], row[4]))[0]
-            lead = (at == k) & inside & (e_start < mark_start) & np.isin(modules, list(rare))
-            if not lead.any():
-                continue
-            cut = min(int(e_end[lead].max()), mark_start)
-            if cut > row[3]:
-                out[positions[k]] = (row[0], row[1], row[2], cut, max(row[4], cut))
-        last = out[positions[-1]]
-        mark_end = marked.get((last[0], last[1]), (last[3], last[4]))[1]
-        trail = (at == len(positions) - 1) & inside & (e_start >= mark_end) & np.isin(modules, list(rare))
-        if trail.any():  # work after the last step (a final evaluation) is not the last step's
-            steps_own = (at == len(positions) - 1) & inside & ~np.isin(modules, list(rare))
-            end = max([mark_end] + [int(e) for e in e_end[steps_own & (e_start < int(e_start[trail].min()))]])
-            out[positions[-1]] = (last[0], last[1], last[2], last[3], max(last[3], min(last[4], end)))
-    return out
 
 
 def _table(rows: Sequence[tuple[str, int, str, int, int]]) -> "pd.DataFrame":
