@@ -48,6 +48,7 @@ class Booked:
       module: the step's program (``jit_train_step``).
       starts, ends: each execution's first op's start and last op's end.
       dispatch: when its dispatch began, -1 where unpaired.
+      dispatch_end: when that dispatch returned, -1 where unpaired.
       by_time: the step whose window holds its start (-1: none).
       by_dispatch: the step whose window holds its dispatch (-1: unpaired or none); where the
         steps are the executions themselves (no annotations), each execution's own.
@@ -59,6 +60,7 @@ class Booked:
     starts: np.ndarray
     ends: np.ndarray
     dispatch: np.ndarray
+    dispatch_end: np.ndarray
     by_time: np.ndarray
     by_dispatch: np.ndarray
     ahead: np.ndarray
@@ -96,8 +98,12 @@ def _booked(frames: "TraceFrames", host: str) -> Booked:
     order = np.argsort(starts, kind="stable")
     starts, ends = starts[order], ends[order]
     windows = StepWindows.of(step_windows(frames, host))
-    dispatch = _pair(_dispatches(frames, host, module), starts)
+    spans = _dispatches(frames, host, module)
+    dispatch = _pair(spans[:, 0], starts)
     paired = dispatch >= 0
+    dispatch_end = np.full(len(starts), -1, dtype=np.int64)
+    if paired.any():
+        dispatch_end[paired] = spans[np.searchsorted(spans[:, 0], dispatch[paired]), 1]
     by_time = windows.step_of(starts)
     if frames.step_source == "module":  # the steps are these executions: each is its own step's
         by_dispatch = np.where(paired, by_time, -1)
@@ -105,14 +111,14 @@ def _booked(frames: "TraceFrames", host: str) -> Booked:
         by_dispatch = np.where(paired, windows.step_of(np.where(paired, dispatch, 0)), -1)
     finished = np.searchsorted(np.sort(ends), dispatch, side="right")  # executions done when it was dispatched
     ahead = np.where(paired, np.arange(len(starts)) - finished, -1)
-    return Booked(module, starts, ends, dispatch, by_time, by_dispatch, ahead)
+    return Booked(module, starts, ends, dispatch, dispatch_end, by_time, by_dispatch, ahead)
 
 
 def _dispatches(frames: "TraceFrames", host: str, module: str) -> np.ndarray:
-    """Starts of the host's outermost ``PjitFunction(f)`` spans for ``module`` (``jit_f``), sorted."""
+    """``(start, end)`` of the host's outermost ``PjitFunction(f)`` spans for ``module`` (``jit_f``), by start."""
     m = _MODULE_FUNCTION.match(module)
     if not m:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros((0, 2), dtype=np.int64)
     ev = host_events(frames, host)
     rows = ev.loc[(ev[F.NAME] == f"PjitFunction({m[1]})").to_numpy()]
     starts = rows[F.START_NS].to_numpy(np.int64)
@@ -126,7 +132,7 @@ def _dispatches(frames: "TraceFrames", host: str, module: str) -> np.ndarray:
             keep[i] = False
         else:
             reach = e
-    return starts[keep]
+    return np.stack([starts[keep], ends[keep]], axis=1)
 
 
 def _pair(dispatches: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -184,7 +190,7 @@ def _in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
     for module, device in dict.fromkeys(keys):
         rows = np.flatnonzero([k == (module, device) for k in keys])
         rows = rows[np.argsort(starts[rows], kind="stable")]
-        dispatch = _pair(_dispatches(frames, host, str(module)), starts[rows])
+        dispatch = _pair(_dispatches(frames, host, str(module))[:, 0], starts[rows])
         paired = dispatch >= 0
         queued.append(iv.as_intervals(dispatch[paired], starts[rows][paired]))
     # A dispatch that compiles first queues nothing until its compile ends: that wait is the compile's.
@@ -195,10 +201,11 @@ def _in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
 
 def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:
     """The step a compile of the step's program belongs to: where the host ran ahead, the step of the
-    execution that waited for it (the first to start after it, dispatched before it ended), not the
+    execution that waited for it (the first whose dispatch overlaps it: a compile runs inside the dispatch that
+    needs it), not the
     step the device was in meanwhile. Other compiles, and unpaired executions: ``span.step``."""
     b = booked(frames, host)
     if span.module != b.module or not len(b.starts) or (b.dispatch < 0).any():
         return int(span.step)
-    after = np.flatnonzero((b.starts >= span.end_ns) & (b.dispatch < span.end_ns))
+    after = np.flatnonzero((b.dispatch >= 0) & (b.dispatch <= span.end_ns) & (b.dispatch_end >= span.start_ns))
     return int(b.by_dispatch[after[0]]) if len(after) else int(span.step)

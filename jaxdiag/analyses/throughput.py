@@ -132,8 +132,14 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         in_compile = iv.covered_in_windows(cw, lo, hi) > 0
         b = booked(frames, host)
         waited = _waited_for_compile(b, cw)
-        if waited is not None:  # the host ran ahead: a compile is the step's whose execution waited for it
+        if waited is not None:
+            # A compile inside a dispatch of the step program is the step's whose execution waited for it,
+            # wherever the device was meanwhile (the host may run ahead); other compiles (an eager op's)
+            # are the steps' they overlap.
+            theirs = _in_step_dispatch(b, cw)
             in_compile = np.isin(win[F.STEP].to_numpy(np.int64), list(b.by_dispatch[waited]))
+            in_compile |= iv.covered_in_windows(cw[~theirs], lo, hi) > 0
+            waited = waited | _starts_after(b, cw[~theirs])
         steady_steps = {int(x) for x, c in zip(win[F.STEP].to_numpy(np.int64), in_compile) if not c}
         if inputs.steps is not None:
             steady_steps &= set(inputs.steps)
@@ -195,16 +201,35 @@ def _holds_executions(frames: Any, host: str, lo: np.ndarray, hi: np.ndarray) ->
 
 
 def _waited_for_compile(b: Any, compiles: np.ndarray) -> np.ndarray | None:
-    """Which executions waited for a compile: for each compile, the first one to start after it ends,
-    among those dispatched before it ended. ``None`` unless every execution is paired with its dispatch."""
+    """Which executions waited for a compile: for each compile, the first whose dispatch overlaps it (a
+    compile runs inside the dispatch that needs it). ``None`` unless every execution is paired with its dispatch."""
     if not len(b.starts) or (b.dispatch < 0).any():
         return None
     waited = np.zeros(len(b.starts), dtype=bool)
-    for _cs, ce in compiles.tolist():
-        after = np.flatnonzero((b.starts >= ce) & (b.dispatch < ce))
+    for cs, ce in compiles.tolist():
+        after = np.flatnonzero((b.dispatch <= ce) & (b.dispatch_end >= cs))
         if len(after):
             waited[after[0]] = True
     return waited
+
+
+def _in_step_dispatch(b: Any, compiles: np.ndarray) -> np.ndarray:
+    """Which compile windows overlap a dispatch of the step program."""
+    paired = b.dispatch >= 0
+    return np.array(
+        [bool(((b.dispatch[paired] <= ce) & (b.dispatch_end[paired] >= cs)).any()) for cs, ce in compiles.tolist()],
+        dtype=bool,
+    ).reshape(-1)
+
+
+def _starts_after(b: Any, compiles: np.ndarray) -> np.ndarray:
+    """For each compile window, the first execution starting after it begins (its period held the compile)."""
+    out = np.zeros(len(b.starts), dtype=bool)
+    for cs, _ce in compiles.tolist():
+        after = np.flatnonzero(b.starts >= cs)
+        if len(after):
+            out[after[0]] = True
+    return out
 
 
 def _device_rate(b: Any, steady: set[int], holes: np.ndarray, waited: np.ndarray | None) -> tuple[int, float] | None:

@@ -157,19 +157,20 @@ def _by_timing(ops: "pd.DataFrame") -> "pd.DataFrame":
 
 
 def step_module(device: "pd.DataFrame", execs: "pd.DataFrame") -> str:
-    """The program that defines a step: of the big programs (device time times distinct ops, at least a
-    quarter of the biggest's), the one run most often (ties: the bigger). An evaluation run once an
-    epoch is not the step, however long; nor are the one-op programs a loop runs each step (``jnp.ones``,
-    a batch's gather), however many or slow."""
+    """The program that defines a step: of the programs of more than one distinct op (a lone op is an
+    eager ``jnp`` call or a batch's gather, never a training step), those with at least a quarter of the
+    busiest one's device time; of these, the one run most often (ties: the busier). An evaluation run
+    once an epoch is not the step, however long."""
     work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
     grouped = work.groupby(HLO_MODULE, observed=True)
     time = grouped[DUR_NS].sum()
-    size = time.astype(float) * grouped[HLO_OP].nunique().clip(lower=1).astype(float)
+    ops = grouped[HLO_OP].nunique()
     counts = execs.groupby([HOST, HLO_MODULE]).size().groupby(level=1).max() if len(execs) else None
-    if counts is None or not len(counts) or not (size > 0).any():
+    if counts is None or not len(counts) or not (time > 0).any():
         return str(time.idxmax())
-    big = [m for m in size.index if size[m] * 4 >= size.max()]
-    return str(max(big, key=lambda m: (int(counts.get(m, 0)), float(size[m]))))
+    programs = time[(ops > 1) & (time > 0)] if ((ops > 1) & (time > 0)).any() else time[time > 0]
+    busy = [m for m in programs.index if programs[m] * 4 >= programs.max()]
+    return str(max(busy, key=lambda m: (int(counts.get(m, 0)), float(programs[m]))))
 
 
 def between_steps_cut(

@@ -2,8 +2,8 @@
 
 In order of preference: ``StepTraceAnnotation`` events on the host (an event
 named by the annotation with a ``step_num`` stat); a TPU "Steps" line; else the
-executions of the step's program (``step_module``: of the big programs, the one run
-most often; executions are told apart by ``trace.executions``).
+executions of the step's program (``executions.step_module``: of the busy programs of
+several ops, the one run most often; executions are told apart by ``trace.executions``).
 Steps are per host because hosts do not share a clock.
 
 Steps tile the run: each step begins where the one before it ended, so the
@@ -342,8 +342,8 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
             rows.append((str(host), i, module, start, end))
     how = {"run_id": "told apart by their run_id", "module_span": "XLA Modules spans", "timing": "runs of its ops"}
     note = (
-        f"no step annotations; steps from executions of {module} (of the big programs, by ops and device "
-        f"time, the one run most often; {', '.join(how[s] for s in sorted(sources))}): each of the {len(rows)} executions, with the gap "
+        f"no step annotations; steps from executions of {module} (of the busy programs of several ops, the "
+        f"one run most often; {', '.join(how[s] for s in sorted(sources))}): each of the {len(rows)} executions, with the gap "
         "before it (where its inputs were made and its compile ran), is a step. Wrap each training step in "
         "jax.profiler.StepTraceAnnotation('train', step_num=i) for exact steps"
     )
