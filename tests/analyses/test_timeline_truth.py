@@ -115,3 +115,15 @@ def test_work_between_steps_has_its_own_rows(captures: Path) -> None:
 def test_no_work_between_steps_where_none_ran(captures: Path, pattern: str) -> None:
     report, _truth = _case(captures, pattern)
     assert report.section("between_steps")["rows"] == []
+
+
+def test_annotated_steps_that_never_read_get_the_work_they_dispatched(captures: Path) -> None:
+    # Each host step only queues its execution (the host runs ahead); the device runs them later,
+    # most of them inside the last step's window. Each step still holds its own execution's work.
+    report, truth = _case(captures, "annotated_no_read")
+    train = truth.of(TRAIN)
+    assert report.source["step_source"] == "annotation" and len(report.steps) == len(train)
+    for row, execution in zip(report.steps, train):
+        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+    assert report.throughput["steady_steps_per_s"] == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
+    assert report.throughput["host_ahead"]["max"] == max(truth.host_ahead(TRAIN)) >= 3

@@ -10,6 +10,7 @@ its training loop unless the pattern says so; the trace stops after the device i
 - ``remainder``: an epoch whose last batch is smaller (one more compile, same function).
 - ``scan``: a model whose layers run under ``lax.scan``.
 - ``nnx``: a Flax NNX model trained with ``nnx.jit`` and optax.
+- ``annotated_no_read``: ``no_read`` with each step in a ``StepTraceAnnotation``.
 """
 
 from __future__ import annotations
@@ -172,13 +173,31 @@ def nnx(logdir: str) -> None:
     jax.profiler.stop_trace()
 
 
+def annotated_no_read(logdir: str) -> None:
+    import jax
+
+    train_step, _loss, init = _mlp_step()
+    params = init()
+    xs, ys = _batches(STEPS)
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            params, _ = train_step(params, xs[i], ys[i])
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+#: The programs whose steps are inferred from executions.
 PATTERNS = {f.__name__: f for f in (no_read, eval_between, remainder, scan, nnx)}
+ANNOTATED = {f.__name__: f for f in (annotated_no_read,)}
 
 
 def main(argv: list[str]) -> None:
     out = Path(argv[0])
-    for name in argv[1:] or list(PATTERNS):
-        PATTERNS[name](str(out / name))
+    every = {**PATTERNS, **ANNOTATED}
+    for name in argv[1:] or list(every):
+        every[name](str(out / name))
 
 
 if __name__ == "__main__":
