@@ -126,8 +126,9 @@ def frames(
         rows += [(h, i, s, e) for h in hosts for i, (s, e) in enumerate(steps)]
     st = pd.DataFrame([(h, n, "train", int(s * US), int(e * US)) for h, n, s, e in rows], columns=list(F.STEP_COLUMNS))
     ev[F.STEP] = _assign_steps(ev, st)
+    ev[F.RUN_ID] = ev[F.RUN_ID].fillna(-1)  # rows built without one: unknown, as the loader says
     ev = ev[list(F.EVENT_COLUMNS)]
-    for col in (F.DEVICE, F.START_NS, F.DUR_NS, F.PROGRAM_ID, F.STEP):
+    for col in (F.DEVICE, F.START_NS, F.DUR_NS, F.PROGRAM_ID, F.STEP, F.RUN_ID):
         ev[col] = ev[col].astype(np.int64)
     dev = ev.loc[ev[F.CATEGORY] == "device", [F.HOST, F.PLANE, F.DEVICE]].drop_duplicates()
     devices = pd.DataFrame(

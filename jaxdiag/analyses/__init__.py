@@ -17,6 +17,7 @@ from jaxdiag.analyses.base import Analysis, AnalysisInputs, AnalysisResult
 _MODULES = {
     "capture": "completeness",
     "steps": "step_breakdown",
+    "between_steps": "between_steps",
     "host_waits": "host_waits",
     "recompiles": "recompiles",
     "small_ops": "small_ops",

@@ -378,3 +378,10 @@ def _steps_and_device_share(
         step[rows] = step_of(starts[rows], windows.loc[windows[F.HOST] == name])
         n_devices[rows] = len(np.unique(devices[rows]))
     return step, 1.0 / np.maximum(n_devices, 1.0)
+
+
+def executions_of(frames: "TraceFrames") -> "pd.DataFrame":
+    """Every execution of the capture (``trace.executions.executions``), shared within a report (read-only)."""
+    from jaxdiag.trace.executions import executions
+
+    return once(frames, ("executions",), lambda: executions(frames.events))

@@ -16,6 +16,13 @@ what the host was doing, on any of its threads:
 
 ``time_lost_ms`` of a finding is the device-idle time given to that cause: what
 removing the stall saves at most, if the device then has work queued.
+
+A device waits for the host only when nothing is in flight. Where the trace tells
+executions apart (``device_work.in_flight``: XLA:CPU run ids, TPU module spans), idle
+stretches while an execution runs are the program's own gaps (XLA:CPU's thread pool
+between thunks), whatever the host did then: they are counted apart, as
+``in_execution``, and are never a host wait. A host blocked in a dispatch while an
+execution runs (the queue is full) leaves no idle device, so it is no wait either.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.booking import in_flight
 from jaxdiag.analyses.collectives import platform_of
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
@@ -144,6 +152,9 @@ class HostWaitsResult:
       wall_ms: wall time of the analysed steps, on the host where it is largest.
       steady_wall_ms: the same without compile time, which severities are graded against.
       sync_steps: steps with a device-to-host read, whether or not it left the device idle.
+      in_execution: device-idle stretches while an execution was in flight (not waits), by step.
+      in_execution_label: what those are on this platform, e.g. "gaps inside executions
+        (XLA:CPU thread scheduling)"; ``""`` where the trace does not tell executions apart.
       findings: one ``host_wait`` finding per cause that matters (compiles are left
         to the recompile findings, so their time is not reported twice).
     """
@@ -154,10 +165,16 @@ class HostWaitsResult:
     steady_wall_ms: float
     sync_steps: tuple[int, ...] = ()
     findings: tuple[Finding, ...] = ()
+    in_execution: tuple[Wait, ...] = ()
+    in_execution_label: str = ""
 
     @property
     def total_ms(self) -> float:
         return sum(c.ms for c in self.by_cause)
+
+    @property
+    def in_execution_ms(self) -> float:
+        return sum(w.end_ns - w.start_ns for w in self.in_execution) / 1e6
 
     def by_step(self) -> dict[int, dict[str, float]]:
         """Step -> cause -> milliseconds."""
@@ -168,7 +185,15 @@ class HostWaitsResult:
         return dict(sorted(out.items()))
 
     def to_dict(self) -> dict[str, Any]:
+        in_steps: dict[int, float] = {}
+        for w in self.in_execution:
+            in_steps[w.step] = in_steps.get(w.step, 0.0) + (w.end_ns - w.start_ns) / 1e6
         return {
+            "in_execution": {
+                "label": self.in_execution_label,
+                "total_ms": round(self.in_execution_ms, 3),
+                "by_step": [{"step": k, "ms": round(v, 3)} for k, v in sorted(in_steps.items())],
+            },
             "total_ms": round(self.total_ms, 3),
             "by_cause": [{"cause": c.cause, "kind": c.kind, "ms": round(c.ms, 3)} for c in self.by_cause],
             "by_step": [
@@ -190,6 +215,8 @@ def analyze(inputs: AnalysisInputs) -> HostWaitsResult:
     windows = step_windows(frames, inputs.host, inputs.steps)
     step_names = set(frames.steps["step_name"].astype(str)) if "step_name" in frames.steps else set()
     waits: list[Wait] = []
+    inside: list[Wait] = []
+    label = ""
     sync_steps: set[int] = set()
     wall_ns = steady_ns = 0
     for host in hosts_of(frames, inputs.host):
@@ -200,7 +227,11 @@ def analyze(inputs: AnalysisInputs) -> HostWaitsResult:
         compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
         wall_ns = max(wall_ns, int((hi - lo).sum()))
         steady_ns = max(steady_ns, wall_outside_compiles(lo, hi, compiles))
-        waits += _host_waits(inputs, host, win, compiles, step_names)
+        flight, named = in_flight(frames, host)
+        label = label or named
+        host_waits, host_inside = _host_waits(inputs, host, win, compiles, step_names, flight, named)
+        waits += host_waits
+        inside += host_inside
         sync_steps |= _sync_steps(frames, host, win)
     ms: dict[tuple[str, str], float] = {}
     steps: dict[tuple[str, str], set[int]] = {}
@@ -209,7 +240,15 @@ def analyze(inputs: AnalysisInputs) -> HostWaitsResult:
         ms[key] = ms.get(key, 0.0) + (w.end_ns - w.start_ns) / 1e6
         steps.setdefault(key, set()).add(w.step)
     by_cause = tuple(sorted((CauseTotal(c, k, ms[(c, k)], len(steps[(c, k)])) for c, k in ms), key=lambda c: -c.ms))
-    result = HostWaitsResult(tuple(waits), by_cause, wall_ns / 1e6, steady_ns / 1e6, tuple(sorted(sync_steps)))
+    result = HostWaitsResult(
+        tuple(waits),
+        by_cause,
+        wall_ns / 1e6,
+        steady_ns / 1e6,
+        tuple(sorted(sync_steps)),
+        in_execution=tuple(inside),
+        in_execution_label=label,
+    )
     all_steps = sorted(int(x) for x in windows[F.STEP].unique())
     return dataclasses.replace(result, findings=_findings(result, inputs, all_steps))
 
@@ -235,16 +274,27 @@ def _reads_back(frames: "TraceFrames", host: str) -> np.ndarray:
 
 
 def _host_waits(
-    inputs: AnalysisInputs, host: str, win: "pd.DataFrame", compiles: np.ndarray, step_names: set[str]
-) -> list[Wait]:
+    inputs: AnalysisInputs,
+    host: str,
+    win: "pd.DataFrame",
+    compiles: np.ndarray,
+    step_names: set[str],
+    flight: np.ndarray = iv.EMPTY,
+    flight_label: str = "",
+) -> tuple[list[Wait], list[Wait]]:
+    """The host's waits, and its device-idle stretches while an execution was in flight (``flight``)."""
     frames = inputs.frames
     lo = win[F.START_NS].to_numpy(np.int64)
     hi = win["end_ns"].to_numpy(np.int64)
     busy = iv.union(intervals_of(device_ops(frames, host, {host: compiles})))
     min_ns = int(inputs.thresholds.host_wait_min_us * 1000)
     idle = iv.intersect(iv.gaps(busy, int(lo.min()), int(hi.max()), min_ns), np.stack([lo, hi], axis=1))
+    in_exec: list[Wait] = []
+    if flight.size and idle.size:
+        in_exec = _pieces(host, _Bounds.of(win), iv.intersect(idle, flight), flight_label, "in_execution", "")
+        idle = iv.subtract(idle, flight)
     if idle.size == 0:
-        return []
+        return [], in_exec
     ev = host_events(frames, host)
     starts, ends = ev[F.START_NS].to_numpy(np.int64), ev[END_NS].to_numpy(np.int64)
     near = (starts < int(idle[-1, 1])) & (ends > int(idle[0, 0]))
@@ -292,7 +342,7 @@ def _host_waits(
             out += _pieces(host, bounds, part, cause, kind, detail)
             remaining = iv.subtract(remaining, part)
     out += _pieces(host, bounds, remaining, UNATTRIBUTED, UNATTRIBUTED, "")
-    return sorted(out, key=lambda w: w.start_ns)
+    return sorted(out, key=lambda w: w.start_ns), in_exec
 
 
 def _shortest_first(keys: np.ndarray, durs: np.ndarray) -> list[tuple[str, np.ndarray]]:

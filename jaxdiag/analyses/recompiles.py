@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.booking import compile_step
 from jaxdiag.analyses.compile_spans import CompileSpan, compile_spans, function_name
 from jaxdiag.analyses.device_work import hosts_of, step_windows
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
@@ -146,6 +147,7 @@ def analyze(inputs: AnalysisInputs) -> RecompilesResult:
         records = _match(spans, inputs.compile_log, _profile_start_ns(frames.meta))
         seen: set[str] = set()
         for span, rec in zip(spans, records):
+            span = dataclasses.replace(span, step=compile_step(frames, host, span))
             compiles.append(_compile(span, rec, seen, ran_before))
             seen.add(span.function)
     if inputs.steps is not None:

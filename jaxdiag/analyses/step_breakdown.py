@@ -6,14 +6,20 @@ Definitions, per step window on one host (all in milliseconds):
   tiled so that the time between two marks belongs to the step after it; see ``trace.steps``).
 - ``device_busy_ms``: the union of device ops (see ``device_work``) across all the
   host's devices: time when at least one device was working. Overlapping kernels
-  on two streams or two devices count once. ``device_busy_mean_ms`` (on the row,
+  on two streams or two devices count once. Where annotated steps are told apart from
+  the executions of the step's program (XLA:CPU run ids, each paired with its dispatch,
+  see ``booking``), each such execution's busy time is its dispatching step's, wherever
+  the device ran it: a loop that never reads runs ahead, and its steps' work runs later. ``device_busy_mean_ms`` (on the row,
   not in the JSON) is the per-device mean instead, lower when devices take turns.
 - ``device_idle_ms``: ``wall_ms - device_busy_ms``.
 - ``compile_ms``: host time inside compile spans (``compile_spans``) in the step.
 - ``host_wait_ms``: device-idle stretches at least ``thresholds.host_wait_min_us``
   long (shorter ones are launch jitter), minus any compile time in them, since
-  compiles have their own column. An idle stretch counts in full once it is long
-  enough, even where a step boundary cuts it.
+  compiles have their own column, and minus the time an execution was in flight
+  (``device_work.in_flight``): a device waits for the host only when nothing runs.
+  An idle stretch counts in full once it is long enough, even where a step boundary cuts it.
+- ``in_execution_gap_ms``: those idle stretches while an execution was in flight (XLA:CPU's
+  thread pool between thunks, a TPU module's own gaps); 0 where the trace cannot tell.
 - ``collective_ms`` / ``exposed_collective_ms``: collective time, and its part no
   compute overlapped, per device (mean), as in ``collectives`` (waiting there
   for a late host or device is left out).
@@ -34,6 +40,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.analyses.booking import booked, in_flight
 from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
 
@@ -57,6 +64,7 @@ class StepRow:
     exposed_collective_ms: float
     tokens: float | None
     n_devices: int
+    in_execution_gap_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +73,7 @@ class StepRow:
             "device_busy_ms": round(self.device_busy_ms, 4),
             "device_idle_ms": round(self.device_idle_ms, 4),
             "host_wait_ms": round(self.host_wait_ms, 4),
+            "in_execution_gap_ms": round(self.in_execution_gap_ms, 4),
             "compile_ms": round(self.compile_ms, 4),
             "collective_ms": round(self.collective_ms, 4),
             "exposed_collective_ms": round(self.exposed_collective_ms, 4),
@@ -104,13 +113,17 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
     compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
     ops = device_ops(frames, host, {host: compiles})
     busy = iv.union(intervals_of(ops))
-    busy_ns = iv.covered_in_windows(busy, lo, hi)
+    busy_ns = _booked_busy(frames, host, ops, win)
+    if busy_ns is None:
+        busy_ns = iv.covered_in_windows(busy, lo, hi)
     spans = intervals_of(ops)
     per_dev = [iv.covered_in_windows(iv.union(spans.take(rows, axis=0)), lo, hi) for rows in _device_groups(ops)]
     n_devices = len(per_dev)
     busy_mean_ns = np.mean(per_dev, axis=0) if per_dev else np.zeros(len(lo))
     idle = iv.gaps(busy, int(lo.min()), int(hi.max()), int(inputs.thresholds.host_wait_min_us * 1000))
-    wait_ns = iv.covered_in_windows(iv.subtract(idle, compiles), lo, hi)
+    flight, _label = in_flight(frames, host)
+    wait_ns = iv.covered_in_windows(iv.subtract(iv.subtract(idle, compiles), flight), lo, hi)
+    inside_ns = iv.covered_in_windows(iv.intersect(idle, flight), lo, hi) if flight.size else np.zeros(len(lo))
     compile_ns = iv.covered_in_windows(compiles, lo, hi)
     coll_ns = np.zeros(len(lo))
     exposed_ns = np.zeros(len(lo))
@@ -130,16 +143,46 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
                 wall_ms=float(wall),
                 device_busy_ms=float(busy_ns[i]) / 1e6,
                 device_busy_mean_ms=float(busy_mean_ns[i]) / 1e6,
-                device_idle_ms=float(wall - busy_ns[i] / 1e6),
+                device_idle_ms=float(max(wall - busy_ns[i] / 1e6, 0.0)),
                 host_wait_ms=float(wait_ns[i]) / 1e6,
                 compile_ms=float(compile_ns[i]) / 1e6,
                 collective_ms=float(coll_ns[i]) / d / 1e6,
                 exposed_collective_ms=float(exposed_ns[i]) / d / 1e6,
                 tokens=inputs.tokens_for(int(step)),
                 n_devices=n_devices,
+                in_execution_gap_ms=float(inside_ns[i]) / 1e6,
             )
         )
     return rows
+
+
+def _booked_busy(frames: Any, host: str, ops: "pd.DataFrame", win: "pd.DataFrame") -> np.ndarray | None:
+    """Busy time per window, the step program's executions booked to the steps that dispatched them
+    (the rest by time); ``None`` where that booking is unknown (inferred steps, which are those
+    executions; no run ids; an execution not paired with its dispatch)."""
+    if frames.step_source == "module" or F.RUN_ID not in ops:
+        return None
+    b = booked(frames, host)
+    if not len(b.starts) or (b.dispatch < 0).any():
+        return None
+    lo, hi = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
+    runs = ops[F.RUN_ID].to_numpy(np.int64)
+    mine = (ops[F.HLO_MODULE] == b.module).to_numpy() & (runs >= 0)
+    spans = intervals_of(ops)
+    first: dict[int, int] = {}
+    rows_of: dict[int, list[int]] = {}
+    for i, run in zip(np.flatnonzero(mine).tolist(), runs[mine].tolist()):
+        rows_of.setdefault(run, []).append(i)
+        first[run] = min(first.get(run, spans[i, 0]), int(spans[i, 0]))
+    order = sorted(rows_of, key=first.__getitem__)
+    if len(order) != len(b.starts):
+        return None
+    index = {int(s): k for k, s in enumerate(win[F.STEP].to_numpy(np.int64))}
+    out = iv.covered_in_windows(iv.union(spans[~mine]), lo, hi).astype(np.int64)
+    for run, step in zip(order, b.by_dispatch.tolist()):
+        if step in index:
+            out[index[step]] += iv.total(spans[rows_of[run]])
+    return out
 
 
 def _device_groups(ops: "pd.DataFrame") -> list[np.ndarray]:

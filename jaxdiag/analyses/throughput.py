@@ -14,6 +14,17 @@ their names and ``count_unit`` says which. MFU is a step's FLOPs over its period
 over the summed peak FLOP/s of the analysed hosts' devices, and is ``None`` unless
 both are known; ``analyses.mfu`` says where each comes from (``mfu_basis`` in the
 section). A capture without step markers (one window, step -1) has no step rate.
+Work between steps (the holes ``trace.steps`` cuts out of the tiling where other
+programs ran: an evaluation, a checkpoint) is no step's period.
+
+Steady rates come from the device where the trace tells the step program's
+executions apart (``analyses.booking``): steady steps/s is those executions per
+second, each execution's period running to the next one's start, over the
+executions of steady steps, leaving out periods that hold a compile or work
+between steps. A host that runs ahead of the device (a loop that never reads a
+value) makes its own step windows short, then one long, so host windows say
+little of the rate the device sustains; ``host_ahead`` says how far ahead it ran.
+When the executions do not pair one per step, the step windows give the rates.
 """
 
 from __future__ import annotations
@@ -26,8 +37,9 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.booking import booked
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.device_work import hosts_of, step_windows
+from jaxdiag.analyses.device_work import executions_of, hosts_of, step_windows
 from jaxdiag.analyses.mfu import mfu_basis
 from jaxdiag.trace import frames as F
 
@@ -77,9 +89,13 @@ class ThroughputResult:
     findings: tuple[Finding, ...] = ()
     mfu_basis: dict[str, Any] | None = None
     count_unit: str = "tokens"
+    steady_from: str = "step windows"
+    host_ahead: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "steady_from": self.steady_from,
+            "host_ahead": self.host_ahead,
             "mfu_basis": self.mfu_basis or {},
             "steps_per_s": _r(self.steps_per_s),
             "tokens_per_s": _r(self.tokens_per_s),
@@ -100,6 +116,8 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
     frames = inputs.frames
     periods: dict[int, tuple[float, float]] = {}  # step -> (period ms, wall ms), slowest host
     compiled: set[int] = set()
+    device_rates: list[tuple[int, float]] = []  # (executions, ms) per host
+    ahead: list[int] = []
     for host in hosts_of(frames, inputs.host):
         win = step_windows(frames, host)  # every step: a period needs the next step's start
         if win.empty or (win[F.STEP] < 0).all():
@@ -107,9 +125,28 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         lo = win[F.START_NS].to_numpy(np.int64)
         hi = win["end_ns"].to_numpy(np.int64)
         nxt = np.append(lo[1:], hi[-1])
-        period = np.maximum(nxt - lo, hi - lo)
+        # Steps tile the run, but for work between steps: a hole after a step where programs ran
+        # (``between_steps``) is no step's period.
+        period = np.where(_holds_executions(frames, host, hi, nxt), hi - lo, np.maximum(nxt - lo, hi - lo))
         cw = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
         in_compile = iv.covered_in_windows(cw, lo, hi) > 0
+        b = booked(frames, host)
+        waited = _waited_for_compile(b, cw)
+        if waited is not None:
+            # A compile inside a dispatch of the step program is the step's whose execution waited for it,
+            # wherever the device was meanwhile (the host may run ahead); other compiles (an eager op's)
+            # are the steps' they overlap.
+            theirs = _in_step_dispatch(b, cw)
+            in_compile = np.isin(win[F.STEP].to_numpy(np.int64), list(b.by_dispatch[waited]))
+            in_compile |= iv.covered_in_windows(cw[~theirs], lo, hi) > 0
+            waited = waited | _starts_after(b, cw[~theirs])
+        steady_steps = {int(x) for x, c in zip(win[F.STEP].to_numpy(np.int64), in_compile) if not c}
+        if inputs.steps is not None:
+            steady_steps &= set(inputs.steps)
+        rate = _device_rate(b, steady_steps, np.stack([hi, nxt], axis=1), waited)
+        if rate is not None:
+            device_rates.append(rate)
+        ahead += [int(a) for a in b.ahead[b.ahead >= 0]]
         for step, p, w, c in zip(win[F.STEP].to_numpy(np.int64), period, hi - lo, in_compile):
             step = int(step)
             if inputs.steps is not None and step not in inputs.steps:
@@ -130,17 +167,94 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         rows.append(StepRate(step, w, p, step in compiled, inputs.tokens_for(step), mfu))
     steady = [r for r in rows if not r.compiled]
     steady_rate = _rate(steady)
+    steady_tokens = _token_rate(steady)
+    steady_from = "step windows"
+    if device_rates and steady:
+        count, ms = max(device_rates, key=lambda r: r[1])  # the slowest host's
+        steady_rate = count * 1000.0 / ms
+        known = [r.tokens for r in steady if r.tokens is not None]
+        steady_tokens = None if not known else sum(known) / len(known) * steady_rate
+        steady_from = f"device executions of {booked(frames, next(iter(hosts_of(frames, inputs.host)))).module}"
     mfu = _mfu_over(steady or rows, flops_of, peak)
+    host_ahead = None
+    if ahead:
+        host_ahead = {"max": float(max(ahead)), "median": float(np.median(ahead))}
     return ThroughputResult(
         steps_per_s=_rate(rows),
         tokens_per_s=_token_rate(rows),
         steady_steps_per_s=steady_rate,
-        steady_tokens_per_s=_token_rate(steady),
+        steady_tokens_per_s=steady_tokens,
         mfu=mfu,
         per_step=tuple(rows),
         mfu_basis=basis.to_dict(),
         count_unit=inputs.count_unit,
+        steady_from=steady_from,
+        host_ahead=host_ahead,
     )
+
+
+def _holds_executions(frames: Any, host: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Which windows ``[lo, hi)`` hold the start of one of ``host``'s executions."""
+    execs = executions_of(frames)
+    starts = np.sort(execs.loc[execs[F.HOST] == host, F.START_NS].to_numpy(np.int64))
+    return (hi > lo) & (np.searchsorted(starts, hi, side="left") > np.searchsorted(starts, lo, side="left"))
+
+
+def _waited_for_compile(b: Any, compiles: np.ndarray) -> np.ndarray | None:
+    """Which executions waited for a compile: for each compile, the first whose dispatch overlaps it (a
+    compile runs inside the dispatch that needs it). ``None`` unless every execution is paired with its dispatch."""
+    if not len(b.starts) or (b.dispatch < 0).any():
+        return None
+    waited = np.zeros(len(b.starts), dtype=bool)
+    for cs, ce in compiles.tolist():
+        after = np.flatnonzero((b.dispatch <= ce) & (b.dispatch_end >= cs))
+        if len(after):
+            waited[after[0]] = True
+    return waited
+
+
+def _in_step_dispatch(b: Any, compiles: np.ndarray) -> np.ndarray:
+    """Which compile windows overlap a dispatch of the step program."""
+    paired = b.dispatch >= 0
+    return np.array(
+        [bool(((b.dispatch[paired] <= ce) & (b.dispatch_end[paired] >= cs)).any()) for cs, ce in compiles.tolist()],
+        dtype=bool,
+    ).reshape(-1)
+
+
+def _starts_after(b: Any, compiles: np.ndarray) -> np.ndarray:
+    """For each compile window, the first execution starting after it begins (its period held the compile)."""
+    out = np.zeros(len(b.starts), dtype=bool)
+    for cs, _ce in compiles.tolist():
+        after = np.flatnonzero(b.starts >= cs)
+        if len(after):
+            out[after[0]] = True
+    return out
+
+
+def _device_rate(b: Any, steady: set[int], holes: np.ndarray, waited: np.ndarray | None) -> tuple[int, float] | None:
+    """``(executions, ms)`` of the step program's executions in ``steady`` steps, each to the next one's start.
+
+    ``None`` unless every steady step holds one execution (by dispatch where paired, else by time) and
+    executions are paired with their dispatches (``waited`` says which waited for a compile).
+    ``holes``: ``(end, next start)`` after each step; a period that holds one, or that ends in an
+    execution that waited for a compile, is left out, as is the last execution's (no next start).
+    """
+    if waited is None:
+        return None
+    if not len(b.starts) or not steady:
+        return None
+    step = np.where(b.by_dispatch >= 0, b.by_dispatch, b.by_time)
+    mine = np.isin(step, list(steady))
+    if int(mine.sum()) != len(steady) or len(np.unique(step[mine])) != len(steady):
+        return None
+    nxt = np.append(b.starts[1:], b.ends[-1])
+    lo, hi = b.starts[mine], nxt[mine]
+    next_waited = np.append(waited[1:], True)[mine]  # the last execution: no next start, no period
+    clean = (iv.covered_in_windows(iv.union(holes[holes[:, 1] > holes[:, 0]]), lo, hi) == 0) & ~next_waited
+    if not clean.any():
+        return None
+    return int(clean.sum()), float((hi[clean] - lo[clean]).sum()) / 1e6
 
 
 def _rate(rows: list[StepRate]) -> float | None:

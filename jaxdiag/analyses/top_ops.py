@@ -2,7 +2,8 @@
 
 From the trace alone each row has its device time (summed over the op's
 executions, divided by the number of devices that ran ops on that host, as in
-``device_time``), its share of all device op time, its time per step, its kind
+``device_time``), its share of all device op time, its time per step (ops inside steps
+only: work between steps is no step's), its kind
 (compute, memcpy, collective) and the jitted function its module belongs to
 (``jit_train_step`` -> ``train_step``), with that function's source line when
 a compile record names it.
@@ -166,9 +167,11 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
     keep = step >= 0 if inputs.steps is not None else np.ones(len(ops), dtype=bool)
     counted = windows.loc[windows[F.STEP] >= 0, F.STEP].nunique() if len(windows) else 0
     group, names, modules, kinds = _groups(ops)
-    group, ms = group[keep], ms[keep]
+    group, ms, in_step = group[keep], ms[keep], step[keep] >= 0
     total = float(ms.sum())
     sums = np.bincount(group, weights=ms, minlength=len(names))
+    # Per step: only ops inside a step (work between steps, an evaluation, is no step's).
+    step_sums = np.bincount(group[in_step], weights=ms[in_step], minlength=len(names))
     counts = np.bincount(group, minlength=len(names))
     top = [int(g) for g in np.argsort(-sums, kind="stable")[:TOP] if counts[g] > 0]
     programs = _programs(group, ops[F.PROGRAM_ID].fillna(-1).to_numpy(np.int64)[keep], top)
@@ -186,7 +189,7 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
                 kind=kinds[g],
                 count=int(counts[g]),
                 total_ms=float(sums[g]),
-                per_step_ms=float(sums[g]) / counted if counted else None,
+                per_step_ms=float(step_sums[g]) / counted if counted and step_sums[g] > 0 else None,
                 share=float(sums[g]) / total if total > 0 else 0.0,
                 source=sources.get(function, ""),
                 programs=programs.get(g, ()),

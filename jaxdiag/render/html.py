@@ -74,7 +74,7 @@ def _summary(report: "Report") -> str:
     parts = [
         "<h1>jaxdiag report</h1>",
         f"<p class='meta'>{_e(src.get('run_dir'))} · hosts: {_e(', '.join(src.get('hosts', [])))}"
-        f" · devices: {len(src.get('devices') or [])} · steps from: {_e(src.get('step_source'))}"
+        f" · devices: {len(src.get('devices') or [])} · steps from: {_e(_steps_from(src))}"
         + (f" · made by: {_e(made_by)}" if (made_by := versions_text(src.get("versions") or {})) else "")
         + "</p>",
         _throughput(report.throughput or {}),
@@ -276,3 +276,9 @@ def _num(value: Any) -> str:
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
+
+
+def _steps_from(source: dict[str, Any]) -> str:
+    from jaxdiag.reporting.model import steps_from
+
+    return steps_from(source)

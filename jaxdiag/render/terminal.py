@@ -82,7 +82,7 @@ def _header(report: "Report", console: "Console") -> None:
     console.print(
         f"hosts: {', '.join(esc(h) for h in src.get('hosts', [])) or '—'}   devices: {len(devices)}"
         + (f" ({', '.join(names)})" if names else "")
-        + f"   steps from: {esc(src.get('step_source', '?'))}"
+        + f"   steps from: {esc(_steps_from(src))}"
     )
     made_by = versions_text(src.get("versions") or {})
     if made_by:
@@ -106,6 +106,14 @@ def _header(report: "Report", console: "Console") -> None:
         if value is not None:
             parts.append(f"{label} {fmt.format(value)}")
     console.print("   ".join(parts))
+    ahead = tp.get("host_ahead") or {}
+    if tp.get("steady_from") not in (None, "step windows") or ahead.get("max"):
+        from rich.markup import escape
+
+        line = f"steady rates from: {escape(str(tp.get('steady_from')))}"
+        if ahead.get("max"):
+            line += f"   host ran ahead of the device: up to {ahead['max']:.0f} steps (median {ahead['median']:g})"
+        console.print(line)
     console.print()
 
 
@@ -168,14 +176,42 @@ def _steps(report: "Report", console: "Console") -> None:
     console.print()
 
 
+def _between_steps(report: "Report", console: "Console") -> None:
+    section = report.section("between_steps") or {}
+    rows = section.get("rows") or []
+    if not rows:
+        return
+    console.print(f"[bold]Work between steps[/bold] {_ms(section.get('total_ms'))} ms, outside every step:")
+    for r in rows[:10]:
+        listed = ", ".join(f"`{esc(p.get('function'))}` x{p.get('executions')}" for p in r.get("programs") or [])
+        where = f"between steps {r.get('after_step')} and {r.get('before_step')}"
+        if r.get("before_step") == -1:
+            where = f"after step {r.get('after_step')}"
+        if r.get("after_step") == -1:
+            where = f"before step {r.get('before_step')}"
+        console.print(
+            f"  {where}: {listed or 'no device program'}, "
+            f"{_ms(r.get('ms'))} ms (device busy {_ms(r.get('device_busy_ms'))} ms)"
+        )
+    if len(rows) > 10:
+        console.print(f"  ... and {len(rows) - 10} more")
+    console.print()
+
+
 def _host_waits(report: "Report", console: "Console") -> None:
     hw = report.host_waits or {}
     by_cause = hw.get("by_cause") or []
-    if not by_cause:
-        return
-    parts = ", ".join(f"{esc(c.get('cause'))} {_ms(c.get('ms'))} ms" for c in by_cause)
-    console.print(f"[bold]Host waits[/bold] {_ms(hw.get('total_ms'))} ms: {parts}")
-    console.print()
+    inside = hw.get("in_execution") or {}
+    if by_cause:
+        parts = ", ".join(f"{esc(c.get('cause'))} {_ms(c.get('ms'))} ms" for c in by_cause)
+        console.print(f"[bold]Host waits[/bold] {_ms(hw.get('total_ms'))} ms: {parts}")
+    if inside.get("total_ms"):
+        console.print(
+            f"[bold]Device idle with work in flight or queued[/bold] {_ms(inside.get('total_ms'))} ms: "
+            f"{esc(inside.get('label'))}, not host waits"
+        )
+    if by_cause or inside.get("total_ms"):
+        console.print()
 
 
 def _small_ops(report: "Report", console: "Console") -> None:
@@ -314,3 +350,15 @@ def count_unit(report: "Report") -> str:
     """What the run counted per step, ``"tokens"`` or ``"samples"`` (older reports: tokens)."""
     unit = (report.throughput or {}).get("count_unit")
     return unit if unit in ("tokens", "samples") else "tokens"
+
+
+def _steps_from(source: dict[str, Any]) -> str:
+    from jaxdiag.reporting.model import steps_from
+
+    return steps_from(source)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

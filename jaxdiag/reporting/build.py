@@ -227,6 +227,7 @@ def _source(frames: Any) -> dict[str, Any]:
         "devices": devices,
         "skipped": [{"file": str(f), "reason": r} for f, r in frames.skipped],
         "step_source": frames.step_source,
+        "step_program": _step_program(frames),
         "meta": {k: v for k, v in frames.meta.items() if isinstance(v, (str, int, float, bool))},
         "versions": capture_versions(frames.meta),
     }
@@ -236,6 +237,13 @@ def _version_notes(meta: Mapping[str, Any]) -> tuple[str, ...]:
     """A note when the trace's JAX lies outside the tested releases (``trace.versions``)."""
     untested = untested_jax(capture_versions(meta))
     return (untested,) if untested else ()
+
+
+def _step_program(frames: Any) -> str:
+    """The program whose executions are the steps, where no annotation marked them, else ``""``."""
+    if frames.step_source != "module" or not len(frames.steps):
+        return ""
+    return str(frames.steps["step_name"].iloc[0])
 
 
 def _beside_trace(

@@ -297,3 +297,9 @@ def _json_default(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return str(value)
+
+
+def steps_from(source: dict[str, Any]) -> str:
+    """How the steps were found, for a report's header: ``executions of jit_train_step``, ``annotation``."""
+    program = source.get("step_program")
+    return f"executions of {program}" if program else str(source.get("step_source", "?"))

@@ -83,6 +83,7 @@ _T, _H, _O = "jaxdiag.render.terminal", "jaxdiag.render.html", "jaxdiag.render.o
 SECTIONS: tuple[Section, ...] = (
     Section("capture", "1.4", dict, analysis="completeness"),  # printed first, as notes (``build``)
     Section("steps", "1.0", list, analysis="step_breakdown", terminal=f"{_T}:_steps", figures=("step_breakdown",)),
+    Section("between_steps", "1.4", dict, analysis="between_steps", terminal=f"{_T}:_between_steps"),
     Section(
         "timeline",
         "1.3",

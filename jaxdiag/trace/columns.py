@@ -110,6 +110,7 @@ class HostColumns:
     hlo_op: list[str] = dataclasses.field(default_factory=list)
     framework_op: list[str] = dataclasses.field(default_factory=list)
     program_id: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
+    run_id: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
     category: list[str] = dataclasses.field(default_factory=list)
     #: one dict per device, keys ``DEVICE_COLUMNS``
     devices: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -132,6 +133,7 @@ class HostColumns:
         framework: str = "",
         program: int = -1,
         category: str = "runtime",
+        run: int = -1,
     ) -> None:
         """Append one event (the plane/line come from the open segment)."""
         self.device.append(device)
@@ -142,6 +144,7 @@ class HostColumns:
         self.hlo_op.append(op)
         self.framework_op.append(framework)
         self.program_id.append(program)
+        self.run_id.append(run)
         self.category.append(category)
 
     def add_host_events(
@@ -154,6 +157,7 @@ class HostColumns:
         self.dur_ns.extend(durs)
         self.device.extend(_NONE * n)
         self.program_id.extend(_NONE * n)
+        self.run_id.extend(_NONE * n)
         self.category += [category] * n if isinstance(category, str) else category
         for column in (self.hlo_module, self.hlo_op, self.framework_op):
             column += [""] * n
@@ -168,6 +172,7 @@ class HostColumns:
         ops: list[str],
         frameworks: list[str],
         programs: list[int],
+        runs: list[int] | None = None,
     ) -> None:
         """Append device events in bulk (category ``device``), as ``add`` would one by one."""
         n = len(names)
@@ -179,6 +184,7 @@ class HostColumns:
         self.hlo_op += ops
         self.framework_op += frameworks
         self.program_id.extend(programs)
+        self.run_id.extend(_NONE * n if runs is None else runs)
         self.category += ["device"] * n
 
     def extend(self, *others: "HostColumns") -> None:
@@ -232,7 +238,7 @@ class HostColumns:
         return values.strings() if isinstance(values, Coded) else values
 
     def integers(self, column: str) -> list[int]:
-        """``device`` or ``program_id`` as a list of ints, packed or not."""
+        """``device``, ``program_id`` or ``run_id`` as a list of ints, packed or not."""
         values = getattr(self, column)
         return values.tolist() if hasattr(values, "tolist") else list(values)
 
@@ -245,7 +251,7 @@ class HostColumns:
 
 _NONE = array("q", [-1])  # no device, no program
 STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
-_INTEGER_COLUMNS = ("device", "program_id")
+_INTEGER_COLUMNS = ("device", "program_id", "run_id")
 #: The list and array fields that ``HostColumns.extend`` concatenates.
 _LISTS = (
     "segments",
@@ -257,6 +263,7 @@ _LISTS = (
     "hlo_op",
     "framework_op",
     "program_id",
+    "run_id",
     "category",
     "devices",
     "step_marks",

@@ -29,6 +29,9 @@ HLO_MODULE = "hlo_module"  # e.g. "jit_train_step", "" when unknown
 HLO_OP = "hlo_op"  # e.g. "fusion.12", "" when unknown
 FRAMEWORK_OP = "framework_op"  # tf_op / framework name scope, "" when unknown
 PROGRAM_ID = "program_id"  # int64 (unsigned ids keep their low 63 bits), -1 when unknown
+#: int64 id of one execution of a program (XLA:CPU's ``run_id`` op stat, a GPU kernel's where
+#: present), -1 when unknown: the ops of one execution share it.
+RUN_ID = "run_id"
 STEP = "step"  # step number the event starts in, -1 outside every step
 CATEGORY = "category"  # one of CATEGORIES
 
@@ -47,6 +50,7 @@ EVENT_COLUMNS = (
     PROGRAM_ID,
     STEP,
     CATEGORY,
+    RUN_ID,
 )
 
 #: What a line carries. ``compute``/``memcpy``/``collective`` are GPU streams

@@ -278,6 +278,7 @@ def _add_cpu_op(cols: HostColumns, name: str, e: Any, no_hlo: set[str]) -> bool:
         "",
         program_id_of(stats.get("program_id")),
         "device",
+        run_id_of(stats.get("run_id")),
     )
     return True
 
@@ -294,6 +295,15 @@ def program_id_of(value: Any) -> int:
 
 
 _INT63 = (1 << 63) - 1
+
+
+def run_id_of(value: Any) -> int:
+    """An execution's run id as a non-negative int64, or -1 when absent: XLA:CPU writes them signed
+    (half are negative), so each keeps its low 63 bits, which tell the executions of a trace apart."""
+    try:
+        return int(value) & _INT63
+    except (TypeError, ValueError):
+        return -1
 
 
 def int_or(value: Any, default: int) -> int:

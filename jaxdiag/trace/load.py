@@ -30,6 +30,7 @@ from jaxdiag.trace.frames import (
     NAME,
     PLANE,
     PROGRAM_ID,
+    RUN_ID,
     START_NS,
     STEP,
     TraceFrames,
@@ -241,6 +242,7 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     columns[PROGRAM_ID] = numbers("program_id", np.int64)
     columns[STEP] = np.full(len(start), -1, dtype=np.int64)
     columns[CATEGORY] = strings("category")
+    columns[RUN_ID] = numbers("run_id", np.int64)
     events = pd.DataFrame(columns, columns=list(EVENT_COLUMNS), copy=False)  # its arrays are new: no copy
     if not _in_order(segment, start):  # lines come in order from a reader: a check spares the sort
         order = np.lexsort((start, segment))

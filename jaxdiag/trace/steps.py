@@ -2,7 +2,8 @@
 
 In order of preference: ``StepTraceAnnotation`` events on the host (an event
 named by the annotation with a ``step_num`` stat); a TPU "Steps" line; else the
-executions of the dominant jitted module (the one with the most device time).
+executions of the step's program (``executions.step_module``: of the busy programs of
+several ops, the one run most often; executions are told apart by ``trace.executions``).
 Steps are per host because hosts do not share a clock.
 
 Steps tile the run: each step begins where the one before it ended, so the
@@ -17,6 +18,11 @@ never past the next mark. The first step begins at
 its own mark (for module runs: at the host's first event, so the first compile
 is booked to the first run). The last step ends where the device work that
 started in it ends, so it is not cut short when the device runs behind the host.
+
+Work between steps is not a step: executions of another program that runs in
+fewer than half of the steps (an evaluation, a checkpoint, a reshard), before a
+step's mark, are cut out of that step, which then begins where they end. The
+hole this leaves in the tiling is reported on its own row (``analyses.between_steps``).
 """
 
 from __future__ import annotations
@@ -26,8 +32,6 @@ import functools
 import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Sequence
-
-from jaxdiag import config
 
 from jaxdiag.trace.frames import (
     CATEGORY,
@@ -47,7 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 #: A device idle for longer than this between two events of the dominant module
-#: starts a new execution, so back-to-back runs with a host sync between them split.
+#: starts a new execution where the trace does not tell executions apart (GPU; see
+#: ``trace.executions``), so back-to-back runs with a host sync between them split.
 EXECUTION_GAP_NS = 1_000_000
 
 #: Host events that read device results back (``float(x)``, ``np.asarray``,
@@ -105,7 +110,8 @@ def find_steps(
     if marks:
         rows, notes = _from_marks(marks)
         names = {r[2] for r in rows}
-        return FoundSteps(_table(tile(rows, events, read_back=True, step_names=names)), "annotation", notes)
+        tiled = tile(rows, events, read_back=True, step_names=names)
+        return FoundSteps(_table(_cut_between(tiled, rows, events)), "annotation", notes)
     if device_steps:
         merged: dict[tuple[str, int], list[int]] = {}
         for host, _device, step, start, end in device_steps:
@@ -310,6 +316,8 @@ def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, in
 
 
 def _from_module(events: "pd.DataFrame") -> FoundSteps:
+    from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, executions, step_module
+
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
         note = (
@@ -317,55 +325,43 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
             "Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i)"
         )
         return FoundSteps(_table([]), "none", (note,))
-    work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
-    module = str(work.groupby(HLO_MODULE, observed=True)[DUR_NS].sum().idxmax())
+    execs = executions(events)
+    module = step_module(device, execs)
     rows: list[tuple[str, int, str, int, int]] = []
-    for host, on_host in device.groupby(HOST, sort=False, observed=True):
+    sources: set[str] = set()
+    for host, on_host in execs.groupby(HOST, sort=False):
         mine = on_host[on_host[HLO_MODULE] == module]
         if mine.empty:
             continue
-        ordinal = mine[DEVICE].value_counts().sort_index().idxmax()
-        runs = mine[(mine[DEVICE] == ordinal) & (mine[LINE_KIND] == "xla_modules")]
-        if runs.empty:
-            executions = _executions(on_host[on_host[DEVICE] == ordinal], module)
-        else:
-            executions = sorted(zip(runs[START_NS].tolist(), (runs[START_NS] + runs[DUR_NS]).tolist()))
-        for i, (start, end) in enumerate(executions):
+        if (mine[SOURCE] != "run_id").any():  # per-device runs: the device with the most of the module's ops
+            ops = device[(device[HOST] == host) & (device[HLO_MODULE] == module)]
+            ordinal = ops[DEVICE].value_counts().sort_index().idxmax()
+            mine = mine[mine[DEVICE] == ordinal]
+        sources |= set(mine[SOURCE])
+        for i, (start, end) in enumerate(sorted(zip(mine[START_NS].tolist(), mine[END_NS].tolist()))):
             rows.append((str(host), i, module, start, end))
+    how = {"run_id": "told apart by their run_id", "module_span": "XLA Modules spans", "timing": "runs of its ops"}
     note = (
-        f"no step annotations; each of the {len(rows)} executions of {module} (the module with the most "
-        "device time), with the gap before it (where its inputs were made and its compile ran), is taken "
-        "as a step. Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i) "
-        "for exact steps"
+        f"no step annotations; steps from executions of {module} (of the busy programs of several ops, the "
+        f"one run most often; {', '.join(how[s] for s in sorted(sources))}): each of the {len(rows)} executions, with the gap "
+        "before it (where its inputs were made and its compile ran), is a step. Wrap each training step in "
+        "jax.profiler.StepTraceAnnotation('train', step_num=i) for exact steps"
     )
-    return FoundSteps(_table(tile(rows, events, first_from_host_start=True)), "module", (note,))
+    tiled = tile(rows, events, first_from_host_start=True)
+    marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
+    return FoundSteps(_table(between_steps_cut(tiled, marked, execs, module)), "module", (note,))
 
 
-def _executions(device_events: "pd.DataFrame", module: str) -> list[tuple[int, int]]:
-    """Split the module's events on one device into executions.
+def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame") -> list[Row]:
+    """``between_steps_cut`` for marked steps, the step's program found as for inferred steps."""
+    from jaxdiag.trace.executions import between_steps_cut, executions, step_module
 
-    A new execution starts where another module's work starts in between, or
-    after an idle gap longer than ``EXECUTION_GAP_NS``.
-    """
-    ordered = device_events[device_events[LINE_KIND] != "xla_modules"].sort_values(START_NS, kind="stable")
-    executions: list[tuple[int, int]] = []
-    current: list[int] | None = None
-    for name, start, dur in zip(ordered[HLO_MODULE].tolist(), ordered[START_NS].tolist(), ordered[DUR_NS].tolist()):
-        if name != module:
-            if current is not None:
-                executions.append((current[0], current[1]))
-                current = None
-            continue
-        if current is not None and start - current[1] > config.current().step_gap_us * 1000:
-            executions.append((current[0], current[1]))
-            current = None
-        if current is None:
-            current = [start, start + dur]
-        else:
-            current[1] = max(current[1], start + dur)
-    if current is not None:
-        executions.append((current[0], current[1]))
-    return executions
+    device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
+    if device.empty:
+        return tiled
+    execs = executions(device)
+    marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
+    return between_steps_cut(tiled, marked, execs, step_module(device, execs))
 
 
 def _table(rows: Sequence[tuple[str, int, str, int, int]]) -> "pd.DataFrame":

@@ -127,7 +127,8 @@ def test_findings_name_the_cause_and_the_fix():
 def test_to_dict_shape():
     r = run([host_event(0, 400, "load_batch"), device_event(400, 500)])
     d = r.to_dict()
-    assert set(d) == {"total_ms", "by_cause", "by_step"}
+    assert set(d) == {"total_ms", "by_cause", "by_step", "in_execution"}
+    assert d["in_execution"] == {"label": "", "total_ms": 0.0, "by_step": []}  # a GPU trace: no run ids
     assert d["total_ms"] == pytest.approx(0.5)
     assert d["by_cause"][0] == {"cause": "load_batch", "kind": "annotation", "ms": 0.4}
     assert d["by_step"] == [

@@ -18,6 +18,7 @@ KEYS = {
     "device_busy_ms",
     "device_idle_ms",
     "host_wait_ms",
+    "in_execution_gap_ms",
     "compile_ms",
     "collective_ms",
     "exposed_collective_ms",

@@ -77,6 +77,8 @@ def test_without_steps_there_is_no_rate():
     d = r.to_dict()
     assert d.pop("mfu_basis")["flops_per_step"] is None
     assert d == {
+        "steady_from": "step windows",
+        "host_ahead": None,
         "steps_per_s": None,
         "tokens_per_s": None,
         "steady_steps_per_s": None,

@@ -1,0 +1,211 @@
+"""Which step queued each execution of the step's program, and how far ahead of the device the host ran.
+
+A loop that never reads a value back dispatches steps faster than the device runs
+them: the host's step N queues work the device runs during the host's step N+8.
+Booking device work by the time it ran gives it to whatever step the host was in
+then; booking it by the dispatch that queued it gives it to its own step.
+
+The dispatches of the step's program are the host's outermost ``PjitFunction(f)``
+spans for the module ``jit_f``, the executions those of ``trace.executions``. They
+pair in order: when the trace holds more executions than dispatches, the first ones
+were queued before the trace began (paired from the end); with fewer, the last
+dispatches' work ran after it ended (paired from the start). A pairing in which an
+execution starts before its dispatch is no pairing: nothing is booked by dispatch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from jaxdiag.analyses import intervals as iv
+from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.analyses.device_work import (
+    executions_of,
+    host_events,
+    intervals_of,
+    name_matches,
+    step_windows,
+    StepWindows,
+)
+from jaxdiag.analyses.shared import once
+from jaxdiag.trace import frames as F
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.trace.frames import TraceFrames
+
+_MODULE_FUNCTION = re.compile(r"^(?:jit|pjit)[_(](.*?)\)?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Booked:
+    """One host's executions of the step's program, by start.
+
+    Attributes:
+      module: the step's program (``jit_train_step``).
+      starts, ends: each execution's first op's start and last op's end.
+      dispatch: when its dispatch began, -1 where unpaired.
+      dispatch_end: when that dispatch returned, -1 where unpaired.
+      by_time: the step whose window holds its start (-1: none).
+      by_dispatch: the step whose window holds its dispatch (-1: unpaired or none); where the
+        steps are the executions themselves (no annotations), each execution's own.
+      ahead: steps the host had queued beyond the device when it dispatched this one
+        (executions dispatched, minus those finished); -1 where unpaired.
+    """
+
+    module: str
+    starts: np.ndarray
+    ends: np.ndarray
+    dispatch: np.ndarray
+    dispatch_end: np.ndarray
+    by_time: np.ndarray
+    by_dispatch: np.ndarray
+    ahead: np.ndarray
+
+
+def step_program(frames: "TraceFrames") -> str:
+    """The program whose executions are the steps (``trace.steps.step_module``), or ``""``."""
+
+    def compute() -> str:
+        from jaxdiag.trace.executions import step_module
+
+        if frames.step_source == "module" and len(frames.steps):
+            return str(frames.steps["step_name"].iloc[0])
+        ev = frames.events
+        device = ev[(ev[F.CATEGORY] == "device") & (ev[F.HLO_MODULE] != "")] if len(ev) else ev
+        return "" if device.empty else step_module(device, executions_of(frames))
+
+    return once(frames, ("step_program",), compute)
+
+
+def booked(frames: "TraceFrames", host: str) -> Booked:
+    """``host``'s executions of the step's program, each with its dispatch and its steps."""
+    return once(frames, ("booked", host), lambda: _booked(frames, host))
+
+
+def _booked(frames: "TraceFrames", host: str) -> Booked:
+    from jaxdiag.trace.executions import END_NS
+
+    module = step_program(frames)
+    execs = executions_of(frames)
+    mine = execs.loc[(execs[F.HOST] == host) & (execs[F.HLO_MODULE] == module)]
+    if len(mine) and mine[F.DEVICE].nunique() > 1:  # per-device runs: one device's
+        mine = mine.loc[mine[F.DEVICE] == mine[F.DEVICE].value_counts().idxmax()]
+    starts, ends = mine[F.START_NS].to_numpy(np.int64), mine[END_NS].to_numpy(np.int64)
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    windows = StepWindows.of(step_windows(frames, host))
+    spans = _dispatches(frames, host, module)
+    dispatch = _pair(spans[:, 0], starts)
+    paired = dispatch >= 0
+    dispatch_end = np.full(len(starts), -1, dtype=np.int64)
+    if paired.any():
+        dispatch_end[paired] = spans[np.searchsorted(spans[:, 0], dispatch[paired]), 1]
+    by_time = windows.step_of(starts)
+    if frames.step_source == "module":  # the steps are these executions: each is its own step's
+        by_dispatch = np.where(paired, by_time, -1)
+    else:
+        by_dispatch = np.where(paired, windows.step_of(np.where(paired, dispatch, 0)), -1)
+    finished = np.searchsorted(np.sort(ends), dispatch, side="right")  # executions done when it was dispatched
+    ahead = np.where(paired, np.arange(len(starts)) - finished, -1)
+    return Booked(module, starts, ends, dispatch, dispatch_end, by_time, by_dispatch, ahead)
+
+
+def _dispatches(frames: "TraceFrames", host: str, module: str) -> np.ndarray:
+    """``(start, end)`` of the host's outermost ``PjitFunction(f)`` spans for ``module`` (``jit_f``), by start."""
+    m = _MODULE_FUNCTION.match(module)
+    if not m:
+        return np.zeros((0, 2), dtype=np.int64)
+    ev = host_events(frames, host)
+    rows = ev.loc[(ev[F.NAME] == f"PjitFunction({m[1]})").to_numpy()]
+    starts = rows[F.START_NS].to_numpy(np.int64)
+    ends = starts + rows[F.DUR_NS].to_numpy(np.int64)
+    order = np.lexsort((-ends, starts))
+    starts, ends = starts[order], ends[order]
+    keep = np.ones(len(starts), dtype=bool)
+    reach = -1
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        if s < reach:  # a call shows as nested spans of one name: the outermost is the dispatch
+            keep[i] = False
+        else:
+            reach = e
+    return np.stack([starts[keep], ends[keep]], axis=1)
+
+
+def _pair(dispatches: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each execution's dispatch start, or -1 (see the module docstring)."""
+    out = np.full(len(starts), -1, dtype=np.int64)
+    n = min(len(dispatches), len(starts))
+    if n == 0:
+        return out
+    if len(starts) > len(dispatches):  # the first executions were queued before the trace began
+        out[len(starts) - n :] = dispatches[:n]
+    else:
+        out[:n] = dispatches[:n]
+    if (out[out >= 0] > starts[out >= 0]).any():
+        return np.full(len(starts), -1, dtype=np.int64)
+    return out
+
+
+#: XLA:CPU's executor running a program (``ThunkExecutor::Execute``, and its wait for the last thunk).
+_CPU_EXECUTOR = re.compile(r"ThunkExecutor::Execute")
+#: What device-idle time with work in flight or queued is, by where executions came from.
+IN_EXECUTION_GAPS = {
+    "run_id": "gaps inside or between queued executions (XLA:CPU thread scheduling)",
+    "module_span": "gaps inside or between queued executions (TPU)",
+}
+
+
+def in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
+    """When ``host`` had an execution in flight or queued (a union), and what device idle then is called.
+
+    In flight: from an execution's first op to its last (and, on XLA:CPU, while its executor
+    runs). Queued: from the dispatch that queued an execution (paired as in the module
+    docstring, for every program) to its start, less any compile. Only where the trace tells executions apart
+    (XLA:CPU run ids, TPU module spans): a GPU trace's kernels carry no run id, and a gap
+    between two of a program's kernels may be the host launching the next one late, so
+    there nothing counts as in flight (``""``).
+    """
+    return once(frames, ("in_flight", host), lambda: _in_flight(frames, host))
+
+
+def _in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
+    from jaxdiag.trace.executions import END_NS, SOURCE
+
+    execs = executions_of(frames)
+    mine = execs.loc[(execs[F.HOST] == host) & execs[SOURCE].isin(list(IN_EXECUTION_GAPS))]
+    if mine.empty:
+        return iv.EMPTY, ""
+    starts, ends = mine[F.START_NS].to_numpy(np.int64), mine[END_NS].to_numpy(np.int64)
+    parts = [iv.as_intervals(starts, ends)]
+    source = str(mine[SOURCE].value_counts().idxmax())
+    if source == "run_id":  # XLA:CPU's executor runs a program from before its first op to after its last
+        ev = host_events(frames, host)
+        parts.append(intervals_of(ev.loc[name_matches(ev[F.NAME], _CPU_EXECUTOR, at_start=True)]))
+    keys = list(zip(mine[F.HLO_MODULE].astype(object).tolist(), mine[F.DEVICE].tolist()))
+    queued = []
+    for module, device in dict.fromkeys(keys):
+        rows = np.flatnonzero([k == (module, device) for k in keys])
+        rows = rows[np.argsort(starts[rows], kind="stable")]
+        dispatch = _pair(_dispatches(frames, host, str(module))[:, 0], starts[rows])
+        paired = dispatch >= 0
+        queued.append(iv.as_intervals(dispatch[paired], starts[rows][paired]))
+    # A dispatch that compiles first queues nothing until its compile ends: that wait is the compile's.
+    compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
+    parts.append(iv.subtract(np.concatenate(queued), compiles) if queued else iv.EMPTY)
+    return iv.union(np.concatenate(parts)), IN_EXECUTION_GAPS[source]
+
+
+def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:
+    """The step a compile of the step's program belongs to: where the host ran ahead, the step of the
+    execution that waited for it (the first whose dispatch overlaps it: a compile runs inside the dispatch that
+    needs it), not the
+    step the device was in meanwhile. Other compiles, and unpaired executions: ``span.step``."""
+    b = booked(frames, host)
+    if span.module != b.module or not len(b.starts) or (b.dispatch < 0).any():
+        return int(span.step)
+    after = np.flatnonzero((b.dispatch >= 0) & (b.dispatch <= span.end_ns) & (b.dispatch_end >= span.start_ns))
+    return int(b.by_dispatch[after[0]]) if len(after) else int(span.step)

@@ -1,0 +1,231 @@
+"""Executions: each run of a compiled program on a host's devices, from its first op to its last.
+
+A device waits for the host only when nothing is in flight; between the ops of one
+execution it is the program's own schedule (XLA:CPU's thread pool picking up the
+next thunk, a GPU stream between kernels). Steps without annotations are
+executions of the dominant program. Where they come from, best first:
+
+- ``run_id``: XLA:CPU puts a ``run_id`` stat on every op event; the ops sharing one
+  are one execution (across the host's devices).
+- ``module_span``: a TPU ``XLA Modules`` line holds one span per execution.
+- ``timing``: otherwise (GPU kernels carry no run id) a device's consecutive ops of
+  one module, split where another module's op runs between them or where the device
+  idles longer than ``config.step_gap_us``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Sequence
+
+from jaxdiag import config
+from jaxdiag.trace.frames import (
+    CATEGORY,
+    DEVICE,
+    DUR_NS,
+    HLO_MODULE,
+    HLO_OP,
+    HOST,
+    LINE_KIND,
+    PROGRAM_ID,
+    RUN_ID,
+    START_NS,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+#: ``(host, step, name, start_ns, end_ns)`` of one step (``trace.steps.Row``).
+Row = tuple[str, int, str, int, int]
+
+END_NS = "end_ns"
+SOURCE = "source"
+#: One row per execution, by host then start.
+EXECUTION_COLUMNS = (HOST, DEVICE, HLO_MODULE, PROGRAM_ID, RUN_ID, START_NS, END_NS, SOURCE)
+#: Lines of spans that are not ops (their runs of ops are read from the ops).
+_NOT_OPS = ("xla_modules", "steps", "async_ops", "markers", "sparsecore")
+
+
+def executions(events: "pd.DataFrame") -> "pd.DataFrame":
+    """Every execution in ``events`` (``EVENT_COLUMNS``), columns ``EXECUTION_COLUMNS``.
+
+    ``device`` is the device the execution ran on, or the lowest of several
+    (``run_id`` executions span the host's devices).
+    """
+    import numpy as np
+    import pandas as pd
+
+    parts = []
+    if len(events):
+        device = (events[CATEGORY] == "device").to_numpy() & (events[HLO_MODULE] != "").to_numpy()
+        kinds = events[LINE_KIND].astype(object).to_numpy()
+        spans = device & (kinds == "xla_modules")
+        ops = device & ~np.isin(kinds, _NOT_OPS)
+        runs = events[RUN_ID].to_numpy(np.int64) if RUN_ID in events else np.full(len(events), -1, np.int64)
+        by_run = ops & (runs >= 0)
+        if by_run.any():
+            parts.append(_by_run_id(events.loc[by_run]))
+        if spans.any():
+            rows = events.loc[spans]
+            parts.append(
+                pd.DataFrame(
+                    {
+                        HOST: rows[HOST].astype(object).to_numpy(),
+                        DEVICE: rows[DEVICE].to_numpy(np.int64),
+                        HLO_MODULE: rows[HLO_MODULE].astype(object).to_numpy(),
+                        PROGRAM_ID: rows[PROGRAM_ID].to_numpy(np.int64),
+                        RUN_ID: -1,
+                        START_NS: rows[START_NS].to_numpy(np.int64),
+                        END_NS: (rows[START_NS] + rows[DUR_NS]).to_numpy(np.int64),
+                        SOURCE: "module_span",
+                    }
+                )
+            )
+        rest = ops & (runs < 0)
+        if rest.any() and spans.any():  # ops of a device with module spans are inside those
+            covered = set(zip(events.loc[spans, HOST].astype(object), events.loc[spans, DEVICE]))
+            keys = zip(events[HOST].astype(object).to_numpy()[rest], events[DEVICE].to_numpy()[rest])
+            rest[np.flatnonzero(rest)] = [k not in covered for k in keys]
+        if rest.any():
+            parts.append(_by_timing(events.loc[rest]))
+    if not parts:
+        return pd.DataFrame(
+            {c: pd.Series(dtype=object if c in (HOST, HLO_MODULE, SOURCE) else np.int64) for c in EXECUTION_COLUMNS}
+        )
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values([HOST, START_NS], kind="stable").reset_index(drop=True)[list(EXECUTION_COLUMNS)]
+
+
+def _by_run_id(ops: "pd.DataFrame") -> "pd.DataFrame":
+    import numpy as np
+
+    frame = ops[[HOST, DEVICE, HLO_MODULE, PROGRAM_ID, RUN_ID, START_NS]].astype({HOST: object, HLO_MODULE: object})
+    frame = frame.assign(**{END_NS: (ops[START_NS] + ops[DUR_NS]).to_numpy(np.int64)})
+    grouped = frame.groupby([HOST, RUN_ID], sort=False)
+    out = grouped.agg(
+        **{
+            DEVICE: (DEVICE, "min"),
+            HLO_MODULE: (HLO_MODULE, "first"),
+            PROGRAM_ID: (PROGRAM_ID, "first"),
+            START_NS: (START_NS, "min"),
+            END_NS: (END_NS, "max"),
+        }
+    ).reset_index()
+    return out.assign(**{SOURCE: "run_id"})
+
+
+def _by_timing(ops: "pd.DataFrame") -> "pd.DataFrame":
+    """Runs of one module's ops per device, split on another module's op or a long idle gap."""
+    import numpy as np
+    import pandas as pd
+
+    host = ops[HOST].astype(object).to_numpy()
+    dev = ops[DEVICE].to_numpy(np.int64)
+    module = ops[HLO_MODULE].astype(object).to_numpy()
+    program = ops[PROGRAM_ID].to_numpy(np.int64)
+    start = ops[START_NS].to_numpy(np.int64)
+    end = start + ops[DUR_NS].to_numpy(np.int64)
+    host_code = pd.factorize(host)[0]
+    order = np.lexsort((start, dev, host_code))
+    host, dev, module, program, start, end, host_code = (
+        a[order] for a in (host, dev, module, program, start, end, host_code)
+    )
+    reach = end.copy()
+    gap_ns = int(config.current().step_gap_us * 1000)
+    new = np.ones(len(start), dtype=bool)
+    if len(start) > 1:
+        same_place = (host_code[1:] == host_code[:-1]) & (dev[1:] == dev[:-1])
+        # The furthest end so far within each device's run (an op may outlast the next one).
+        segment = np.cumsum(np.append(True, ~same_place))
+        reach = pd.Series(end).groupby(segment).cummax().to_numpy(np.int64)
+        new[1:] = ~same_place | (module[1:] != module[:-1]) | (start[1:] - reach[:-1] > gap_ns)
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(start) - 1)
+    ends = np.maximum.reduceat(end, first) if len(first) else end[:0]
+    return pd.DataFrame(
+        {
+            HOST: host[first],
+            DEVICE: dev[first],
+            HLO_MODULE: module[first],
+            PROGRAM_ID: program[first],
+            RUN_ID: -1,
+            START_NS: start[first],
+            END_NS: np.maximum(ends, end[last]),
+            SOURCE: "timing",
+        }
+    )
+
+
+def step_module(device: "pd.DataFrame", execs: "pd.DataFrame") -> str:
+    """The program that defines a step: of the programs of more than one distinct op (a lone op is an
+    eager ``jnp`` call or a batch's gather, never a training step), those with at least a quarter of the
+    busiest one's device time; of these, the one run most often (ties: the busier). An evaluation run
+    once an epoch is not the step, however long."""
+    work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
+    grouped = work.groupby(HLO_MODULE, observed=True)
+    time = grouped[DUR_NS].sum()
+    ops = grouped[HLO_OP].nunique()
+    counts = execs.groupby([HOST, HLO_MODULE]).size().groupby(level=1).max() if len(execs) else None
+    if counts is None or not len(counts) or not (time > 0).any():
+        return str(time.idxmax())
+    programs = time[(ops > 1) & (time > 0)] if ((ops > 1) & (time > 0)).any() else time[time > 0]
+    busy = [m for m in programs.index if programs[m] * 4 >= programs.max()]
+    return str(max(busy, key=lambda m: (int(counts.get(m, 0)), float(programs[m]))))
+
+
+def between_steps_cut(
+    tiled: Sequence[Row], marked: dict[tuple[str, int], tuple[int, int]], execs: "pd.DataFrame", module: str
+) -> list[Row]:
+    """Cut work between steps out of the steps: executions of programs other than the step's that run
+    in fewer than half of the steps, between a step's start and its mark (for inferred steps: its
+    execution), no longer belong to it. The step then begins where the last of them ends, leaving a
+    hole in the tiling that ``analyses.between_steps`` reports on its own row.
+
+    Args:
+      tiled: ``tile``'s rows.
+      marked: ``(host, step) -> (start, end)`` of each step's mark (annotation span or execution).
+      execs: ``trace.executions.executions`` of the events.
+      module: the step's program; its executions never move.
+    """
+    import numpy as np
+
+    out = list(tiled)
+    if execs.empty or not out:
+        return out
+    others = execs[execs[HLO_MODULE] != module]
+    by_host: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(out):
+        by_host[row[0]].append(i)
+    for host, positions in by_host.items():
+        mine = others[others[HOST] == host]
+        if mine.empty or len(positions) < 2:
+            continue
+        positions.sort(key=lambda i: out[i][3])
+        starts = np.array([out[i][3] for i in positions], dtype=np.int64)
+        ends = np.array([out[i][4] for i in positions], dtype=np.int64)
+        e_start, e_end = mine[START_NS].to_numpy(np.int64), mine[END_NS].to_numpy(np.int64)
+        at = np.searchsorted(starts, e_start, side="right") - 1
+        inside = (at >= 0) & (e_start < ends[np.maximum(at, 0)])
+        modules = mine[HLO_MODULE].to_numpy(object)
+        steps_with: dict[str, set[int]] = defaultdict(set)
+        for m, k, ok in zip(modules, at.tolist(), inside.tolist()):
+            if ok:
+                steps_with[str(m)].add(k)
+        rare = {m for m, ks in steps_with.items() if 2 * len(ks) < len(positions)}
+        for k in range(len(positions)):  # step 0 too: work queued before the loop is not its own
+            row = out[positions[k]]
+            mark_start = marked.get((row[0], row[1]), (row[3], row[4]))[0]
+            lead = (at == k) & inside & (e_start < mark_start) & np.isin(modules, list(rare))
+            if not lead.any():
+                continue
+            cut = min(int(e_end[lead].max()), mark_start)
+            if cut > row[3]:
+                out[positions[k]] = (row[0], row[1], row[2], cut, max(row[4], cut))
+        last = out[positions[-1]]
+        mark_end = marked.get((last[0], last[1]), (last[3], last[4]))[1]
+        trail = (at == len(positions) - 1) & inside & (e_start >= mark_end) & np.isin(modules, list(rare))
+        if trail.any():  # work after the last step (a final evaluation) is not the last step's
+            steps_own = (at == len(positions) - 1) & inside & ~np.isin(modules, list(rare))
+            end = max([mark_end] + [int(e) for e in e_end[steps_own & (e_start < int(e_start[trail].min()))]])
+            out[positions[-1]] = (last[0], last[1], last[2], last[3], max(last[3], min(last[4], end)))
+    return out

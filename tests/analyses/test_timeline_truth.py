@@ -1,0 +1,129 @@
+"""The report's timeline against an independent count of the trace, on small real programs.
+
+Each program of ``timeline_programs`` (a loop that never reads, an evaluation between
+epochs, a remainder batch, a model under ``lax.scan``, a Flax NNX model) is captured on
+CPU in a subprocess; ``trace_truth`` counts its executions with jaxlib's ``ProfileData``
+alone. The report must agree: one step per execution of the training step, each step's
+device busy time, no host wait longer than the time with nothing in flight, steady
+throughput as device executions per second, and work between steps on its own rows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jaxdiag
+from tests.analyses import trace_truth
+from tests.analyses.timeline_programs import PATTERNS
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = "jit_train_step"
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("timeline_programs")
+    subprocess.run(
+        [sys.executable, "-m", "tests.analyses.timeline_programs", str(out)],
+        cwd=ROOT,
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    return out
+
+
+def _case(captures: Path, pattern: str) -> tuple[jaxdiag.Report, trace_truth.Truth]:
+    report = jaxdiag.report(captures / pattern)
+    (xplane,) = (captures / pattern).glob("plugins/profile/*/*.xplane.pb")
+    return report, trace_truth.read(xplane)
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_steps_are_the_training_steps_executions(captures: Path, pattern: str) -> None:
+    report, truth = _case(captures, pattern)
+    train = truth.of(TRAIN)
+    assert truth.dominant() == TRAIN or pattern == "eval_between"  # the evaluation is busier: still not a step
+    assert len(report.steps) == len(train)
+    assert report.source["step_source"] == "module" and report.source["step_program"] == TRAIN
+    for row, execution in zip(report.steps, train):
+        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_no_host_wait_is_longer_than_the_time_with_nothing_in_flight(captures: Path, pattern: str) -> None:
+    report, truth = _case(captures, pattern)
+    windows = report.frames.steps.sort_values("start_ns")
+    free = [truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 for a, b in zip(windows["start_ns"], windows["end_ns"])]
+    for row, nothing in zip(report.steps, free):
+        assert row["host_wait_ms"] <= nothing + 1e-3
+    assert report.host_waits["total_ms"] <= sum(free) + 1e-3
+    # On XLA:CPU the idle time between an execution's ops is counted, and named, apart.
+    assert "XLA:CPU" in report.host_waits["in_execution"]["label"]
+    assert report.host_waits["in_execution"]["total_ms"] > 0
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_steady_throughput_is_device_executions_per_second(captures: Path, pattern: str) -> None:
+    report, truth = _case(captures, pattern)
+    assert report.throughput["steady_from"] == f"device executions of {TRAIN}"
+    assert report.throughput["steady_steps_per_s"] == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
+
+
+def test_the_host_running_ahead_is_measured(captures: Path) -> None:
+    report, truth = _case(captures, "no_read")
+    ahead = truth.host_ahead(TRAIN)
+    assert ahead and max(ahead) >= 3  # the loop never reads: the host queues several steps
+    assert report.throughput["host_ahead"]["max"] == max(ahead)
+
+
+def test_a_recompile_the_host_ran_ahead_into_is_the_step_that_waited_for_it(captures: Path) -> None:
+    report, truth = _case(captures, "remainder")
+    train = truth.of(TRAIN)
+    new = [i for i, (a, b) in enumerate(zip(train, train[1:]), 1) if a.program_id != b.program_id]
+    assert new == [len(train) - 1]  # the remainder batch, last
+    assert [c["step"] for c in report.recompiles if c["function"] == "train_step"] == new
+    assert [s["step"] for s in report.throughput["per_step"] if s["compiled"]] == new
+
+
+def test_work_between_steps_has_its_own_rows(captures: Path) -> None:
+    report, truth = _case(captures, "eval_between")
+    train = truth.of(TRAIN)
+    expected = []  # (after step, before step or -1, evaluations)
+    for i in range(len(train)):
+        lo = train[i].end_ns
+        hi = train[i + 1].start_ns if i + 1 < len(train) else None
+        evals = [e for e in truth.of("jit_accuracy") if e.start_ns >= lo and (hi is None or e.start_ns < hi)]
+        if evals:
+            expected.append((i, i + 1 if hi is not None else -1, len(evals)))
+    rows = report.section("between_steps")["rows"]
+    got = [(r["after_step"], r["before_step"], r["programs"][0]["executions"]) for r in rows]
+    assert got == expected == [(5, 6, 2), (11, -1, 1)]
+    assert all(r["programs"][0]["function"] == "accuracy" for r in rows)
+    finding = next(f for f in report.findings if f.kind == "between_steps")
+    assert "between steps 5 and 6: `accuracy` x2" in finding.message
+    # Left out of the steps: no step holds the evaluation's device time (checked above per step),
+    # and no op table per step counts it.
+    assert all(op["module"] != "jit_accuracy" or op["per_step_ms"] is None for op in report.top_ops.get("rows", []))
+
+
+@pytest.mark.parametrize("pattern", [p for p in PATTERNS if p != "eval_between"])
+def test_no_work_between_steps_where_none_ran(captures: Path, pattern: str) -> None:
+    report, _truth = _case(captures, pattern)
+    assert report.section("between_steps")["rows"] == []
+
+
+def test_annotated_steps_that_never_read_get_the_work_they_dispatched(captures: Path) -> None:
+    # Each host step only queues its execution (the host runs ahead); the device runs them later,
+    # most of them inside the last step's window. Each step still holds its own execution's work.
+    report, truth = _case(captures, "annotated_no_read")
+    train = truth.of(TRAIN)
+    assert report.source["step_source"] == "annotation" and len(report.steps) == len(train)
+    for row, execution in zip(report.steps, train):
+        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+    assert report.throughput["steady_steps_per_s"] == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
+    assert report.throughput["host_ahead"]["max"] == max(truth.host_ahead(TRAIN)) >= 3

@@ -1,0 +1,204 @@
+"""Small training programs with the patterns real ones have, each captured with ``jax.profiler``.
+
+Run as ``python -m tests.analyses.timeline_programs OUT [PATTERN ...]``: each pattern
+writes its capture under ``OUT/PATTERN``. Every program compiles its step before the
+trace (the remainder batch compiles once more inside it) and never reads a value in
+its training loop unless the pattern says so; the trace stops after the device is done.
+
+- ``no_read``: a loop that never reads a value (the host runs ahead of the device).
+- ``eval_between``: two epochs, an evaluation (another program, read back) after each.
+- ``remainder``: an epoch whose last batch is smaller (one more compile, same function).
+- ``scan``: a model whose layers run under ``lax.scan``.
+- ``nnx``: a Flax NNX model trained with ``nnx.jit`` and optax.
+- ``annotated_no_read``: ``no_read`` with each step in a ``StepTraceAnnotation``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+STEPS = 12
+
+
+def _mlp_step():
+    import jax
+    import jax.numpy as jnp
+
+    def loss_fn(params, x, y):
+        h = jnp.tanh(x @ params["w1"])
+        return jnp.mean((h @ params["w2"] - y) ** 2)
+
+    @jax.jit
+    def train_step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
+
+    def init(width: int = 384):
+        k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+        return {"w1": jax.random.normal(k1, (256, width)) * 0.05, "w2": jax.random.normal(k2, (width, 64)) * 0.05}
+
+    return train_step, loss_fn, init
+
+
+def _batches(n: int, rows: int = 256):
+    import jax
+
+    keys = jax.random.split(jax.random.PRNGKey(1), n)
+    xs = [jax.random.normal(k, (rows, 256)) for k in keys]
+    ys = [jax.random.normal(k, (rows, 64)) for k in keys]
+    jax.block_until_ready((xs, ys))
+    return xs, ys
+
+
+def no_read(logdir: str) -> None:
+    import jax
+
+    train_step, _loss, init = _mlp_step()
+    params = init()
+    xs, ys = _batches(STEPS)
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        params, _ = train_step(params, xs[i], ys[i])
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+def eval_between(logdir: str) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    train_step, loss_fn, init = _mlp_step()
+
+    @jax.jit
+    def accuracy(params, x, y):
+        # Deliberately heavier than a step: many batches at once.
+        h = jnp.tanh(jnp.einsum("bnd,dw->bnw", x, params["w1"]))
+        return jnp.mean(jnp.abs(jnp.einsum("bnw,wo->bno", h, params["w2"]) - y) < 1.0)
+
+    params = init()
+    xs, ys = _batches(STEPS)
+    ex, ey = jax.numpy.stack(xs[:8]), jax.numpy.stack(ys[:8])
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    float(accuracy(params, ex, ey))
+    jax.profiler.start_trace(logdir)
+    half = STEPS // 2
+    for epoch in range(2):
+        for i in range(epoch * half, (epoch + 1) * half):
+            params, loss = train_step(params, xs[i], ys[i])
+        if epoch == 0:
+            float(accuracy(params, ex, ey))
+            float(accuracy(params, ex, ey))
+    float(accuracy(params, ex, ey))
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+def remainder(logdir: str) -> None:
+    import jax
+
+    train_step, _loss, init = _mlp_step()
+    params = init()
+    xs, ys = _batches(STEPS)
+    xs[-1], ys[-1] = xs[-1][:100], ys[-1][:100]  # the epoch's remainder batch
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        params, loss = train_step(params, xs[i], ys[i])
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+def scan(logdir: str) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    def forward(layers, x):
+        def layer(h, w):
+            return jnp.tanh(h @ w), None
+
+        h, _ = jax.lax.scan(layer, x, layers)
+        return h
+
+    @jax.jit
+    def train_step(layers, x, y):
+        loss, grads = jax.value_and_grad(lambda ls: jnp.mean((forward(ls, x) - y) ** 2))(layers)
+        return layers - 0.01 * grads, loss
+
+    layers = jax.random.normal(jax.random.PRNGKey(0), (6, 192, 192)) * 0.05
+    keys = jax.random.split(jax.random.PRNGKey(1), STEPS)
+    xs = [jax.random.normal(k, (256, 192)) for k in keys]
+    jax.block_until_ready(xs)
+    jax.block_until_ready(train_step(layers, xs[0], xs[0]))
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        layers, loss = train_step(layers, xs[i], xs[i])
+    jax.block_until_ready(layers)
+    jax.profiler.stop_trace()
+
+
+def nnx(logdir: str) -> None:
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx as fnnx
+
+    class Model(fnnx.Module):
+        def __init__(self, rngs):
+            self.a = fnnx.Linear(256, 384, rngs=rngs)
+            self.b = fnnx.Linear(384, 64, rngs=rngs)
+
+        def __call__(self, x):
+            return self.b(jax.nn.relu(self.a(x)))
+
+    model = Model(fnnx.Rngs(0))
+    optimizer = fnnx.Optimizer(model, optax.adam(1e-3), wrt=fnnx.Param)
+
+    @fnnx.jit
+    def train_step(model, optimizer, x, y):
+        def loss_fn(m):
+            return jnp.mean((m(x) - y) ** 2)
+
+        loss, grads = fnnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    xs, ys = _batches(STEPS)
+    jax.block_until_ready(train_step(model, optimizer, xs[0], ys[0]))
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        train_step(model, optimizer, xs[i], ys[i])
+    jax.block_until_ready(fnnx.state(model))
+    jax.profiler.stop_trace()
+
+
+def annotated_no_read(logdir: str) -> None:
+    import jax
+
+    train_step, _loss, init = _mlp_step()
+    params = init()
+    xs, ys = _batches(STEPS)
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            params, _ = train_step(params, xs[i], ys[i])
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+#: The programs whose steps are inferred from executions.
+PATTERNS = {f.__name__: f for f in (no_read, eval_between, remainder, scan, nnx)}
+ANNOTATED = {f.__name__: f for f in (annotated_no_read,)}
+
+
+def main(argv: list[str]) -> None:
+    out = Path(argv[0])
+    every = {**PATTERNS, **ANNOTATED}
+    for name in argv[1:] or list(every):
+        every[name](str(out / name))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
