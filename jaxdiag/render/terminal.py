@@ -108,9 +108,7 @@ def _header(report: "Report", console: "Console") -> None:
     console.print("   ".join(parts))
     ahead = tp.get("host_ahead") or {}
     if tp.get("steady_from") not in (None, "step windows") or ahead.get("max"):
-        from rich.markup import escape
-
-        line = f"steady rates from: {escape(str(tp.get('steady_from')))}"
+        line = f"steady rates from: {esc(tp.get('steady_from'))}"
         if ahead.get("max"):
             line += f"   host ran ahead of the device: up to {ahead['max']:.0f} steps (median {ahead['median']:g})"
         console.print(line)
@@ -356,9 +354,3 @@ def _steps_from(source: dict[str, Any]) -> str:
     from jaxdiag.reporting.model import steps_from
 
     return steps_from(source)
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
