@@ -15,18 +15,19 @@ import functools
 from typing import Any
 
 from jaxdiag.trace import line_bytes
-from jaxdiag.trace.line_bytes import FIXED64, LENGTH_DELIMITED, METADATA_ID, VARINT
+from jaxdiag.trace.schema import VARINT, XStat
 
+METADATA_ID = XStat.METADATA_ID
 #: XStat value fields: double, uint64, int64, str, bytes, reference to a stat metadata's name; with their wire types.
-_DOUBLE, _UINT64, _INT64, _STR, _BYTES, _REF = 2, 3, 4, 5, 6, 7
-_VALUE_WIRE = {
-    _DOUBLE: FIXED64,
-    _UINT64: VARINT,
-    _INT64: VARINT,
-    _STR: LENGTH_DELIMITED,
-    _BYTES: LENGTH_DELIMITED,
-    _REF: VARINT,
-}
+_DOUBLE, _UINT64, _INT64, _STR, _BYTES, _REF = (
+    XStat.DOUBLE,
+    XStat.UINT64,
+    XStat.INT64,
+    XStat.STR,
+    XStat.BYTES,
+    XStat.REF,
+)
+_VALUE_WIRE = XStat.VALUE_WIRE
 
 
 @functools.cache
