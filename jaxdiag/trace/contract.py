@@ -14,6 +14,11 @@ corpus and fixtures, and generated XSpaces checked against protobuf). Values are
 value (uint64 unsigned, a reference as the name it refers to); a stat whose metadata is
 missing is left out. Execution facts are stats (``run_id``, ``program_id``, ``hlo_module``),
 and module spans are the events of their lines (``XLA Modules``): a reader asks for them by name.
+
+The loader does not read through this contract yet: ``xspace`` still parses with ``ProfileData``
+after ``prepared`` has cut the lines it decoded in bulk out of the bytes. Moving ``xspace``,
+``host_plane``, ``device_plane`` and ``reading`` onto ``ColumnReader`` removes ``prepared``,
+``device_bytes``, most of ``host_bytes`` and ``wire.sub_space``.
 """
 
 from __future__ import annotations
