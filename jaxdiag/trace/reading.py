@@ -327,11 +327,12 @@ class Reading:
         return got
 
     def _stop(self, kill: bool = False) -> None:
-        """Stop the workers (``kill``: at once, whatever they are doing)."""
+        """Stop the workers (``kill``: at once, whatever they are doing; so too when the reading is
+        abandoned with tasks unfinished, whose pieces nobody will read)."""
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        if kill:
+        if kill or not all(future.done() for future in self._futures):
             _kill_workers(pool)
         pool.shutdown(wait=False, cancel_futures=True)
 
