@@ -22,13 +22,12 @@ import functools
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace import wire
+from jaxdiag.trace import schema, wire
+from jaxdiag.trace.schema import FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, XEvent, XLine, XPlane
 
-LINES, EVENT_METADATA, STAT_METADATA = 3, 4, 5  # XPlane fields (the metadata are maps: key 1, value 2)
-EVENTS = 4  # XLine.events
-_TIMESTAMP_NS = 3  # XLine.timestamp_ns
-METADATA_ID, OFFSET_PS, DURATION_PS, STATS = 1, 2, 3, 4  # XEvent fields
-VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
+LINES = XPlane.LINES
+EVENTS, _TIMESTAMP_NS = XLine.EVENTS, XLine.TIMESTAMP_NS
+METADATA_ID, OFFSET_PS, DURATION_PS, STATS = XEvent.METADATA_ID, XEvent.OFFSET_PS, XEvent.DURATION_PS, XEvent.STATS
 _CHUNK = 1 << 20
 PAD = 16  # zero bytes after each line's copy in ``padded`` arrays: reads past a line's end see zeros
 T = TypeVar("T")
@@ -388,8 +387,8 @@ def plane_metadata(plane_fields: bytes) -> tuple[dict[int, str], dict[int, str]]
         if view is None:
             raise Unexpected
         plane = view.FromString(plane_fields)
-        events = {entry.key: entry.value.name.decode("utf-8") for entry in plane.event_metadata}
-        stats = {entry.key: entry.value.name.decode("utf-8") for entry in plane.stat_metadata}
+        events = {key: value.name for key, value in plane.event_metadata.items()}
+        stats = {key: value.name for key, value in plane.stat_metadata.items()}
     except Exception:  # noqa: BLE001 - upb's DecodeError, a UnicodeDecodeError
         raise Unexpected from None
     return events, stats
@@ -419,46 +418,7 @@ def _no_events_after(view: memoryview, start: int, end: int) -> bool:
         return False
 
 
-@functools.cache
 def _plane_view() -> Any:
-    """A message class that sees an XPlane's event and stat metadata (id and name), and leaves every other
-    field unparsed; ``None`` without upb."""
-    try:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-        from google.protobuf.internal import api_implementation
-
-        if api_implementation.Type() != "upb":
-            return None
-        get_class = message_factory.GetMessageClass
-    except (ImportError, AttributeError):
-        return None
-    field = descriptor_pb2.FieldDescriptorProto
-    proto = descriptor_pb2.FileDescriptorProto(name="jaxdiag_xplane_views.proto", package="jaxdiag_views")
-
-    def message(name: str, fields: Sequence[tuple[str, int, int, int, str]]) -> None:
-        added = proto.message_type.add(name=name)
-        for field_name, number, kind, label, type_name in fields:
-            added.field.add(name=field_name, number=number, type=kind, label=label)
-            if type_name:
-                added.field[-1].type_name = type_name
-
-    one, many = field.LABEL_OPTIONAL, field.LABEL_REPEATED
-    message("Metadata", [("name", 2, field.TYPE_BYTES, one, "")])  # XEventMetadata and XStatMetadata alike
-    message(
-        "MetadataEntry",
-        [("key", 1, field.TYPE_INT64, one, ""), ("value", 2, field.TYPE_MESSAGE, one, ".jaxdiag_views.Metadata")],
-    )
-    entry = ".jaxdiag_views.MetadataEntry"
-    message(
-        "Plane",
-        [
-            ("event_metadata", EVENT_METADATA, field.TYPE_MESSAGE, many, entry),
-            ("stat_metadata", STAT_METADATA, field.TYPE_MESSAGE, many, entry),
-        ],
-    )
-    try:
-        pool = descriptor_pool.DescriptorPool()
-        pool.Add(proto)
-        return get_class(pool.FindMessageTypeByName("jaxdiag_views.Plane"))
-    except Exception:  # noqa: BLE001 - a protobuf that builds no classes this way: read as written
-        return None
+    """The ``XPlane`` message class (``schema``); ``None`` without upb."""
+    classes = schema.message_classes()
+    return classes["XPlane"] if classes is not None else None

@@ -53,6 +53,7 @@ def load(
     parallel: bool | None = None,
     workers: int | None = None,
     scheduler: Any = None,
+    start_method: str | None = None,
 ) -> TraceFrames:
     """Read a ``jax.profiler`` capture.
 
@@ -70,13 +71,22 @@ def load(
       scheduler: a Dask ``distributed`` scheduler address (``tcp://HOST:PORT``) or
         ``Client``: each host file is read on the cluster's workers, which must
         see the same path; only its columns come back. The result is the same.
+      start_method: how worker processes start: ``fork`` (the default, used only
+        from a single-threaded process), ``forkserver`` or ``spawn``.
 
     Raises:
       TraceFormatError: nothing readable at ``path``, or every host file is
         empty, truncated or not a trace.
     """
     return start_load(
-        path, run=run, host=host, include_python=include_python, parallel=parallel, workers=workers, scheduler=scheduler
+        path,
+        run=run,
+        host=host,
+        include_python=include_python,
+        parallel=parallel,
+        workers=workers,
+        scheduler=scheduler,
+        start_method=start_method,
     ).result()
 
 
@@ -89,6 +99,7 @@ def start_load(
     parallel: bool | None = None,
     workers: int | None = None,
     scheduler: Any = None,
+    start_method: str | None = None,
 ) -> "PendingLoad":
     """Begin ``load``; ``result()`` ends it. A caller may import what it needs in between, while a worker reads.
 
@@ -97,14 +108,16 @@ def start_load(
     Raises:
       TraceFormatError: nothing to read at ``path`` (as ``load``).
     """
-    if not include_python and parallel is None and workers is None and scheduler is None:
+    if not include_python and parallel is None and workers is None and scheduler is None and start_method is None:
         pending = _PREFETCHED.pop((str(Path(path)), run, host), None)
         if pending is not None:
             return pending
     found = discover(path, run=run, host=host)
     if found.kind == "xplane" and scheduler is None:
         _ready_xspace_reader()
-    reading = start_reading(found.files, found.kind, include_python, parallel, workers=workers, scheduler=scheduler)
+    reading = start_reading(
+        found.files, found.kind, include_python, parallel, workers=workers, scheduler=scheduler, method=start_method
+    )
     return PendingLoad(found, include_python, reading)
 
 

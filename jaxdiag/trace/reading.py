@@ -1,22 +1,29 @@
 """Read the host files of a run in parallel: a process pool here, or the workers of a Dask cluster.
 
-On this machine, ``start`` cuts the files into *tasks* (a plane, or some
-threads of an accelerated host's host plane: ``wire.sub_space`` cuts their
-bytes out of the mapped file, so nothing is serialized on the way in) and
-hands them, the largest first, to a ``concurrent.futures.ProcessPoolExecutor``
-of forked workers, one per core but this one by default, while this process
-imports what it needs: two tasks per worker until this process begins to
-read (so that a worker goes on at once from one task to the next, rather than
-waiting for this busy process to hand it one), then one per idle worker (a
-task handed to a pool can no longer be taken back). This process takes the
-tasks no worker has taken, smallest first, and the two meet in the middle. Each worker maps its
-file itself, so the same task runs in a process started any way.
-``Reading.finish`` collects the pieces and puts them together in file order
-(``xspace.join_host``): the result is the one a single process reads. Workers
-are forked only on Linux from a process running a single thread (a fork with
-other threads alive can deadlock the child), and only when there is enough to
-read. A task a worker cannot do (a plane the parser rejects, a crash, a kill)
-is done again here, so errors read exactly as they do without workers.
+On this machine, ``start`` cuts the files into *tasks* (planes, or threads of
+an accelerated host's host plane, bundled to about a megabyte: ``wire.sub_space``
+cuts their bytes out of the mapped file, so nothing is serialized on the way
+in) and submits them all, the largest first, to a
+``concurrent.futures.ProcessPoolExecutor`` with an explicit start method. This
+process reads too: file by file, it takes back the tasks no worker has begun
+(``Future.cancel``), smallest first, while the workers go on from the largest.
+``Reading.each`` collects the pieces and puts them together in file order
+(``xspace.join_host``): the result is the one a single process reads.
+
+Every wait is bounded. A task a worker cannot do (a plane the parser rejects,
+a crash, a kill: ``BrokenProcessPool``) is read again here, so errors read
+exactly as they do without workers; when no worker has finished a task for
+``STUCK_AFTER_S`` (or ten times the slowest task's expected cost), the workers
+are killed and what they held is read here too.
+
+Start methods: ``fork`` by default, and only on Linux from a process running a
+single thread (a fork with other threads alive can deadlock the child): the
+workers inherit this process's imports, so they start in milliseconds. Python
+3.14 makes ``forkserver`` Linux's default, which changes nothing here (the
+context is chosen explicitly); ``forkserver`` and ``spawn`` work when asked for
+(``method``), at the price of each worker importing numpy and the reader, and of
+re-importing the caller's ``__main__`` as ``multiprocessing`` does. Workers
+start only when there is enough to read.
 
 Past one machine, ``scheduler`` names a Dask ``distributed`` scheduler
 (``tcp://HOST:PORT``) or is a ``distributed.Client``: each host file is read on
@@ -29,14 +36,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 import gc
 import mmap
 import multiprocessing
 import os
+import pickle
+import signal
 import sys
-import threading
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -54,13 +60,18 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Rough cost of reading, in ns per byte in a worker (measured on the H100 captures): device
 #: events carry many stats; host threads are read from the bytes (``host_bytes``), a runtime
 #: thread's events all decoded, a Python thread's mostly frames cut out; other planes (metadata)
-#: are only parsed. Only the order of tasks and whether to use workers depend on it.
+#: are only parsed. Only the order of tasks, whether to use workers and how long to wait depend on it.
 _NS_PER_BYTE = {"device": 38.0, "host": 22.0, "python": 5.5, "other": 0.3}
 #: Workers are started only for at least this much work: the 8 MB H100 capture (about 0.1 s)
 #: reports in 0.42 s with a worker and 0.50 s without, its reading beside the report's imports.
 _MIN_WORK_NS = 40e6
-#: Threads of a host plane are put together in tasks of about this many bytes.
+#: Units (planes, or threads of a host plane) are put together in tasks of about this many bytes.
 _TASK_BYTES = 1 << 20
+#: A worker pool that finishes no task for this long (or ten times the slowest pending task's
+#: expected cost, if longer) is stuck: its workers are killed and their tasks read here.
+STUCK_AFTER_S = 30.0
+#: Start methods ``method`` may name; ``None`` is ``fork`` where that is safe, else no workers.
+METHODS = ("fork", "forkserver", "spawn")
 
 Outcome = HostColumns | TraceFormatError
 #: What a file is cut into: ``(plane, line)``, ``line`` -1 for a whole plane.
@@ -69,12 +80,13 @@ Unit = tuple[int, int]
 
 @dataclasses.dataclass(slots=True)
 class _File:
-    """One host file: its bytes, planes and the planes read thread by thread."""
+    """One host file: its bytes, planes (by index; a worker gets only its task's) and the planes read thread by thread."""
 
     path: Path
     data: bytes | mmap.mmap = b""  # mapped: pages are read from the file system's cache, nothing is copied
-    planes: list[wire.PlaneRecord] = dataclasses.field(default_factory=list)
+    planes: dict[int, wire.PlaneRecord] = dataclasses.field(default_factory=dict)
     lines: dict[int, wire.PlaneLines] = dataclasses.field(default_factory=dict)
+    accelerated: bool = False  # whether the file has device planes (its host plane is read thread by thread)
     outcome: Outcome | None = None  # known before any plane is read (unreadable, not a trace)
 
     def release(self) -> None:
@@ -88,7 +100,7 @@ class _File:
     def units(self) -> list[Unit]:
         return [
             (p, line)
-            for p in range(len(self.planes))
+            for p in sorted(self.planes)
             for line in (range(len(self.lines[p].names)) if p in self.lines else (-1,))
         ]
 
@@ -123,6 +135,7 @@ def start(
     parallel: bool | None = None,
     workers: int | None = None,
     scheduler: Any = None,
+    method: str | None = None,
 ) -> "Reading | DaskReading":
     """Begin reading ``files``; ``finish()`` on the result gives one outcome per file, in order.
 
@@ -138,16 +151,22 @@ def start(
       scheduler: a Dask ``distributed`` scheduler address or ``Client``: each
         file is read on its workers instead (``parallel`` and ``workers`` are
         then the cluster's business).
+      method: how workers start, one of ``METHODS`` (default ``fork``, which is
+        used only from a single-threaded process on Linux: else there are no workers).
     """
     paths = [Path(f) for f in files]
     if scheduler is not None:
         from jaxdiag.trace.dask_reading import DaskReading
 
         return DaskReading(paths, kind, include_python, scheduler)
+    if method is not None and method not in METHODS:
+        raise ValueError(f"start method {method!r}: expected one of {', '.join(METHODS)}")
     reading = Reading([_File(p) for p in paths], kind, include_python)
-    if kind == "xplane" and not include_python and parallel is not False and _fork_is_safe():
-        # This process reads too (``Reading._take``): with the workers, every core.
-        reading._share(force=parallel is True, workers=workers or max((os.cpu_count() or 1) - 1, 1))
+    if method in (None, "fork"):
+        method = "fork" if _fork_is_safe() else None
+    if kind == "xplane" and not include_python and parallel is not False and method is not None:
+        # This process reads too (``Reading.each``): with the workers, every core.
+        reading._share(parallel is True, workers or max((os.cpu_count() or 1) - 1, 1), method)
     return reading
 
 
@@ -156,20 +175,15 @@ class Reading:
 
     def __init__(self, files: list[_File], kind: str, include_python: bool) -> None:
         self._files, self._kind, self._include_python = files, kind, include_python
-        self._tasks: list[_Task] = []
+        self._tasks: list[_Task] = []  # largest first
+        self._futures: list[concurrent.futures.Future[Any]] = []  # one per task
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        # Tasks not yet handed out, largest first: the pool is fed a task or two per worker
-        # (``_feed``), so that this process can take any task a worker has not started.
-        self._pending: list[int] = []
-        self._futures: dict[int, concurrent.futures.Future[Any]] = {}
-        self._handed = threading.Condition()
-        self._unfinished = 0  # tasks handed out and not yet done
-        self._taking = False  # whether this process has begun to read tasks itself
+        self._workers = 0
 
     @property
     def workers(self) -> int:
         """Worker processes reading (0: everything is read here)."""
-        return self._pool._max_workers if self._pool is not None else 0  # type: ignore[attr-defined]
+        return self._workers
 
     def finish(self) -> list[Outcome]:
         """Each file's columns, or the ``TraceFormatError`` that stopped it, in file order."""
@@ -181,36 +195,43 @@ class Reading:
         for number, task in enumerate(self._tasks):
             by_file.setdefault(task.file, []).append(number)
         last = max(by_file, default=-1)
-        for index, f in enumerate(self._files):
-            outcome = f.outcome
-            if outcome is None and index in by_file:
-                outcome = self._joined(f, [(self._tasks[n], got) for n, got in self._take(by_file[index])])
-            if index == last:  # every task is taken
-                self._stop()
-            if outcome is None:
-                try:
-                    data = f.data if isinstance(f.data, bytes) else b""  # a mapped file is read again
-                    outcome = read_file(f.path, self._kind, self._include_python, data)
-                except TraceFormatError as exc:
-                    outcome = exc
-            f.release()
-            yield outcome
+        try:
+            for index, f in enumerate(self._files):
+                outcome = f.outcome
+                if outcome is None and index in by_file:
+                    got = self._take(by_file[index])
+                    outcome = self._joined(f, [(self._tasks[n], got[n]) for n in by_file[index]])
+                if index == last:  # every task is done
+                    self._stop()
+                if outcome is None:
+                    try:
+                        data = f.data if isinstance(f.data, bytes) else b""  # a mapped file is read again
+                        outcome = read_file(f.path, self._kind, self._include_python, data)
+                    except TraceFormatError as exc:
+                        outcome = exc
+                f.release()
+                yield outcome
+        finally:
+            self._stop()
 
     def _joined(self, f: _File, tasks: list[tuple[_Task, Any]]) -> HostColumns | None:
         """``f`` from its tasks' pieces; ``None`` to read it whole here (for its own error)."""
-        units: dict[Unit, HostColumns] = {}
+        units: dict[Unit, HostColumns | None] = {}
         for task, got in tasks:
-            if got is None:  # the worker failed or died: read it here, where an error reads as without workers
-                got = _read_units(f, task.units)
+            if got is None:  # its worker failed, died or is stuck: read here, where an error reads as without workers
+                got = _read_runs(f, task.units)
             if got is None:
                 return None
-            units.update(zip(task.units, got))
-        names = [p.name for p in f.planes]
-        return join_host(host_name(f.path), [units[u] for u in f.units()], names, has_devices(names))
+            for run, piece in zip(_runs(task.units), got):
+                units.update(dict.fromkeys(run[1:]))  # a run's piece holds its units' events, in order
+                units[run[0]] = piece
+        names = [p.name for p in f.planes.values()]
+        pieces = [piece for piece in map(units.__getitem__, f.units()) if piece is not None]
+        return join_host(host_name(f.path), pieces, names, f.accelerated)
 
     # --- sharing the work -------------------------------------------------------
-    def _share(self, force: bool, workers: int) -> None:
-        """Cut the files into tasks and hand them to worker processes, when that pays."""
+    def _share(self, force: bool, workers: int, method: str) -> None:
+        """Cut the files into tasks and submit them to worker processes, when that pays."""
         for index, f in enumerate(self._files):
             try:
                 f.data = _map(f.path)
@@ -220,8 +241,9 @@ class Reading:
                 continue
             if not planes:  # left to ``read_file``, which says why
                 continue
-            f.planes = planes
-            if has_devices(p.name for p in planes):  # else XLA:CPU ops: its threads are read together
+            f.planes = dict(enumerate(planes))
+            f.accelerated = has_devices(p.name for p in planes)
+            if f.accelerated:  # else XLA:CPU ops: its threads are read together
                 for i, plane in enumerate(planes):
                     lines = wire.plane_lines(f.data, plane) if plane.name == HOST_PLANE else None
                     if lines is not None and len(lines.names) > 1:
@@ -232,106 +254,87 @@ class Reading:
         if not (self._tasks and workers >= 1 and (force or total >= _MIN_WORK_NS)):
             self._tasks = []  # everything is read here, file by file, as without workers
             return
-        # Every process needs numpy (the bulk reading, the frames) and protobuf's views of the planes
-        # (``line_bytes``): loaded once, before the fork.
-        import numpy  # noqa: F401
+        context = multiprocessing.get_context(method)
+        if method == "fork":
+            # Every process needs numpy (the bulk reading, the frames) and protobuf's views of the planes
+            # (``line_bytes``): loaded once, before the fork.
+            import numpy  # noqa: F401
 
-        from jaxdiag.trace import line_bytes
+            from jaxdiag.trace import line_bytes
 
-        line_bytes.available()
-
-        self._pending = list(range(len(self._tasks)))
+            line_bytes.available()
+        elif method == "forkserver":
+            context.set_forkserver_preload([__name__])  # type: ignore[attr-defined]
         try:
-            # Forked (the parent runs one thread, checked above) at the first submit, before the
-            # pool's own thread starts; later tasks are handed out from that thread (``_feed``).
+            # Under fork, every worker is forked at the first submit (the parent runs one thread, checked
+            # in ``start``), before the pool's own thread starts.
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(workers, len(self._tasks)),
-                mp_context=multiprocessing.get_context("fork"),
-                initializer=_start_worker,
+                max_workers=min(workers, len(self._tasks)), mp_context=context, initializer=_start_worker
             )
-            self._feed()
-        except (OSError, RuntimeError):  # no process to be had: read here
-            self._stop()
-            self._tasks = []
-
-    def _feed(self) -> None:
-        """Hand the largest tasks not yet taken to the pool, up to one per worker, two while this process
-        is not reading (at the start, and as each task ends)."""
-        handed: list[concurrent.futures.Future[Any]] = []
-        with self._handed:
-            while self._pool is not None and self._pending:
-                if self._unfinished >= self.workers * (1 if self._taking else 2):
-                    break
-                number = self._pending.pop(0)
-                task = self._tasks[number]
+            for task in self._tasks:
                 f = self._files[task.file]
-                try:
-                    future = self._pool.submit(
+                planes = sorted({p for p, _ in task.units})
+                self._futures.append(
+                    self._pool.submit(
                         _read_task,
                         str(f.path),
-                        f.planes,
-                        {p: f.lines[p] for p, _ in task.units if p in f.lines},
+                        {p: f.planes[p] for p in planes},
+                        {p: f.lines[p] for p in planes if p in f.lines},
                         task.units,
+                        f.accelerated,
                     )
-                except RuntimeError:  # the pool broke or shut down: this process reads it
-                    self._pending.insert(0, number)
-                    break
-                self._futures[number] = future
-                self._unfinished += 1
-                handed.append(future)
-            self._handed.notify_all()
-        for future in handed:
-            future.add_done_callback(functools.partial(_feed_again, weakref.ref(self)))
+                )
+        except (OSError, RuntimeError):  # no process to be had: read here
+            self._stop()
+            self._tasks, self._futures = [], []
+            return
+        self._workers = min(workers, len(self._tasks))
 
-    def _take(self, numbers: list[int]) -> list[tuple[int, Any]]:
-        """The pieces of these tasks (``None`` for a task a worker failed).
+    def _take(self, numbers: list[int]) -> dict[int, Any]:
+        """The pieces of these tasks (``None`` for one no worker could read).
 
-        This process reads the ones no worker has taken, smallest first, while the
-        workers go on from the largest: they meet in the middle, once this process's
-        imports are done, and every process ends together; file by file, so that it
-        holds one file's pieces at a time.
+        This process reads the ones no worker has begun, smallest first, while the
+        workers go on from the largest: they meet in the middle. Then it waits for
+        the workers' pieces, each wait bounded (``_collect``).
         """
-        with self._handed:
-            self._taking = True
-        import pickle
-
         got: dict[int, Any] = {}
         for number in reversed(numbers):
-            if self._claim(number):
+            if self._futures[number].cancel():
                 task = self._tasks[number]
-                got[number] = _packed(_read_units(self._files[task.file], task.units))
-        for number in numbers:
-            while number not in got:
-                with self._handed:  # handed out, or put back by a broken pool: wait for one or the other
-                    self._handed.wait_for(lambda: number in self._futures or number in self._pending)
-                    future = self._futures.get(number)
-                if future is None:
-                    if self._claim(number):
-                        task = self._tasks[number]
-                        got[number] = _packed(_read_units(self._files[task.file], task.units))
-                    continue
+                got[number] = _read_runs(self._files[task.file], task.units)
+        got.update(self._collect([n for n in numbers if n not in got]))
+        return got
+
+    def _collect(self, numbers: list[int]) -> dict[int, Any]:
+        """The workers' pieces of these tasks; ``None`` for a task whose worker failed, died or is stuck."""
+        got: dict[int, Any] = {}
+        waiting = {self._futures[n]: n for n in numbers}
+        while waiting:
+            patience = max(STUCK_AFTER_S, 10e-9 * max(self._tasks[n].cost_ns for n in waiting.values()))
+            done, _ = concurrent.futures.wait(waiting, timeout=patience, return_when=concurrent.futures.FIRST_COMPLETED)
+            if not done:  # no task finished for that long: the workers are stuck, their tasks are read here
+                self._stop(kill=True)
+                got.update(dict.fromkeys(waiting.values()))
+                break
+            for future in done:
+                number = waiting.pop(future)
                 try:
-                    payload = future.result()
-                except Exception:  # a worker that died (BrokenProcessPool) or failed: read here
+                    payload = future.result(timeout=0)
+                except Exception:  # a worker that died (BrokenProcessPool), failed, or was stopped
                     payload = None
                 # Unpickled now, while the workers may still be reading what comes after it.
-                got[number] = pickle.loads(payload) if isinstance(payload, bytes) else payload
-        return [(n, got[n]) for n in numbers]
+                got[number] = pickle.loads(payload) if isinstance(payload, bytes) else None
+        return got
 
-    def _claim(self, number: int) -> bool:
-        """Take task ``number`` for this process, if no worker has it."""
-        with self._handed:
-            if number in self._pending:
-                self._pending.remove(number)
-                return True
-            return False
-
-    def _stop(self) -> None:
-        with self._handed:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        self._futures = {}
+    def _stop(self, kill: bool = False) -> None:
+        """Stop the workers (``kill``: at once, whatever they are doing; so too when the reading is
+        abandoned with tasks unfinished, whose pieces nobody will read)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if kill or not all(future.done() for future in self._futures):
+            _kill_workers(pool)
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def __del__(self) -> None:  # a reading dropped unfinished must not leave its workers behind
         try:
@@ -340,13 +343,17 @@ class Reading:
             pass
 
 
-def _feed_again(reading: "weakref.ref[Reading]", done: "concurrent.futures.Future[Any]") -> None:
-    """A task ended: hand its worker the next (weakly: a reading dropped unfinished stops its workers, ``__del__``)."""
-    alive = reading()
-    if alive is not None:
-        with alive._handed:
-            alive._unfinished -= 1
-        alive._feed()
+def _kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """SIGKILL the pool's workers (``kill_workers`` from Python 3.14; its process table before)."""
+    kill = getattr(pool, "kill_workers", None)
+    if kill is not None:
+        kill()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except (OSError, TypeError):  # gone already, or never started
+            pass
 
 
 #: In a worker: parsed planes, kept until the worker exits (freeing them costs time nobody waits for),
@@ -363,40 +370,68 @@ def _start_worker() -> None:
 
 
 def _read_task(
-    path: str, planes: list[wire.PlaneRecord], lines: dict[int, wire.PlaneLines], units: tuple[Unit, ...]
+    path: str,
+    planes: dict[int, wire.PlaneRecord],
+    lines: dict[int, wire.PlaneLines],
+    units: tuple[Unit, ...],
+    accelerated: bool,
 ) -> bytes | None:
     """In a worker: the pieces of ``units`` of the file at ``path``, pickled; ``None`` when they cannot be read apart."""
-    import pickle
-
     global _kept_bytes
-    f = _File(Path(path), _map(Path(path)), planes, lines)
-    _kept_bytes += sum(planes[p].size for p in {p for p, _ in units})
-    pieces = _read_units(f, units, keep=_PARSED if _kept_bytes <= _KEEP_BYTES else None)
-    HostColumns.pack_together(pieces or [])  # a few bytes per event to send, and to join
+    f = _File(Path(path), _map(Path(path)), planes, lines, accelerated)
+    _kept_bytes += sum(record.size for record in planes.values())
+    pieces = _read_runs(f, units, keep=_PARSED if _kept_bytes <= _KEEP_BYTES else None)
     return pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _packed(pieces: list[HostColumns] | None) -> list[HostColumns] | None:
-    """Pieces read here, packed as a worker's are (``HostColumns.pack``): joined with those, they cost no more."""
-    HostColumns.pack_together(pieces or [])
-    return pieces
+def _runs(units: Sequence[Unit]) -> list[tuple[Unit, ...]]:
+    """``units`` (in file order) in runs that follow each other in the file: whole planes one after
+    another, or threads of one plane one after another."""
+    runs: list[list[Unit]] = []
+    for plane, line in units:
+        if runs:
+            last_plane, last_line = runs[-1][-1]
+            whole = line < 0 and last_line < 0 and plane == last_plane + 1
+            if whole or (line >= 0 and plane == last_plane and line == last_line + 1):
+                runs[-1].append((plane, line))
+                continue
+        runs.append([(plane, line)])
+    return [tuple(run) for run in runs]
+
+
+def _read_runs(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) -> list[HostColumns] | None:
+    """One piece per run of ``units`` (``_runs``), packed (``HostColumns.pack``): a few bytes per event to
+    send, and to join; ``None`` if they cannot be read apart."""
+    pieces = _read_units(f, units, keep)
+    if pieces is None:
+        return None
+    joined = []
+    at = 0
+    for run in _runs(units):
+        first = pieces[at]
+        first.extend(*pieces[at + 1 : at + len(run)])
+        joined.append(first)
+        at += len(run)
+    HostColumns.pack_together(joined)
+    return joined
 
 
 def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) -> list[HostColumns] | None:
     """One piece per unit of ``f`` (units in file order); ``None`` if they cannot be read apart."""
     parts: list[tuple[wire.PlaneRecord, wire.PlaneLines | None, list[int] | None]] = []
     expected: list[tuple[str, list[tuple[str, str]] | None]] = []
-    for plane in dict.fromkeys(p for p, _ in units):
+    by_plane: dict[int, list[int]] = {}  # each plane's lines among ``units`` (one pass: a task may hold 50,000 planes)
+    for plane, line in units:
+        by_plane.setdefault(plane, []).extend((line,) if line >= 0 else ())
+    for plane, mine in by_plane.items():
         record, lines = f.planes[plane], f.lines.get(plane)
-        mine = [line for p, line in units if p == plane and line >= 0]
         parts.append((record, lines, mine if lines is not None else None))
         if lines is None:
             expected.append((record.name, None))
         else:
             labels = unique_labels(lines.names)
             expected.append((record.name, [(lines.names[i], labels[i]) for i in mine]))
-    names = [p.name for p in f.planes]
-    accelerated = has_devices(names)
+    accelerated = f.accelerated
     by_line = [(record, lines, mine) for record, lines, mine in parts if lines is not None and mine is not None]
     prepared = None
     if by_line:  # a host plane's threads: prepared here, where the plane's layout is known (``host_bytes``)
@@ -425,32 +460,32 @@ def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) 
 
 
 def _tasks(index: int, f: _File) -> list[_Task]:
-    """``f`` cut into tasks: each plane whole, and the threads of a host plane alone or bundled.
+    """``f`` cut into tasks: planes, and the threads of a host plane, alone when large, else bundled.
 
-    Each task costs a parse of its plane's metadata, so small threads go together.
+    Each task costs a parse of its planes' metadata, and a pickle of what it is
+    handed, so small planes go together, as do small threads (apart from whole
+    planes: a thread's plane is read with what ``reading`` prepared of it).
     """
     tasks: list[_Task] = []
-    bundle: list[Unit] = []
-    size = cost = 0.0
+    bundles: dict[bool, tuple[list[Unit], float, float]] = {}  # by whether it holds threads: units, bytes, cost
     for plane, line in f.units():
         record = f.planes[plane]
         if line < 0:
             kind = "device" if is_device_plane(record.name) else "host" if record.name == HOST_PLANE else "other"
-            tasks.append(_Task(index, ((plane, line),), record.size * _NS_PER_BYTE[kind]))
-            continue
-        line_size = sum(b - a for a, b, at in f.lines[plane].chunks if at == line)
-        line_cost = line_size * _NS_PER_BYTE["host" if is_runtime_thread(f.lines[plane].names[line]) else "python"]
-        if line_size >= _TASK_BYTES:
-            tasks.append(_Task(index, ((plane, line),), line_cost))
-            continue
-        bundle.append((plane, line))
-        size += line_size
-        cost += line_cost
+            size, cost = float(record.size), record.size * _NS_PER_BYTE[kind]
+        else:
+            size = float(sum(b - a for a, b, at in f.lines[plane].chunks if at == line))
+            cost = size * _NS_PER_BYTE["host" if is_runtime_thread(f.lines[plane].names[line]) else "python"]
         if size >= _TASK_BYTES:
-            tasks.append(_Task(index, tuple(bundle), cost))
-            bundle, size, cost = [], 0.0, 0.0
-    if bundle:
-        tasks.append(_Task(index, tuple(bundle), cost))
+            tasks.append(_Task(index, ((plane, line),), cost))
+            continue
+        units, bundle_size, bundle_cost = bundles.get(line >= 0, ([], 0.0, 0.0))
+        units.append((plane, line))
+        bundles[line >= 0] = (units, bundle_size + size, bundle_cost + cost)
+        if bundle_size + size >= _TASK_BYTES:
+            tasks.append(_Task(index, tuple(units), bundle_cost + cost))
+            del bundles[line >= 0]
+    tasks += [_Task(index, tuple(units), cost) for units, _size, cost in bundles.values()]
     return tasks
 
 

@@ -15,18 +15,19 @@ import functools
 from typing import Any
 
 from jaxdiag.trace import line_bytes
-from jaxdiag.trace.line_bytes import FIXED64, LENGTH_DELIMITED, METADATA_ID, VARINT
+from jaxdiag.trace.schema import VARINT, XStat
 
+METADATA_ID = XStat.METADATA_ID
 #: XStat value fields: double, uint64, int64, str, bytes, reference to a stat metadata's name; with their wire types.
-_DOUBLE, _UINT64, _INT64, _STR, _BYTES, _REF = 2, 3, 4, 5, 6, 7
-_VALUE_WIRE = {
-    _DOUBLE: FIXED64,
-    _UINT64: VARINT,
-    _INT64: VARINT,
-    _STR: LENGTH_DELIMITED,
-    _BYTES: LENGTH_DELIMITED,
-    _REF: VARINT,
-}
+_DOUBLE, _UINT64, _INT64, _STR, _BYTES, _REF = (
+    XStat.DOUBLE,
+    XStat.UINT64,
+    XStat.INT64,
+    XStat.STR,
+    XStat.BYTES,
+    XStat.REF,
+)
+_VALUE_WIRE = XStat.VALUE_WIRE
 
 
 @functools.cache
@@ -41,10 +42,15 @@ def _wire_of_value() -> Any:
 
 
 def event_stats(
-    padded: Any, rounds: list[Any], events: int, stat_names: dict[int, str], read: frozenset[str]
+    padded: Any,
+    rounds: list[Any],
+    events: int,
+    stat_names: dict[int, str],
+    read: frozenset[str],
+    bytes_as_str: bool = False,
 ) -> list[dict[str, Any]]:
     """Each event's stats named in ``read``, from the stat records ``line_bytes.event_fields`` found, in the
-    order written."""
+    order written (``bytes_as_str``: a bytes value decoded as UTF-8, as ``ProfileData`` gives it)."""
     import numpy as np
 
     out: list[dict[str, Any]] = [{} for _ in range(events)]
@@ -86,7 +92,8 @@ def event_stats(
     put(_REF, lambda mine: [stat_names.get(n, "") for n in numbers[mine].tolist()])
     put(_DOUBLE, lambda mine: padded[at[mine, None] + np.arange(8)].view("<f8").ravel().tolist())
     put(_STR, lambda mine: [str(buffer[a : a + n], "utf-8") for a, n in zip(at[mine].tolist(), numbers[mine].tolist())])
-    put(_BYTES, lambda mine: [bytes(buffer[a : a + n]) for a, n in zip(at[mine].tolist(), numbers[mine].tolist())])
+    as_bytes = (lambda view: str(view, "utf-8")) if bytes_as_str else bytes
+    put(_BYTES, lambda mine: [as_bytes(buffer[a : a + n]) for a, n in zip(at[mine].tolist(), numbers[mine].tolist())])
     names = {k: stat_names[k] for k in wanted.tolist()}
     for owner, stat, got_value in zip(owners[rows].tolist(), metadata[rows].tolist(), values):
         out[owner][names[stat]] = got_value

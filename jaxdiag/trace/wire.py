@@ -15,10 +15,12 @@ import dataclasses
 from typing import Iterator, Mapping
 
 from jaxdiag.errors import TraceFormatError
+from jaxdiag.trace.schema import LENGTH_DELIMITED, XLine, XPlane, XSpace
 
-_PLANES, _PLANE_NAME, _PLANE_LINES = 1, 2, 3  # XSpace.planes, XPlane.name, XPlane.lines
-_LINE_NAME, _LINE_EVENTS = 2, 4  # XLine.name, XLine.events
-_LENGTH_DELIMITED = 2
+_PLANES, _PLANE_NAME, _PLANE_LINES = XSpace.PLANES, XPlane.NAME, XPlane.LINES
+_LINE_NAME, _LINE_EVENTS = XLine.NAME, XLine.EVENTS
+_LENGTH_DELIMITED = LENGTH_DELIMITED
+_TOP_FIELDS = (XSpace.PLANES, XSpace.ERRORS, XSpace.WARNINGS, XSpace.HOSTNAMES)
 #: What the walks read: a file's bytes, mapped or not, or a view of them.
 Data = bytes | memoryview
 
@@ -138,7 +140,7 @@ def _top_records(data: Data, source: str) -> Iterator[tuple[int, int, int, int]]
     while pos < size:
         header = pos
         tag, pos = _varint(data, pos, source)
-        if tag >> 3 not in (1, 2, 3, 4) or tag & 7 != _LENGTH_DELIMITED:  # planes, errors, warnings, hostnames
+        if tag >> 3 not in _TOP_FIELDS or tag & 7 != _LENGTH_DELIMITED:
             raise TraceFormatError(
                 f"{source}: not an XSpace (unexpected bytes at offset {pos}); is this a .xplane.pb file?"
             )

@@ -1,0 +1,194 @@
+"""The reader contract's two backends give the same columns, and the columns protobuf itself reads.
+
+``ProfileDataReader`` (jaxlib) is the reference; ``ColumnReader`` decodes whole lines from the bytes.
+Both are run on every XSpace of the corpus and the shared H100 captures, on a CPU capture made here,
+and on generated XSpaces whose truth is computed from protobuf's own parse of the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jaxdiag.errors import TraceFormatError
+from jaxdiag.trace import schema
+from jaxdiag.trace.contract import ColumnReader, LineColumns, PlaneColumns, ProfileDataReader
+from jaxdiag.trace.line_bytes import header
+from jaxdiag.trace.schema import XLine, XPlane, XSpace
+from tests.trace.test_corpus import CORPUS
+
+BACKENDS = {"column": ColumnReader(), "profile_data": ProfileDataReader()}
+NEEDED = frozenset({"hlo_module", "hlo_op", "program_id", "run_id", "step_num", "group_id", "name", "tf_op"})
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def _same_stats(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+
+
+def assert_same(got: list[PlaneColumns], want: list[PlaneColumns]) -> None:
+    assert [p.name for p in got] == [p.name for p in want]
+    for mine, theirs in zip(got, want):
+        assert mine.stats.keys() == theirs.stats.keys(), mine.name
+        assert all(_same(mine.stats[k], theirs.stats[k]) for k in mine.stats), mine.name
+        assert [line.name for line in mine.lines] == [line.name for line in theirs.lines], mine.name
+        for a, b in zip(mine.lines, theirs.lines):
+            where = (mine.name, a.name)
+            assert (a.names, a.starts, a.durs, a.frames) == (b.names, b.starts, b.durs, b.frames), where
+            assert len(a.stats) == len(b.stats) and all(map(_same_stats, a.stats, b.stats)), where
+
+
+def _captures() -> list[Path]:
+    from tests.conftest import SHARED_FIXTURES
+
+    found = sorted(CORPUS.glob("*.xplane.pb")) if CORPUS is not None else []
+    found += sorted(SHARED_FIXTURES.glob("*/plugins/profile/*/*.xplane.pb")) if SHARED_FIXTURES.is_dir() else []
+    return found
+
+
+@pytest.mark.parametrize("path", _captures(), ids=lambda p: p.name if "fixtures" not in str(p) else p.parts[-5])
+@pytest.mark.parametrize("frames", [True, False])
+def test_backends_read_every_capture_alike(path: Path, frames: bool) -> None:
+    data = path.read_bytes()
+    outcomes = {}
+    for name, backend in BACKENDS.items():
+        try:
+            outcomes[name] = backend.read(data, str(path), frames=frames, stats=None if frames else NEEDED)
+        except TraceFormatError as exc:
+            outcomes[name] = exc
+    if any(isinstance(o, TraceFormatError) for o in outcomes.values()):  # not an XSpace: both say so
+        assert all(isinstance(o, TraceFormatError) for o in outcomes.values()), outcomes
+        return
+    assert_same(outcomes["column"], outcomes["profile_data"])
+    assert sum(len(line.names) for plane in outcomes["column"] for line in plane.lines) > 0
+
+
+def test_backends_read_a_cpu_capture_alike(cpu_trace_dir) -> None:
+    for path in sorted(Path(cpu_trace_dir.run_dir).glob("*.xplane.pb")):
+        data = path.read_bytes()
+        for frames in (True, False):
+            got, want = (b.read(data, str(path), frames=frames) for b in BACKENDS.values())
+            assert_same(got, want)
+
+
+# --- generated XSpaces ------------------------------------------------------------
+_STAT_NAMES = ["hlo_op", "run_id", "program_id", "ref_target", "value"]
+_values = st.one_of(
+    st.tuples(st.just("double_value"), st.floats(allow_nan=False, width=64)),
+    st.tuples(st.just("uint64_value"), st.integers(0, 2**64 - 1)),  # half of them above 2^63
+    st.tuples(st.just("int64_value"), st.integers(-(2**63), 2**63 - 1)),
+    st.tuples(st.just("str_value"), st.text(max_size=8)),
+    st.tuples(st.just("bytes_value"), st.text(max_size=8).map(str.encode)),
+    st.tuples(st.just("ref_value"), st.integers(1, len(_STAT_NAMES) + 2)),  # past the last: a missing entry
+)
+#: A stat: its metadata id (one past the last has no entry) and its value.
+_stats = st.lists(st.tuples(st.integers(1, len(_STAT_NAMES) + 1), _values), max_size=4)
+_events = st.lists(
+    st.tuples(
+        st.integers(1, 4),  # metadata id; 4 has no entry, 3 is a Python frame
+        st.integers(-(10**9), 10**12),  # offset_ps, negative too
+        st.integers(0, 10**9),
+        _stats,
+        st.one_of(st.none(), st.integers(0, 10**9)),  # a duration written a second time (the later counts)
+    ),
+    max_size=12,
+)
+_lines = st.lists(st.tuples(st.text(max_size=6), st.integers(0, 2**62), _events), max_size=4)
+_planes = st.lists(st.tuples(st.text(max_size=8), _lines, _stats), min_size=1, max_size=3)
+
+
+def _record(field: int, payload: bytes) -> bytes:
+    return header(field, len(payload)) + payload
+
+
+def _xspace(planes: list[Any]) -> bytes:
+    """Serialized with protobuf, message by message, so that a field can be written twice."""
+    classes = schema.message_classes()
+    assert classes is not None
+    space = b""
+    for plane_name, lines, plane_stats in planes:
+        plane = classes["XPlane"](name=plane_name)
+        for key, name in enumerate(["op", "jit_step", "$frame.py:1 f"], start=1):
+            plane.event_metadata[key].id = key
+            plane.event_metadata[key].name = name
+        for key, name in enumerate(_STAT_NAMES, start=1):
+            plane.stat_metadata[key].id = key
+            plane.stat_metadata[key].name = name
+        for key, (kind, value) in plane_stats:
+            stat = plane.stats.add(metadata_id=key)
+            setattr(stat, kind, value)
+        body = b""
+        for line_name, timestamp, events in lines:
+            line = classes["XLine"](name=line_name, timestamp_ns=timestamp, id=7).SerializeToString()
+            for metadata_id, offset, duration, stats, again in events:
+                event = classes["XEvent"](metadata_id=metadata_id, offset_ps=offset, duration_ps=duration)
+                for key, (kind, value) in stats:
+                    setattr(event.stats.add(metadata_id=key), kind, value)
+                written = event.SerializeToString()
+                if again is not None:
+                    written += classes["XEvent"](duration_ps=again).SerializeToString()
+                line += _record(XLine.EVENTS, written)
+            body += _record(XPlane.LINES, line)
+        space += _record(XSpace.PLANES, plane.SerializeToString() + body)
+    return space
+
+
+def _div1000(value: int) -> int:
+    return value // 1000 if value >= 0 else -(-value // 1000)  # toward zero, as C++ divides
+
+
+def _truth(data: bytes, frames: bool) -> list[PlaneColumns]:
+    """What protobuf's own parse of ``data`` says, in the contract's terms."""
+    classes = schema.message_classes()
+    assert classes is not None
+    space = classes["XSpace"].FromString(data)
+    out = []
+    for plane in space.planes:
+        events = {k: v.name for k, v in plane.event_metadata.items()}
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+
+        def stats_of(stats: Any) -> dict[str, Any]:
+            got = {}
+            for stat in stats:
+                kind = stat.WhichOneof("value")
+                if stat.metadata_id not in names or kind is None:
+                    continue
+                value = getattr(stat, kind)
+                value = names.get(value, "") if kind == "ref_value" else value
+                got[names[stat.metadata_id]] = value.decode() if isinstance(value, bytes) else value
+            return got
+
+        lines = []
+        for line in plane.lines:
+            kept = [e for e in line.events if frames or not events.get(e.metadata_id, "").startswith("$")]
+            lines.append(
+                LineColumns(
+                    line.name,
+                    [events.get(e.metadata_id, "") for e in kept],
+                    [float(_div1000(e.offset_ps) + line.timestamp_ns) for e in kept],
+                    [float(e.duration_ps // 1000) for e in kept],
+                    [stats_of(e.stats) for e in kept],
+                    len(line.events) - len(kept),
+                )
+            )
+        out.append(PlaneColumns(plane.name, stats_of(plane.stats), lines))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planes=_planes, frames=st.booleans())
+def test_generated_xspaces_read_as_protobuf_reads_them(planes: list[Any], frames: bool) -> None:
+    data = _xspace(planes)
+    truth = _truth(data, frames)
+    for backend in BACKENDS.values():
+        assert_same(backend.read(data, "generated", frames=frames), truth)
