@@ -3,7 +3,8 @@
 Layers, lowest first (each subpackage, or top-level module, in exactly one):
 
 0. foundation: ``errors``, ``files``, ``config`` (``Settings``), ``jax_internals`` (what JAX exposes).
-1. recording and capture: ``recording``, ``capturing``, ``sharding`` (what a compile placed where).
+1. recording and capture: ``recording``, ``capturing``, ``sharding`` (what a compile placed where),
+   ``monitoring`` (a long run watched step by step).
 2. trace: ``trace`` (a capture read into frames).
 3. analyses: ``analyses``, and ``xprof_tools`` (XProf's converters, run as analyses).
 4. reporting: ``reporting`` (one ``Report``).
@@ -32,7 +33,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "jaxdiag"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "files", "config", "jax_internals"}),
-    frozenset({"recording", "capturing", "sharding"}),
+    frozenset({"recording", "capturing", "sharding", "monitoring"}),
     frozenset({"trace"}),
     frozenset({"analyses", "xprof_tools"}),
     frozenset({"reporting"}),
