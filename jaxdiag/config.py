@@ -107,14 +107,14 @@ class Settings:
     severity_warning_share: float = _setting(
         0.02,
         "share",
-        "A finding that costs at least this share of the analysed steps' wall time (summed over the report's "
+        "A finding that costs at least this share of the analysed steps' wall time outside compiles (summed over the report's "
         "steps) is a warning.",
         "share",
     )
     severity_critical_share: float = _setting(
         0.10,
         "share",
-        "A finding that costs at least this share of the analysed steps' wall time (summed over the report's "
+        "A finding that costs at least this share of the analysed steps' wall time outside compiles (summed over the report's "
         "steps) is critical.",
         "share",
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds, current
 
@@ -37,15 +37,29 @@ def severity_for(time_lost_ms: float, total_ms: float) -> Severity:
     return Severity.INFO
 
 
+def steady_wall_ms(steps: Iterable[Mapping[str, Any]]) -> float:
+    """The analysed steps' wall time outside compiles: what the window costs once nothing compiles.
+
+    The total every finding is graded against (``graded``). A compile is paid once, a stall
+    every step: against the whole window, two recompiles in a short capture would make a
+    stall that costs a third of every steady step read as minor. Falls back to the whole
+    wall time when every step compiled.
+    """
+    rows = list(steps)
+    wall = sum(float(s.get("wall_ms") or 0.0) for s in rows)
+    steady = sum(max(0.0, float(s.get("wall_ms") or 0.0) - float(s.get("compile_ms") or 0.0)) for s in rows)
+    return steady if steady > 0 else wall
+
+
 def graded(finding: "Finding", step_time_ms: float) -> "Finding":
     """``finding`` with the report's severity, by the one rule every report applies.
 
-    A finding that lost time is graded by the share of the analysed steps' wall
-    time (``step_time_ms``, summed over the report's steps) it lost, with
+    A finding that lost time is graded by the share of ``step_time_ms`` (the analysed
+    steps' wall time outside compiles, ``steady_wall_ms``) it lost, with
     ``severity_for``: critical from 10%, warning from 2%, else info (settings
-    ``severity_critical_share`` and ``severity_warning_share``). Analyses grade
-    against the figure they measure (a host-wait finding against the time outside
-    compiles, say); the report grades all against the same total, so a finding that
+    ``severity_critical_share`` and ``severity_warning_share``); a recompile that cost
+    more than the steady time itself is critical. Analyses grade against the figure
+    they measure; the report grades all against the same total, so a finding that
     lost more is never less severe than one that lost less. A finding that lost no
     measured time (memory near capacity, functions compiled differently across
     hosts: a risk of a crash or a hang, not of time) keeps its analysis's severity.
