@@ -181,12 +181,12 @@ def _between_steps(report: "Report", console: "Console") -> None:
         return
     console.print(f"[bold]Work between steps[/bold] {_ms(section.get('total_ms'))} ms, outside every step:")
     for r in rows[:10]:
-        listed = ", ".join(f"`{esc(p.get('function'))}` x{p.get('executions')}" for p in r.get("programs") or [])
-        where = f"between steps {r.get('after_step')} and {r.get('before_step')}"
+        listed = ", ".join(f"`{esc(p.get('function'))}` x{esc(p.get('executions'))}" for p in r.get("programs") or [])
+        where = f"between steps {esc(r.get('after_step'))} and {esc(r.get('before_step'))}"
         if r.get("before_step") == -1:
-            where = f"after step {r.get('after_step')}"
+            where = f"after step {esc(r.get('after_step'))}"
         if r.get("after_step") == -1:
-            where = f"before step {r.get('before_step')}"
+            where = f"before step {esc(r.get('before_step'))}"
         console.print(
             f"  {where}: {listed or 'no device program'}, "
             f"{_ms(r.get('ms'))} ms (device busy {_ms(r.get('device_busy_ms'))} ms)"

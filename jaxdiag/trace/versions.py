@@ -56,14 +56,11 @@ def _release(text: str) -> tuple[int, ...] | None:
 def versions_text(versions: Mapping[str, Any]) -> str:
     """``"jax 0.11.2 · jaxlib 0.11.2 · cpu · gpu cuda 13000"``, for a report's header (``""``: none known).
 
-    Non-printable characters are dropped (a saved report may come from anywhere); markup is the caller's to escape.
+    The names are kept as written (a saved report may come from anywhere): escaping them is the renderer's job
+    (``render.terminal_text.esc``, ``html.escape``), where a control character is shown as ``\\x1b``, never dropped.
     """
     parts = []
     for key, value in versions.items():
-        key, value = _printable(key), _printable(value)
+        key, value = str(key), str(value)
         parts.append(key if value == key else f"{key} {value}")
     return " · ".join(parts)
-
-
-def _printable(value: Any) -> str:
-    return "".join(c for c in str(value) if c.isprintable())

@@ -1,7 +1,8 @@
 """Names with brackets, rich markup and terminal escapes, from a real capture, shown as written by every command.
 
 A real CPU program runs under ``jax.profiler`` with ``TraceAnnotation``s and a
-``jaxdiag.jit`` function named with rich markup (``[link=…]``, ``[bold]``), an
+``jaxdiag.jit`` function, sharded over two forced CPU devices (the sharding
+section leaves single-device programs out), named with rich markup (``[link=…]``, ``[bold]``), an
 ordinary bracketed path (``load [/data/shard-00001.tfrecord]``, which rich
 rejected with ``MarkupError``) and raw escapes (OSC 8 links, clear-screen, a C1
 CSI). ``report``, ``compiles``, ``sharding``, ``check``, ``diff``, ``baseline``
@@ -43,6 +44,7 @@ WAIT_S = 300
 _CAPTURE = r"""
 import json, sys, time
 import jax, jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 import jaxdiag
 
 names, function, logdir = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
@@ -50,14 +52,15 @@ def step(x):
     return jnp.tanh(x @ x.T).sum()
 step.__name__ = step.__qualname__ = function
 f = jaxdiag.jit(step, analysis=True)
-f(jnp.ones((32, 32))).block_until_ready()
+rows = NamedSharding(jax.make_mesh((2,), ("data",), axis_types=(AxisType.Auto,)), PartitionSpec("data"))
+f(jax.device_put(jnp.ones((32, 32)), rows)).block_until_ready()
 jax.profiler.start_trace(logdir)
 for i in range(4):
     with jax.profiler.StepTraceAnnotation("train", step_num=i):
         for name in names:
             with jax.profiler.TraceAnnotation(name):
                 time.sleep(0.004)
-        f(jnp.ones((32 if i < 2 else 48, 32))).block_until_ready()
+        f(jax.device_put(jnp.ones((32 if i < 2 else 48, 32)), rows)).block_until_ready()
 jax.profiler.stop_trace()
 """
 
@@ -69,7 +72,12 @@ _SGR = re.compile(r"\x1b\[[0-9;]*m")
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     logdir = tmp_path_factory.mktemp("hostile")
-    env = {**os.environ, "JAXDIAG_LOG_DIR": str(logdir), "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "JAXDIAG_LOG_DIR": str(logdir),
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
     done = subprocess.run(
         [sys.executable, "-c", _CAPTURE, json.dumps(NAMES), json.dumps(FUNCTION), str(logdir)],
         capture_output=True,

@@ -180,3 +180,19 @@ def test_charts_draw_names_as_text(report_dict: dict[str, Any]) -> None:
         walk(fig.to_dict())
     assert not [s for s in strings if "<a href" in s or "<b>bold" in s]
     assert [s for s in strings if "&lt;a href=" in s]  # the names are drawn, as text
+
+
+def test_terminal_between_steps_rows_as_written(report_dict: dict[str, Any]) -> None:
+    """A saved report's ``between_steps`` row (the captures here have none) is shown as written, step numbers too."""
+    d = copy.deepcopy(report_dict)
+    program = {"function": _terminal_payload(1), "executions": _terminal_payload(2)}
+    row = {"after_step": _terminal_payload(3), "before_step": _terminal_payload(4), "ms": 1.5, "programs": [program]}
+    d["between_steps"] = {"total_ms": 1.5, "rows": [row]}
+    report = _open(d)
+    assert report is not None
+    text = terminal.render(report, width=4000, color=True)
+    bad = _NOT_SGR.search(text)
+    assert bad is None, repr(text[max(0, bad.start() - 60) : bad.end() + 60])
+    seen = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    for i in (1, 2, 3, 4):
+        assert plain(_terminal_payload(i)) in seen, i

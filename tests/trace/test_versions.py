@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jaxdiag.render import html, json_out, terminal
+from jaxdiag.render.terminal_text import esc
 from jaxdiag.reporting.build import report
 from jaxdiag.trace.versions import TESTED_JAX, capture_versions, untested_jax, versions_text
 from tests.xspace_builders import Ev, XSpaceBuilder
@@ -68,7 +69,9 @@ def test_versions_of_a_gpu_capture_come_jax_first():
         ("gpu", "cuda 13000"),
     ]
     assert versions_text(got) == "jax 0.11.2 · jaxlib 0.11.2 · cpu · cuda_driver 13000 · gpu cuda 13000"
-    assert versions_text({"jax": "0.9\x1b[31m"}) == "jax 0.9[31m"  # no control characters reach a terminal
+    # Kept as written; the terminal shows the control character as text (``esc``), never drops or sends it.
+    assert versions_text({"jax": "0.9\x1b[31m"}) == "jax 0.9\x1b[31m"
+    assert esc(versions_text({"jax": "0.9\x1b[31m"})) == "jax 0.9\\x1b[31m"
 
 
 def test_a_real_capture_reports_what_its_metadata_plane_says(cpu_trace_dir):
