@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jaxdiag import config
-from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagWarning
+from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagWarning, warn_once
 from jaxdiag.recording.records import CompileRecord, history_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -211,8 +211,9 @@ def configure(
 def apply_env() -> None:
     """Read ``JAXDIAG_LOG_DIR`` and ``JAXDIAG_COMPILE_ANALYSIS`` once, unless configured in code.
 
-    Raises:
-      CompileLogError: the folder named by ``JAXDIAG_LOG_DIR`` is not writable.
+    Called from inside the user's program (``jaxdiag.jit``, ``watch``): a folder named
+    by ``JAXDIAG_LOG_DIR`` that cannot be written is warned about once and records
+    stay in memory, as for a write that fails later; the program goes on.
     """
     global _env_read
     if _env_read:
@@ -225,7 +226,11 @@ def apply_env() -> None:
             try:
                 configure(log_dir=folder)
             except CompileLogError as exc:
-                raise CompileLogError(f"{config.ENV_LOG_DIR}: {exc}") from None
+                warn_once(
+                    f"env-log-dir:{folder}",
+                    f"{config.ENV_LOG_DIR}: {exc}; compile records are kept in memory only",
+                    stacklevel=3,
+                )
         if LOG.analysis is None:
             LOG.analysis = config.analysis_from_env()
         _env_read = True
