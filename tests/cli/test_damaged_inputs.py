@@ -297,3 +297,19 @@ def test_a_special_file_is_refused_without_waiting_for_it(saved, special: str, o
     done = _child(args, root)
     lines = done.stderr.splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"jaxdiag: error: {path}"), done.stderr
+
+
+# --- F15: the C++ parser's own log lines --------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["report", "sharding", "check"])
+def test_a_corrupt_xspace_gives_our_one_line_and_not_the_parsers_log(tmp_path: Path, command: str) -> None:
+    """A kernel name that is not UTF-8: the C++ protobuf parser logs two lines to file descriptor 2
+    before it raises; only jaxdiag's line may be seen (a child process, to see descriptor 2)."""
+    good = gpu_xspace(kernels=[Kernel(0, f"fusion_{i}", i * 100, 50) for i in range(5)], steps=[(0, 0, 300)])
+    at = good.index(b"fusion_1")
+    run_dir = _capture(tmp_path, data=good[:at] + b"\xff" + good[at + 1 :])
+    done = _child([command, tmp_path / "logdir"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"jaxdiag: error: {run_dir / 'h.xplane.pb'}: corrupt XSpace, the protobuf parser rejected it "
+        "(Failed to parse XSpace from array)"
+    ], done.stderr
