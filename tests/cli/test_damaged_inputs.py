@@ -313,3 +313,32 @@ def test_a_corrupt_xspace_gives_our_one_line_and_not_the_parsers_log(tmp_path: P
         f"jaxdiag: error: {run_dir / 'h.xplane.pb'}: corrupt XSpace, the protobuf parser rejected it "
         "(Failed to parse XSpace from array)"
     ], done.stderr
+
+
+# --- F7: negative durations and device facts in an XSpace ---------------------------------------------------
+def _report_json(tmp_path: Path) -> dict[str, Any]:
+    code, err = run(["report", tmp_path / "logdir", "--json", "-o", tmp_path / "r.json"])
+    assert code == 0, err
+    return json.loads((tmp_path / "r.json").read_text())
+
+
+def test_a_negative_event_duration_is_dropped_and_said(tmp_path: Path) -> None:
+    kernels = [Kernel(0, "fusion_1", 100, -50_000), *(Kernel(0, f"fusion_{i}", i * 100, 50) for i in range(2, 5))]
+    _capture(tmp_path, data=gpu_xspace(kernels=kernels, steps=[(0, 0, 600)]))
+    report = _report_json(tmp_path)
+    assert any("dropped 1 event(s) with a negative duration" in n for n in report["notes"]), report["notes"]
+    assert all(v >= 0 for s in report["steps"] for k, v in s.items() if k.endswith("_ms") and v is not None)
+
+
+def test_negative_device_facts_are_left_unknown_and_said(tmp_path: Path) -> None:
+    from xspace_builders import H100_STATS
+
+    stats = {**H100_STATS, "core_count": -132, "memory_bandwidth": -3352320000000}
+    _capture(
+        tmp_path, data=gpu_xspace(kernels=[Kernel(0, "fusion_1", 100, 50)], steps=[(0, 0, 300)], device_stats=stats)
+    )
+    report = _report_json(tmp_path)
+    (device,) = report["source"]["devices"]
+    assert device["core_count"] is None and device["memory_bandwidth_bps"] is None
+    assert device["memory_bytes"] == H100_STATS["memory_size"]
+    assert any("core_count is negative for 1 device(s)" in n for n in report["notes"]), report["notes"]
