@@ -5,8 +5,9 @@ names the file and what is wrong with it, in units ("the file ends after 312
 bytes"), so that the CLI prints one line and exits 2: a traceback and exit 1
 would read as a regression in CI. Every read is bounded: only regular files
 (a FIFO or ``/dev/zero`` would hang or fill memory), at most a stated size,
-JSON at most ``MAX_DEPTH`` deep, and numbers that a profile can hold (finite,
-within 64 bits, not negative where they measure time, size or a count).
+JSON at most ``MAX_DEPTH`` deep, and numbers that a profile can hold (within
+64 bits, not negative where they measure time, size or a count; ``NaN`` reads
+as unknown, as jaxdiag writes it).
 """
 
 from __future__ import annotations
@@ -140,18 +141,15 @@ def read_text(
         ) from None
 
 
-class _NotANumber(ValueError):
-    """``NaN``, ``Infinity`` or ``-Infinity`` in JSON text, which JSON does not allow."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NotANumber(f"{name} is not a JSON number")
+def _unknown(name: str) -> None:
+    """``NaN`` and ``Infinity``, which JSON lacks, read as unknown: ``Report.to_json`` writes them as null."""
+    return None
 
 
 def loads(text: str | bytes, *, constants: bool = False) -> Any:
     """``json.loads`` that refuses deep nesting (``RecursionError``) and, unless ``constants``,
-    ``NaN`` and ``Infinity`` (``ValueError``), which JSON does not have."""
-    value = json.loads(text) if constants else json.loads(text, parse_constant=_refuse_constant)
+    reads ``NaN`` and ``Infinity`` (not JSON, but written by Python's ``json.dumps``) as ``None``."""
+    value = json.loads(text) if constants else json.loads(text, parse_constant=_unknown)
     if depth_beyond(value, MAX_DEPTH):
         raise RecursionError(f"nested more than {MAX_DEPTH} deep")
     return value
@@ -163,8 +161,6 @@ def read_json(path: str | Path, what: str, error: type[JaxdiagError] = JaxdiagEr
     text = read_text(p, what, error)
     try:
         value = loads(text)
-    except _NotANumber as exc:
-        raise error(f"{p}: {exc}; expected {what}") from None
     except json.JSONDecodeError as exc:
         size = len(text.encode("utf-8"))
         if not text[exc.pos :].strip():
