@@ -9,6 +9,7 @@ valid record at all is an error.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any, Iterator
@@ -91,6 +92,7 @@ def _read_file(path: Path, skipped: list[tuple[str, int, str]]) -> list[CompileR
 
     handle, _size = open_regular(path, "a compile log (JSONL)", CompileLogError)
     out: list[CompileRecord] = []
+    shared = _Shared()
     try:
         with handle:
             for number, line, whole in _lines(handle):
@@ -101,10 +103,34 @@ def _read_file(path: Path, skipped: list[tuple[str, int, str]]) -> list[CompileR
                     continue
                 record = _record(line, skipped, str(path), number)
                 if record is not None:
-                    out.append(record)
+                    out.append(shared.record(record))
     except OSError as exc:
         raise CompileLogError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return out
+
+
+class _Shared:
+    """One object for each argument signature, argument list and explanation met in a file.
+
+    A long run's log repeats them (the same signatures recompile in every restart and
+    process): held once, a million records fit in memory.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[Any, Any] = {}
+
+    def _one(self, value: Any) -> Any:
+        try:
+            return self._seen.setdefault(value, value)
+        except TypeError:  # an unhashable value in a hand-edited record: kept as it is
+            return value
+
+    def record(self, r: CompileRecord) -> CompileRecord:
+        args = self._one(tuple(self._one(a) for a in r.args))
+        explanation = None if r.explanation is None else self._one(r.explanation)
+        if args is r.args and explanation is r.explanation:
+            return r
+        return dataclasses.replace(r, args=args, explanation=explanation)
 
 
 def _lines(handle: Any) -> Iterator[tuple[int, bytes, bool]]:
@@ -127,10 +153,8 @@ def _lines(handle: Any) -> Iterator[tuple[int, bytes, bool]]:
 
 def _record(line: bytes, skipped: list[tuple[str, int, str]], source: str, number: int) -> CompileRecord | None:
     """The record on ``line``, or ``None`` with the reason added to ``skipped``."""
-    from jaxdiag.files import loads
-
-    try:
-        d = loads(line.decode("utf-8", errors="replace"))
+    try:  # json's own recursion guard bounds nesting: nothing below walks a record recursively
+        d = json.loads(line.decode("utf-8", errors="replace"))
     except RecursionError:
         skipped.append((source, number, "nested too deeply to be a compile record"))
         return None
