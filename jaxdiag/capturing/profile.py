@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Any, Iterator, Mapping
 from jaxdiag.capturing import sidecar
 from jaxdiag.errors import CaptureError
 
-_ACTIVE_LOCK = threading.Lock()
+_ACTIVE_LOCK = threading.RLock()  # re-entered by the SIGTERM handler when the signal lands inside start or stop
 _active: "Capture | None" = None
 
 
@@ -93,6 +94,8 @@ class Capture:
             self._analysis_was = _analysis_on()
             if self.watch:
                 self._watch = _start_watch()
+            self._mark_started()
+            self._stop_on_sigterm()
         return self
 
     def stop(self) -> Path:
@@ -110,6 +113,7 @@ class Capture:
                 raise CaptureError("this capture is not running")
             _drain_devices()
             _active = None
+            self._restore_sigterm()
             records = _stop_watch(self._watch)
             self._watch = None
             _restore_analysis(getattr(self, "_analysis_was", None))
@@ -120,6 +124,68 @@ class Capture:
                 self.run_dir = self._place_host_file()
                 self._write_sidecar(stopped, records)
         return self.run_dir
+
+    @property
+    def running(self) -> bool:
+        """Whether this capture is started and not yet stopped."""
+        return _active is self
+
+    # --- an end by signal -------------------------------------------------------
+    def _mark_started(self) -> None:
+        """Write a sidecar that says the capture started, so that a folder left by a killed
+        program (SIGKILL, a crash: no trace is written) says so rather than look empty."""
+        run_dir = self.logdir / "plugins" / "profile" / str(self.run)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            sidecar.write_sidecar(
+                run_dir,
+                {
+                    "host": socket.gethostname(),
+                    "process_index": self._process_index,
+                    "process_count": self._process_count,
+                    "started_unix": self._started_unix,
+                    "stopped_unix": None,
+                },
+            )
+        except Exception:  # the stop writes the sidecar again; this one only explains a kill
+            pass
+
+    def _stop_on_sigterm(self) -> None:
+        """While capturing, SIGTERM stops the capture (the trace so far is written) and then does
+        what it did before: the previous handler, or the default (the program ends)."""
+        self._sigterm: tuple[Any, Any] | None = None
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers
+        try:
+            previous = signal.getsignal(signal.SIGTERM)
+        except (AttributeError, ValueError):
+            return
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if _active is self:
+                try:
+                    self.stop()
+                except Exception:
+                    pass
+            _chain(previous, signum, frame)
+
+        try:
+            signal.signal(signal.SIGTERM, on_sigterm)
+        except (OSError, ValueError):
+            return
+        self._sigterm = (on_sigterm, previous)
+
+    def _restore_sigterm(self) -> None:
+        installed = getattr(self, "_sigterm", None)
+        self._sigterm = None
+        if installed is None:
+            return
+        ours, previous = installed
+        try:
+            if signal.getsignal(signal.SIGTERM) is ours:  # a handler set since is the program's: left alone
+                signal.signal(signal.SIGTERM, previous)
+        except (OSError, ValueError):  # stopped from another thread: the handler stays, and does nothing
+            pass
 
     # --- helpers ---------------------------------------------------------------
     def _trace_dir(self) -> Path:
@@ -159,8 +225,14 @@ class Capture:
         run_dir = profile_dir / str(self.run)
         if self._process_count == 1:
             new = sorted(_run_folders(self.logdir) - self._before - {run_dir})
-            if not run_dir.exists() and len(new) == 1:  # session_id ignored: the folder is JAX's timestamp
-                new[0].rename(run_dir)
+            if len(new) == 1:  # session_id ignored: the folder is JAX's timestamp
+                if not run_dir.exists():
+                    new[0].rename(run_dir)
+                else:  # it holds the sidecar written at start
+                    for f in new[0].iterdir():
+                        os.replace(f, run_dir / f.name)
+                    with contextlib.suppress(OSError):
+                        new[0].rmdir()
             return run_dir
         staging = self._trace_dir()
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -228,7 +300,17 @@ def profile(
     try:
         yield capture
     finally:
-        capture.stop()
+        if capture.running:  # not stopped already by SIGTERM
+            capture.stop()
+
+
+def _chain(previous: Any, signum: int, frame: Any) -> None:
+    """Do what ``signum`` did before jaxdiag's handler: call the handler, ignore it, or end the program."""
+    if callable(previous):
+        previous(signum, frame)
+    elif previous != signal.SIG_IGN:  # the default (or a handler set outside Python): end as it would have
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 def active() -> Capture | None:

@@ -58,7 +58,7 @@ class StepWindow:
         """Stop the capture if it is running; warn when the window never opened."""
         if self.capture is not None:
             capture, self.capture = self.capture, None
-            self.run_dir = capture.stop()
+            self.run_dir = capture.stop() if capture.running else capture.run_dir  # SIGTERM may have stopped it
         elif self.run_dir is None and self.last_step is not None and self.last_step < self.start:
             warnings.warn(
                 f"jaxdiag: the capture window starting at step {self.start} never opened: "

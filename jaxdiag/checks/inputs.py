@@ -17,8 +17,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def is_report_file(path: str | Path) -> bool:
     """Whether ``path`` is a file holding a JSON object (a saved report), not a trace."""
+    from jaxdiag.trace.discover import JSON_SUFFIX, XPLANE_SUFFIX
+
     p = Path(path)
-    if not p.is_file():
+    if not p.is_file() or p.name.endswith((XPLANE_SUFFIX, JSON_SUFFIX)):  # a trace, whatever it holds
         return False
     if p.suffix.lower() == ".json":
         return True

@@ -18,12 +18,16 @@ Nothing here imports jax at import time: ``trace`` reads files without jax.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
+import os
+import re
+import sys
 import types
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from jaxdiag.errors import JaxdiagWarning, TraceFormatError, warn_once
@@ -556,10 +560,54 @@ def parse_xspace(data: bytes, source: str) -> list[Any]:
         )
     if xspace_reader_raises() is None and not _parses_in_child(reader, data):
         raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it")
+    with _parser_log_held() as held:
+        try:
+            return list(reader(data).planes)
+        except RuntimeError as exc:
+            held.drop_parser_lines = True
+            raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it ({exc})") from None
+
+
+#: Lines the C++ protobuf parser and absl log to stderr on their own (``E0000 00:00:... wire_format_lite.cc``).
+_PARSER_LOG_LINE = re.compile(rb"^(WARNING: All log messages before absl|[EWIF]\d{4} \d\d:\d\d:|\[libprotobuf )")
+
+
+class _HeldLog:
+    drop_parser_lines = False
+
+
+@contextlib.contextmanager
+def _parser_log_held() -> Iterator[_HeldLog]:
+    """Hold what is written to file descriptor 2 while the C++ parser runs, then write it out.
+
+    When the parser rejects the data, its own log lines ("String field ... contains
+    invalid UTF-8") are dropped: the error raised says it in one line. Anything else
+    written meanwhile is written out as it came.
+    """
+    import tempfile
+
+    held = _HeldLog()
     try:
-        return list(reader(data).planes)
-    except RuntimeError as exc:
-        raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it ({exc})") from None
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield held
+        return
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield held
+            finally:
+                os.dup2(saved, 2)
+                sink.seek(0)
+                lines = sink.read().splitlines(keepends=True)
+                if held.drop_parser_lines:
+                    lines = [line for line in lines if not _PARSER_LOG_LINE.match(line)]
+                if lines:
+                    os.write(2, b"".join(lines))
+    finally:
+        os.close(saved)
 
 
 def _parses_in_child(reader: Callable[[bytes], Any], data: bytes, *, corrupt: bool = False) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jaxdiag import config
-from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagWarning
+from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagWarning, warn_once
 from jaxdiag.recording.records import CompileRecord, history_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +44,10 @@ class JsonlSink:
     The file is opened, appended, flushed and closed per record: records are rare,
     a crash leaves every earlier line whole, a forked child writes its own file,
     and a folder removed under us shows up as an error instead of lost writes.
+    A write that fails part way (a full disk) is cut back off the file, and a
+    line left without its newline (a crash mid-write) is ended before the next
+    record, so that a record written once space returns is not joined to a
+    torn line and lost with it.
     """
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
@@ -64,10 +68,24 @@ class JsonlSink:
         return self.folder / f"compiles-{socket.gethostname()}-{os.getpid()}.jsonl"
 
     def write(self, record: CompileRecord) -> None:
-        line = json.dumps(record.to_dict(), default=str)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
+        data = (json.dumps(record.to_dict(), default=str) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            end = os.lseek(fd, 0, os.SEEK_END)
+            if end and os.pread(fd, 1, end - 1) != b"\n":
+                data = b"\n" + data
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                try:
+                    os.ftruncate(fd, end)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(fd)
 
 
 class Collector:
@@ -211,8 +229,9 @@ def configure(
 def apply_env() -> None:
     """Read ``JAXDIAG_LOG_DIR`` and ``JAXDIAG_COMPILE_ANALYSIS`` once, unless configured in code.
 
-    Raises:
-      CompileLogError: the folder named by ``JAXDIAG_LOG_DIR`` is not writable.
+    Called from inside the user's program (``jaxdiag.jit``, ``watch``): a folder named
+    by ``JAXDIAG_LOG_DIR`` that cannot be written is warned about once and records
+    stay in memory, as for a write that fails later; the program goes on.
     """
     global _env_read
     if _env_read:
@@ -225,7 +244,11 @@ def apply_env() -> None:
             try:
                 configure(log_dir=folder)
             except CompileLogError as exc:
-                raise CompileLogError(f"{config.ENV_LOG_DIR}: {exc}") from None
+                warn_once(
+                    f"env-log-dir:{folder}",
+                    f"{config.ENV_LOG_DIR}: {exc}; compile records are kept in memory only",
+                    stacklevel=3,
+                )
         if LOG.analysis is None:
             LOG.analysis = config.analysis_from_env()
         _env_read = True

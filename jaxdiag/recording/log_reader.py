@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from jaxdiag.errors import CompileLogError
 from jaxdiag.recording.records import SCHEMA, CompileRecord
@@ -82,33 +82,95 @@ def _log_files(root: Path) -> list[Path]:
     return files
 
 
+#: The longest line read as a record (a record is a few kB; a pytree of thousands of leaves, a few MB).
+MAX_LINE_BYTES = 16 * 2**20
+
+
 def _read_file(path: Path, skipped: list[tuple[str, int, str]]) -> list[CompileRecord]:
+    """The records of one JSONL file, read line by line (a long run's log is gigabytes)."""
+    from jaxdiag.files import open_regular
+
+    handle, _size = open_regular(path, "a compile log (JSONL)", CompileLogError)
+    out: list[CompileRecord] = []
+    shared = _Shared()
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().split("\n")
+        with handle:
+            for number, line, whole in _lines(handle):
+                if not whole:
+                    skipped.append((str(path), number, f"a line longer than {MAX_LINE_BYTES:,} bytes"))
+                    continue
+                if not line.strip():
+                    continue
+                record = _record(line, skipped, str(path), number)
+                if record is not None:
+                    out.append(shared.record(record))
     except OSError as exc:
         raise CompileLogError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    out: list[CompileRecord] = []
-    # A writer ends every record with a newline; a last line without one was cut short.
-    unterminated = len(lines) if lines[-1] != "" else -1
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except ValueError:
-            reason = "partial last line" if number == unterminated else "not valid JSON"
-            skipped.append((str(path), number, reason))
-            continue
-        problem = _problem(d)
-        if problem is not None:
-            skipped.append((str(path), number, problem))
-            continue
-        try:
-            out.append(CompileRecord.from_dict(d))
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            skipped.append((str(path), number, f"not a compile record ({type(exc).__name__}: {exc})"))
     return out
+
+
+class _Shared:
+    """One object for each argument signature, argument list and explanation met in a file.
+
+    A long run's log repeats them (the same signatures recompile in every restart and
+    process): held once, a million records fit in memory.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[Any, Any] = {}
+
+    def _one(self, value: Any) -> Any:
+        try:
+            return self._seen.setdefault(value, value)
+        except TypeError:  # an unhashable value in a hand-edited record: kept as it is
+            return value
+
+    def record(self, r: CompileRecord) -> CompileRecord:
+        args = self._one(tuple(self._one(a) for a in r.args))
+        explanation = None if r.explanation is None else self._one(r.explanation)
+        if args is r.args and explanation is r.explanation:
+            return r
+        return dataclasses.replace(r, args=args, explanation=explanation)
+
+
+def _lines(handle: Any) -> Iterator[tuple[int, bytes, bool]]:
+    """``(number, line, whole)`` for each line, numbered from 1; a line past ``MAX_LINE_BYTES`` is
+    skipped to its end and comes back empty with ``whole`` false. A last line without its newline
+    (a writer cut short) comes back without one."""
+    number = 0
+    while True:
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):
+                line = handle.readline(MAX_LINE_BYTES)
+            yield number, b"", False
+            continue
+        yield number, line, True
+
+
+def _record(line: bytes, skipped: list[tuple[str, int, str]], source: str, number: int) -> CompileRecord | None:
+    """The record on ``line``, or ``None`` with the reason added to ``skipped``."""
+    try:  # json's own recursion guard bounds nesting: nothing below walks a record recursively
+        d = json.loads(line.decode("utf-8", errors="replace"))
+    except RecursionError:
+        skipped.append((source, number, "nested too deeply to be a compile record"))
+        return None
+    except ValueError:
+        reason = "partial last line" if not line.endswith(b"\n") else "not valid JSON"
+        skipped.append((source, number, reason))
+        return None
+    problem = _problem(d)
+    if problem is not None:
+        skipped.append((source, number, problem))
+        return None
+    try:
+        return CompileRecord.from_dict(d)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        skipped.append((source, number, f"not a compile record ({type(exc).__name__}: {exc})"))
+    return None
 
 
 def _problem(d: Any) -> str | None:

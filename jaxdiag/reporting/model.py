@@ -141,13 +141,18 @@ class Report:
             findings = tuple(Finding.from_dict(f) for f in d["findings"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ReportFormatError(f"report has a malformed finding: {exc}") from None
+        notes = d.get("notes") or []  # null: no notes, as for a section
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise ReportFormatError(f"report notes are {_json_type(notes)}, not a list of text")
+        if not isinstance(d["source"], dict):
+            raise ReportFormatError(f"report source is {_json_type(d['source'])}, not an object")
         fields = {name: d.get(name) or _empty(name) for name in REPORT_FIELDS}
         sections = {k: v for k, v in d.items() if k not in REPORT_FIELDS and k not in _OTHER_KEYS and v is not None}
         _check_sections({**sections, **fields})
         return cls(
             source=d["source"],
             findings=findings,
-            notes=tuple(d.get("notes", ())),
+            notes=tuple(notes),
             sections=sections,
             schema_version=version,
             **fields,

@@ -16,6 +16,8 @@ from jaxdiag.errors import TraceFormatError
 XPLANE_SUFFIX = ".xplane.pb"
 JSON_SUFFIX = ".trace.json.gz"
 _PROFILE_SUBDIR = Path("plugins") / "profile"
+#: The sidecar ``jaxdiag.profile`` writes into a run folder (``capturing.sidecar.SIDECAR_GLOB``).
+SIDECAR_GLOB = "jaxdiag-*.json"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,6 +89,7 @@ def _discover(p: Path, run: str | None, host: str | None) -> Discovered:
     profile_dir = next((d for d in (p / _PROFILE_SUBDIR, p / "profile") if d.is_dir()), p)
     runs = _runs(profile_dir)
     if not runs:
+        _refuse_killed_capture(p, profile_dir)
         raise TraceFormatError(
             f"{p}: no trace files (*{XPLANE_SUFFIX} or *{JSON_SUFFIX}) here or in plugins/profile/<run>/"
         )
@@ -97,6 +100,23 @@ def _discover(p: Path, run: str | None, host: str | None) -> Discovered:
             raise TraceFormatError(f"{profile_dir}: no run named {run!r}; available runs: {', '.join(names)}")
         return _pick_host(_run_from_dir(chosen[0], names), host)
     return _pick_host(_run_from_dir(runs[-1], names), host)
+
+
+def _refuse_killed_capture(p: Path, profile_dir: Path) -> None:
+    """Say so when a run folder holds only a capture's sidecar: the program was killed while capturing.
+
+    ``jaxdiag.profile`` writes its sidecar when the capture starts, and the trace
+    only when it stops; SIGKILL or a crash in between leaves the sidecar alone.
+    """
+    folders = [p] if p.name != _PROFILE_SUBDIR.name else []
+    folders += sorted(d for d in profile_dir.iterdir() if d.is_dir()) if profile_dir.is_dir() else []
+    for folder in folders:
+        sidecars = sorted(folder.glob(SIDECAR_GLOB))
+        if sidecars:
+            raise TraceFormatError(
+                f"{folder}: a capture started here ({sidecars[0].name}) but wrote no trace: the program "
+                "ended before the capture stopped (killed with SIGKILL, or crashed); capture again"
+            )
 
 
 def _trace_files(folder: Path) -> tuple[list[Path], str]:

@@ -11,18 +11,24 @@ stats (device facts, versions) are not in this format: those columns are NaN.
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import zlib
 from pathlib import Path
 from typing import Any
 
 from jaxdiag.errors import TraceFormatError
+from jaxdiag.files import MAX_DEPTH, loads, open_regular
 from jaxdiag.trace.xspace import HostColumns, collect_host, is_profiler_plane
 
 #: Top-level keys and event categories of a PyTorch profiler (Kineto) trace, which jax.profiler never writes.
 _KINETO_KEYS = ("schemaVersion", "deviceProperties", "traceName")
 _KINETO_CATEGORIES = frozenset({"cpu_op", "python_function", "kernel", "cuda_runtime", "gpu_memcpy"})
+
+
+#: The most JSON text a trace may decompress to (its events take about eight times that in memory).
+MAX_JSON_BYTES = 256 << 20
+#: Timestamps and durations beyond this many microseconds (about 300 years) are not times.
+_MAX_US = 1e16
 
 
 class _Event:
@@ -52,23 +58,22 @@ def read_json_trace(path: Path, host: str, *, include_python: bool = False) -> H
     Raises:
       TraceFormatError: not gzip, truncated, not JSON, or no ``traceEvents``.
     """
-    try:
-        with gzip.open(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(f"{path}: truncated or not a gzip file ({exc})") from None
+    raw = _decompressed(path)
     if not raw.strip():
         raise TraceFormatError(f"{path}: empty trace")
     try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+        doc = loads(raw, constants=True)  # a NaN time makes its event malformed, not the trace
+    except ValueError as exc:
         raise TraceFormatError(f"{path}: not a JSON trace ({str(exc)[:80]})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{path}: not a JSON trace (nested more than {MAX_DEPTH} deep)") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise TraceFormatError(f"{path}: no 'traceEvents' list; not a Chrome trace")
-    planes, bad = _planes(events)
+    planes, bad, first = _planes(events)
     if not planes:
-        raise TraceFormatError(f"{path}: no complete ('X') events with a named process")
+        why = f"; all {bad:,} were malformed (first: {first})" if bad else ""
+        raise TraceFormatError(f"{path}: no complete ('X') events with a named process{why}")
     if not any(is_profiler_plane(p.name) for p in planes):
         raise TraceFormatError(
             f"{path}: not a jax.profiler trace{_made_by(doc, events)}: none of its processes "
@@ -76,8 +81,36 @@ def read_json_trace(path: Path, host: str, *, include_python: bool = False) -> H
         )
     cols = collect_host(planes, host, include_python=include_python)
     if bad:
-        cols.notes.append(f"{host}: {bad} malformed JSON trace events skipped")
+        cols.notes.append(f"{host}: {bad} malformed JSON trace events skipped (first: {first})")
     return cols
+
+
+def _decompressed(path: Path) -> bytes:
+    """The JSON text of ``path``: gunzipped, or as it is when it is plain JSON under the ``.gz`` name.
+
+    At most ``MAX_JSON_BYTES`` are decompressed, so a small file that inflates to
+    gigabytes (a gzip bomb) is refused before it fills memory.
+    """
+    f, _size = open_regular(path, "a JSON trace (.trace.json.gz)", TraceFormatError)
+    with f:
+        try:
+            head = f.read(2)
+            f.seek(0)
+            if head != b"\x1f\x8b":  # jax.profiler gzips it; a plain JSON trace under the name reads the same
+                raw = f.read(MAX_JSON_BYTES + 1)
+                if raw.lstrip()[:1] not in (b"{", b"["):
+                    raise TraceFormatError(f"{path}: not a gzip file nor JSON text; expected a Chrome trace")
+            else:
+                with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
+                    raw = unzipped.read(MAX_JSON_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFormatError(f"{path}: truncated or not a gzip file ({exc})") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise TraceFormatError(
+            f"{path}: decompresses to more than {MAX_JSON_BYTES:,} bytes, the most jaxdiag reads of a JSON trace "
+            "(read the .xplane.pb of the capture instead)"
+        )
+    return raw
 
 
 def _made_by(doc: Any, events: list[Any]) -> str:
@@ -94,31 +127,31 @@ def _names(names: Any, most: int = 4) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def _planes(events: list[Any]) -> tuple[list[_Plane], int]:
-    """Group complete events into planes and lines; count the malformed ones."""
+def _planes(events: list[Any]) -> tuple[list[_Plane], int, str]:
+    """Group complete events into planes and lines; count the malformed ones and say what was wrong with the first."""
     process: dict[Any, str] = {}
     thread: dict[tuple[Any, Any], str] = {}
     for e in events:
         if isinstance(e, dict) and e.get("ph") == "M" and isinstance(e.get("args"), dict):
+            if not (_is_id(e.get("pid")) and _is_id(e.get("tid"))):
+                continue
             if e.get("name") == "process_name":
                 process[e.get("pid")] = str(e["args"].get("name", ""))
             elif e.get("name") == "thread_name":
                 thread[(e.get("pid"), e.get("tid"))] = str(e["args"].get("name", ""))
     planes: dict[Any, _Plane] = {}
-    bad = 0
+    bad, first = 0, ""
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         pid, tid = e.get("pid"), e.get("tid")
-        try:
-            start, dur = float(e["ts"]) * 1e3, float(e.get("dur", 0.0)) * 1e3
-            name = str(e.get("name", ""))
-        except (KeyError, TypeError, ValueError):
+        problem = _event_problem(e)
+        if problem is not None:
             bad += 1
+            first = first or problem
             continue
-        if not (math.isfinite(start) and math.isfinite(dur)):
-            bad += 1
-            continue
+        start, dur = float(e["ts"]) * 1e3, float(e.get("dur", 0.0)) * 1e3
+        name = str(e.get("name", ""))
         args = e.get("args")
         stats = list(args.items()) if isinstance(args, dict) else []
         plane = planes.get(pid)
@@ -132,4 +165,26 @@ def _planes(events: list[Any]) -> tuple[list[_Plane], int]:
     for plane in planes.values():
         plane.lines = list(plane.lines.values())
         out.append(plane)
-    return out, bad
+    return out, bad, first
+
+
+def _is_id(value: Any) -> bool:
+    """Whether ``value`` can be a process or thread id: a number or text (Chrome writes either), or absent."""
+    return value is None or (isinstance(value, (int, float, str)) and not isinstance(value, bool))
+
+
+def _event_problem(e: dict[str, Any]) -> str | None:
+    """Why the complete event ``e`` cannot be placed on the timeline, or ``None``."""
+    if not (_is_id(e.get("pid")) and _is_id(e.get("tid"))):
+        return "a pid or tid that is neither a number nor text"
+    ts, dur = e.get("ts"), e.get("dur", 0.0)
+    for field, value in (("ts", ts), ("dur", dur)):
+        if value is None:
+            return f"no {field}"
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return f"{field} is {type(value).__name__}, not a number"
+        if not math.isfinite(float(value)) or abs(float(value)) > _MAX_US:
+            return f"{field} {value!r} out of range"
+    if float(dur) < 0:
+        return f"a negative duration (dur {dur!r})"
+    return None

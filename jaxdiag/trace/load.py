@@ -187,11 +187,13 @@ class PendingLoad:
             raise TraceFormatError(f"{found.run_dir}: no host file could be read ({reasons})")
 
         events = events_frame(parts)
+        events, impossible = _without_negative_durations(events)
         marks = [(p.host, n, s, round(a), round(b)) for p in parts for n, s, a, b in p.step_marks]
         device_steps = [(p.host, d, s, round(a), round(b)) for p in parts for d, s, a, b in p.device_steps]
         found_steps = find_steps(events, marks, device_steps)
         events[STEP] = assign_steps(events, found_steps.table)
         devices = pd.DataFrame([row for p in parts for row in p.devices], columns=list(DEVICE_COLUMNS))
+        impossible += _negative_device_facts_dropped(devices)
         return TraceFrames(
             events=events,
             devices=devices,
@@ -202,8 +204,36 @@ class PendingLoad:
             hosts=tuple(p.host for p in parts),
             skipped=tuple(skipped),
             meta=_meta(parts, include_python),
-            notes=_notes(parts, skipped, include_python) + found_steps.notes,
+            notes=_notes(parts, skipped, include_python) + tuple(impossible) + found_steps.notes,
         )
+
+
+def _without_negative_durations(events: "pd.DataFrame") -> tuple["pd.DataFrame", list[str]]:
+    """``events`` less those with a negative duration (a damaged trace: no clock runs backwards), and a note."""
+    negative = events[DUR_NS].to_numpy() < 0
+    count = int(negative.sum())
+    if not count:
+        return events, []
+    where = events.loc[negative, [HOST, PLANE]].drop_duplicates().head(3)
+    planes = ", ".join(f"{h} {p}" for h, p in where.itertuples(index=False))
+    note = f"dropped {count:,} event(s) with a negative duration, which no trace can hold (on {planes})"
+    return events.loc[~negative].reset_index(drop=True), [note]
+
+
+#: Device facts that measure something, so cannot be below zero.
+_DEVICE_MAGNITUDES = ("core_count", "clock_hz", "memory_bandwidth_bps", "memory_bytes", "peak_flops")
+
+
+def _negative_device_facts_dropped(devices: "pd.DataFrame") -> list[str]:
+    """Set negative device facts (cores, clock, bandwidth, memory, peak flops) to unknown, in place; a note each."""
+    notes = []
+    for column in _DEVICE_MAGNITUDES:
+        values = devices[column].to_numpy(dtype=float, na_value=float("nan"))
+        negative = values < 0
+        if negative.any():
+            devices.loc[negative, column] = float("nan")
+            notes.append(f"{column} is negative for {int(negative.sum())} device(s) in the trace: left unknown")
+    return notes
 
 
 def _pack(part: "HostColumns") -> "HostColumns":

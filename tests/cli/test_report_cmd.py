@@ -270,4 +270,4 @@ def test_a_saved_report_with_text_where_a_figure_goes_is_one_line(tmp_path: Path
     bad.write_text(json.dumps(data))
     assert main(["report", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and str(bad) in err and "wrong kind" in err, err
+    assert err.count("\n") == 1 and str(bad) in err and "steps[1].wall_ms: text" in err and "not a number" in err, err
