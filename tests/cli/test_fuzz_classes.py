@@ -13,7 +13,6 @@ the end of the module with ``-s``).
 from __future__ import annotations
 
 import collections
-import contextlib
 import gzip
 import json
 import math
@@ -21,7 +20,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -275,46 +274,17 @@ def test_numbers_xspace(dur: int, start: int, stat: str, stat_value: float) -> N
 
 
 # --- markup and escapes in names ---------------------------------------------------------------------------
-#: The ``MarkupError`` messages met (see ``markup_known_to_fail``).
-MARKUP_ERRORS: list[str] = []
-
-
-@contextlib.contextmanager
-def markup_known_to_fail() -> Iterator[None]:
-    """Note rich's ``MarkupError`` (and only it) rather than fail; the test then ends as an expected failure.
-
-    F3 of the same issue: a name with brackets raises it in the terminal renderers; escaping every
-    string from a trace, log or saved report is a change made apart from this one. Any other error
-    still fails the test, and every other case still runs.
-    """
-    from rich.errors import MarkupError
-
-    try:
-        yield
-    except MarkupError as exc:
-        CASES["markup: MarkupError (F3)"] += 1
-        MARKUP_ERRORS.append(str(exc))
-
-
-def xfail_on_markup_errors() -> None:
-    if MARKUP_ERRORS:
-        pytest.xfail(f"F3, names not yet escaped for the terminal ({len(MARKUP_ERRORS)} cases): {MARKUP_ERRORS[0]}")
-
-
 @CLASS
 @given(reader=st.sampled_from(JSON_READERS), which=st.integers(min_value=0), name=NAMES)
 def _markup_names(files, reader: str, which: int, name: str) -> None:  # noqa: F811
     with folder() as tmp:
         value, cmds = _json_readers(files, tmp)[reader]
         texts = leaf_paths(value, lambda x: isinstance(x, str))
-        with markup_known_to_fail():
-            cmds("markup")(_encode(reader, swapped(value, texts[which % len(texts)], name)))
+        cmds("markup")(_encode(reader, swapped(value, texts[which % len(texts)], name)))
 
 
 def test_markup_names(files) -> None:  # noqa: F811
-    MARKUP_ERRORS.clear()
     _markup_names(files)
-    xfail_on_markup_errors()
 
 
 @CLASS
@@ -327,16 +297,12 @@ def _markup_names_xspace(kernel: str, annotation: str, module: str) -> None:
     )
     with folder() as tmp:
         logdir = base._trace_run(tmp, "h.xplane.pb", data)
-        with markup_known_to_fail():
-            run("markup", ["report", logdir])
-        with markup_known_to_fail():
-            run("markup", ["check", logdir], allowed=(0, 1, 2))
+        run("markup", ["report", logdir])
+        run("markup", ["check", logdir], allowed=(0, 1, 2))
 
 
 def test_markup_names_xspace() -> None:
-    MARKUP_ERRORS.clear()
     _markup_names_xspace()
-    xfail_on_markup_errors()
 
 
 @CLASS
