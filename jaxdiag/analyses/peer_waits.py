@@ -174,46 +174,89 @@ class LateDevice:
     ops: tuple[str, ...]
 
 
+def consistently_late(late_devices: Sequence[LateDevice]) -> LateDevice | None:
+    """The device the others waited for most, when it is the straggler: otherwise ``None``.
+
+    It is one when it arrived last at two thirds or more of the collective runs and the others'
+    wait for it is at least half of their wait for every late device. Lateness spread over the
+    devices (each last now and then) names no one: then no device's work is the cause to even out.
+    """
+    if not late_devices:
+        return None
+    worst = late_devices[0]
+    waited = sum(x.waited_ms for x in late_devices)
+    if 3 * worst.runs >= 2 * worst.of_runs and 2 * worst.waited_ms >= waited:
+        return worst
+    return None
+
+
 def late_device_finding(
     late_devices: Sequence[LateDevice], waiting_ms: float, wall_ms: float, inputs: AnalysisInputs, on_cpu: bool
 ) -> tuple[Finding, ...]:
-    """One ``collective_wait`` finding naming the device the others waited for most (``late_devices[0]``).
+    """One ``collective_wait`` finding: the device the others waited for, or that the lateness is spread.
 
-    ``waiting_ms``: the devices' wait for later devices, per device (mean).
+    ``late_devices``: most waited for first. ``waiting_ms``: the devices' wait for later devices,
+    per device (mean). A device is named (and the work before the collective called uneven) only
+    when it is ``consistently_late``.
     """
     if not late_devices or waiting_ms < inputs.thresholds.min_finding_ms:
         return ()
-    worst = late_devices[0]
-    who = _device_name(worst, several_hosts=len(inputs.frames.hosts) > 1)
-    others = "".join(
-        f"; {_device_name(x, len(inputs.frames.hosts) > 1)} in {x.runs}" for x in late_devices[1:4] if x.runs
-    )
-    msg = (
-        f"Devices waited {waiting_ms:.1f} ms per device inside collectives for a later device, "
-        f"not communicating: {who} arrived last at {worst.runs} of {worst.of_runs} collective runs "
-        f"({', '.join(worst.ops[:3])}){others}, up to {worst.max_late_ms:.1f} ms after the first; "
-        f"the transfer itself took {worst.transfer_ms:.2f} ms in those runs."
-    )
+    several_hosts = len(inputs.frames.hosts) > 1
+    worst = consistently_late(late_devices)
+    head = f"Devices waited {waiting_ms:.1f} ms per device inside collectives for a later device, not communicating"
+    if worst is not None:
+        who = _device_name(worst, several_hosts)
+        others = "".join(f"; {_device_name(x, several_hosts)} in {x.runs}" for x in late_devices[1:4] if x.runs)
+        msg = (
+            f"{head}: {who} arrived last at {worst.runs} of {worst.of_runs} collective runs "
+            f"({', '.join(worst.ops[:3])}){others}, up to {worst.max_late_ms:.1f} ms after the first; "
+            f"the transfer itself took {worst.transfer_ms:.2f} ms in those runs."
+        )
+        suggestion = (
+            "Moving fewer bytes would not help: the wait is for that device, not for the transfer. "
+            f"A guess (the trace shows who arrived late, not why): even out the work before the "
+            f"collective, since {who} takes longer to reach it (an uneven shard, a branch only it "
+            "takes, a slower or busier device)."
+            + (
+                " On XLA:CPU the devices share the host's cores, so spreading the work over them may not "
+                "shorten the step."
+                if on_cpu
+                else ""
+            )
+        )
+    else:
+        by_runs = sorted((x for x in late_devices if x.runs), key=lambda x: -x.runs)
+        counts = ", ".join(f"{_device_name(x, several_hosts)} in {x.runs}" for x in by_runs[:8])
+        more = f" and {len(by_runs) - 8} more devices" if len(by_runs) > 8 else ""
+        ops = sorted({op for x in late_devices for op in x.ops})
+        msg = (
+            f"{head}; the lateness is spread over the devices, no one of them is last consistently: "
+            f"the last to arrive at the {late_devices[0].of_runs} collective runs ({', '.join(ops[:3])}) was "
+            f"{counts}{more}, up to {max(x.max_late_ms for x in late_devices):.1f} ms after the first; "
+            f"the transfer itself took {sum(x.transfer_ms for x in late_devices):.2f} ms in those runs."
+        )
+        suggestion = (
+            "Moving fewer bytes would not help: the time is waiting, not transfer. No device is late "
+            "often enough to point at its share of the work: which device comes last changes from run "
+            "to run, so the devices reach the collective at uneven times without one being slower."
+            + (
+                " On XLA:CPU several virtual devices share the host's cores, so they take turns on them "
+                "and arrive at a collective at different times: a likely cause here, which an accelerator "
+                "with a chip per device does not have."
+                if on_cpu
+                else " Look for what delays the devices by turns: work or transfers that share them with the step."
+            )
+        )
     return (
         Finding(
             kind="collective_wait",
             severity=severity_for(waiting_ms, wall_ms),
             time_lost_ms=waiting_ms,
             message=msg,
-            suggestion=(
-                "Moving fewer bytes would not help: the wait is for that device, not for the transfer. "
-                f"A guess (the trace shows who arrived late, not why): even out the work before the "
-                f"collective, since {who} takes longer to reach it (an uneven shard, a branch only it "
-                "takes, a slower or busier device)."
-                + (
-                    " On XLA:CPU the devices share the host's cores, so spreading the work over them may not "
-                    "shorten the step."
-                    if on_cpu
-                    else ""
-                )
-            ),
+            suggestion=suggestion,
             evidence={
                 "late_devices": [dataclasses.asdict(x) | {"ops": list(x.ops)} for x in late_devices],
+                "consistently_late": worst is not None,
                 "waiting_for_devices_ms": round(waiting_ms, 3),
             },
         ),
