@@ -163,8 +163,10 @@ def in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
     """When ``host`` had an execution in flight or queued (a union), and what device idle then is called.
 
     In flight: from an execution's first op to its last (and, on XLA:CPU, while its executor
-    runs). Queued: from the dispatch that queued an execution (paired as in the module
-    docstring, for every program) to its start, less any compile. Only where the trace tells executions apart
+    runs). Queued: from when the dispatch that queued an execution (paired as in the module
+    docstring, for every program) handed it over (``_handed_over``) to its start, less any compile;
+    before that the host is still launching it, and device idle then is the dispatch's wait (an
+    eager op's whole launch: XLA:CPU runs it inline). Only where the trace tells executions apart
     (XLA:CPU run ids, TPU module spans): a GPU trace's kernels carry no run id, and a gap
     between two of a program's kernels may be the host launching the next one late, so
     there nothing counts as in flight (``""``).
@@ -182,21 +184,43 @@ def _in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
     starts, ends = mine[F.START_NS].to_numpy(np.int64), mine[END_NS].to_numpy(np.int64)
     parts = [iv.as_intervals(starts, ends)]
     source = str(mine[SOURCE].value_counts().idxmax())
+    ev = host_events(frames, host)
     if source == "run_id":  # XLA:CPU's executor runs a program from before its first op to after its last
-        ev = host_events(frames, host)
         parts.append(intervals_of(ev.loc[name_matches(ev[F.NAME], _CPU_EXECUTOR, at_start=True)]))
     keys = list(zip(mine[F.HLO_MODULE].astype(object).tolist(), mine[F.DEVICE].tolist()))
+    prepare = intervals_of(ev.loc[name_matches(ev[F.NAME], _EXECUTE_PREPARE)])
+    prepare = prepare[np.argsort(prepare[:, 0], kind="stable")]
     queued = []
     for module, device in dict.fromkeys(keys):
         rows = np.flatnonzero([k == (module, device) for k in keys])
         rows = rows[np.argsort(starts[rows], kind="stable")]
-        dispatch = _pair(_dispatches(frames, host, str(module))[:, 0], starts[rows])
+        spans = _dispatches(frames, host, str(module))
+        dispatch = _pair(spans[:, 0], starts[rows])
         paired = dispatch >= 0
-        queued.append(iv.as_intervals(dispatch[paired], starts[rows][paired]))
+        handed = _handed_over(prepare, spans)[np.searchsorted(spans[:, 0], dispatch[paired])]
+        began = starts[rows][paired]
+        waiting = handed < began  # one that began before it was handed over was never queued
+        queued.append(iv.as_intervals(handed[waiting], began[waiting]))
     # A dispatch that compiles first queues nothing until its compile ends: that wait is the compile's.
     compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
     parts.append(iv.subtract(np.concatenate(queued), compiles) if queued else iv.EMPTY)
     return iv.union(np.concatenate(parts)), IN_EXECUTION_GAPS[source]
+
+
+#: The runtime readying an execution's inputs and outputs inside a dispatch; it queues the work when done.
+_EXECUTE_PREPARE = re.compile(r"ExecutePrepare$")
+
+
+def _handed_over(prepare: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """When each dispatch (``spans``, by start) handed its work to the runtime: the end of the first
+    ``ExecutePrepare`` (``prepare``, by start) inside it, else the dispatch's end. Before that the host is
+    launching."""
+    out = spans[:, 1].copy()
+    first = np.searchsorted(prepare[:, 0], spans[:, 0], side="left")
+    found = np.flatnonzero(first < len(prepare))
+    inside = prepare[first[found], 1] <= spans[found, 1]
+    out[found[inside]] = prepare[first[found[inside]], 1]
+    return out
 
 
 def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:

@@ -193,7 +193,11 @@ def test_small_ops_of_a_model_already_under_scan_get_no_use_scan_advice(tmp_path
 
 
 def _one_off(logdir: Path, at: int | None) -> Path:
-    """A jitted step every step; at step ``at`` the host also rebuilds a table op by op, eagerly, once."""
+    """A jitted step every step; at step ``at`` the host also rewrites a table op by op, eagerly, once.
+
+    The burst (256 eager updates, a few ms of launching) dwarfs the ~0.1 ms launch of each step's own
+    call, so it holds well over ``ONE_OFF_SHARE`` of the dispatch wait even on a quiet machine.
+    """
 
     @jax.jit
     def train_step(w, x):
@@ -209,28 +213,63 @@ def _one_off(logdir: Path, at: int | None) -> Path:
         for step in range(8):
             with cap.step():
                 if step == at:
-                    for i in range(64):
-                        table = table.at[i].set(float(i) * 2)
+                    for i in range(256):
+                        table = table.at[i % 64].set(float(i) * 2)
                 w = train_step(w, x)
                 float(w.sum())
     return cap.run_dir
 
 
 def test_a_one_off_launch_burst_gets_no_put_more_work_in_each_call_advice(tmp_path):
+    from jax.profiler import ProfileData
+
+    from jaxdiag.analyses import host_waits
+    from jaxdiag.analyses.base import AnalysisInputs
     from jaxdiag.config import Thresholds
+    from tests.analyses import trace_truth
 
     run_dir = _one_off(tmp_path / "once", at=4)
     launches = _events(run_dir, lambda name: name.startswith("PjitFunction("))
-    assert len(launches) >= 64  # the burst, in the trace
+    assert len(launches) >= 256  # the burst, in the trace
     fine = Thresholds(min_finding_ms=0.01)
-    dispatch = [
-        f
-        for f in jaxdiag.report(run_dir, thresholds=fine).findings
-        if f.kind == "host_wait" and f.evidence["kind"] == "dispatch"
-    ]
+    report = jaxdiag.report(run_dir, thresholds=fine)
+    dispatch = [f for f in report.findings if f.kind == "host_wait" and f.evidence["kind"] == "dispatch"]
     assert dispatch, "the burst left the device idle while launching"
     (f,) = dispatch
     assert f.evidence["one_off_step"] == 4
+    # Before a dispatch calls the runtime (``ExecutePrepare``) it has queued nothing: that launching, in the
+    # device's idle gaps of at least ``host_wait_min_us`` (ProfileData alone), is dispatch wait, not idle
+    # time inside an execution.
+    (xplane,) = run_dir.glob("*.xplane.pb")
+    truth = trace_truth.read(xplane)
+    prepares = sorted(
+        int(e.start_ns)
+        for plane in ProfileData.from_file(str(xplane)).planes
+        for line in plane.lines
+        for e in line.events
+        if e.name.endswith("ExecutePrepare")
+    )
+    running = truth.in_flight()
+    min_ns = int(fine.host_wait_min_us * 1000)
+    gaps = [(a[1], b[0]) for a, b in zip(running, running[1:]) if b[0] - a[1] >= min_ns]
+    launching = [  # (start, end): a dispatch before it called the runtime, the device idle long enough
+        (max(a, start), min(b, called[0]))
+        for name, start, end in truth.dispatches
+        if name not in ("PjitFunction(train_step)", "PjitFunction(_reduce_sum)")
+        for called in [[t for t in prepares if start <= t < end]]
+        if called
+        for a, b in gaps
+        if a < called[0] and b > start
+    ]
+
+    def overlap(stretches) -> int:
+        return sum(max(0, min(b, w.end_ns) - max(a, w.start_ns)) for a, b in launching for w in stretches)
+
+    launching_ns = sum(b - a for a, b in launching)
+    r = host_waits.analyze(AnalysisInputs(frames=report.frames, thresholds=fine))
+    assert launching_ns > 0
+    assert overlap([w for w in r.waits if w.kind == "dispatch"]) >= 0.9 * launching_ns
+    assert overlap(r.in_execution) <= 0.05 * launching_ns  # nothing was queued yet: no in-flight time
     assert "one-off" in f.suggestion and "lax.scan" not in f.suggestion and "A guess" in f.suggestion
 
 
