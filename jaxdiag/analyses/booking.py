@@ -251,3 +251,19 @@ def _booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray
     rank = np.empty(len(run_ids), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(run_ids))  # executions by start, as ``booked``'s
     return rows, b.by_dispatch[rank[inverse]]
+
+
+def between_programs(frames: "TraceFrames", modules: np.ndarray, step: np.ndarray, counted: int) -> set[str]:
+    """The programs that are work between steps, of ops with ``modules`` booked to ``step`` (``op_steps``,
+    -1: none) over ``counted`` steps: other than the step's, with ops in fewer than half of the steps (as
+    ``trace.steps`` tells them apart). Their ops are no step's work, wherever they ran. None without steps."""
+    if not counted:
+        return set()
+    import pandas as pd
+
+    main = step_program(frames)
+    codes, names = pd.factorize(modules, sort=False)
+    inside = (step >= 0) & (codes >= 0)
+    pairs = np.unique(np.stack([codes[inside], step[inside]], axis=1), axis=0)
+    steps_of = np.bincount(pairs[:, 0], minlength=len(names)) if len(pairs) else np.zeros(len(names), int)
+    return {str(m) for m, n in zip(names.tolist(), steps_of.tolist()) if m and m != main and 2 * n < counted}

@@ -6,6 +6,12 @@ remove them, and so is autotuning noise. A *launch gap* is the idle time
 between two consecutive small ops on the same stream (line), when shorter than
 ``thresholds.host_wait_min_us`` (longer gaps are host waits, reported there).
 
+Each op counts in the step the per-step device busy time books it to
+(``booking.op_steps``): an execution of the step's program in the step that
+dispatched it, wherever the device ran it (a loop that never reads runs ahead).
+Ops of work between steps (``booking.between_programs``: an evaluation) are no
+step's and are left out.
+
 ``time_lost_ms`` is what fusing them could save at most: the union of the small
 ops' own time and their launch gaps. A fused kernel still moves the same data,
 so the real saving is lower; for ops this short most of the time is fixed
@@ -26,7 +32,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
-from jaxdiag.analyses.booking import op_steps
+from jaxdiag.analyses.booking import between_programs, op_steps
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
@@ -177,6 +183,10 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         steady_ns = max(steady_ns, wall_outside_compiles(lo, hi, compiles))
         ops = device_ops(frames, host, {host: compiles})
         step = op_steps(frames, host, ops, win)  # booked as the per-step device busy time is
+        of = ops[F.HLO_MODULE].to_numpy(object)
+        between = between_programs(frames, of, step, int(win.loc[win[F.STEP] >= 0, F.STEP].nunique()))
+        if between:  # an evaluation's ops are no step's, wherever they ran
+            step = np.where(np.isin(of, list(between)), -1, step)
         rows = np.flatnonzero(is_compute(frames, ops) & (step >= 0))
         ops = ops.take(rows).assign(**{F.STEP: step[rows]})  # the compute ops in steps, one copy
         gaps, gap_module, gap_step = _launch_gaps(ops, small_ns, gap_cap_ns)

@@ -32,7 +32,7 @@ import numpy as np
 
 from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
-from jaxdiag.analyses.booking import op_steps, step_program
+from jaxdiag.analyses.booking import between_programs, op_steps
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.mfu import positive as _positive
 from jaxdiag.trace import frames as F
@@ -183,7 +183,7 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
     # Per step: only ops inside a step (work between steps, an evaluation, is no step's).
     step_sums = np.bincount(group[in_step], weights=ms[in_step], minlength=len(names))
     counts = np.bincount(group, minlength=len(names))
-    between = _between_modules(frames, ops[F.HLO_MODULE].to_numpy(object)[keep], step, counted)
+    between = between_programs(frames, ops[F.HLO_MODULE].to_numpy(object)[keep], step, counted)
     apart = np.array([m in between for m in modules], dtype=bool)
     ranked = [int(g) for g in np.argsort(-sums, kind="stable") if counts[g] > 0]
     top = [g for g in ranked if not apart[g]][:TOP]
@@ -229,21 +229,6 @@ def _booked_steps(frames: Any, ops: Any, windows: Any) -> np.ndarray:
         if len(win):
             step[rows] = op_steps(frames, str(host), ops.take(rows), win)
     return step
-
-
-def _between_modules(frames: Any, modules: np.ndarray, step: np.ndarray, counted: int) -> set[str]:
-    """Programs that are work between steps: other than the step's, with ops in fewer than half of the
-    counted steps (as ``trace.steps`` and ``between_steps`` tell them). None without steps."""
-    if not counted:
-        return set()
-    import pandas as pd
-
-    main = step_program(frames)
-    codes, names = pd.factorize(modules, sort=False)
-    inside = (step >= 0) & (codes >= 0)
-    pairs = np.unique(np.stack([codes[inside], step[inside]], axis=1), axis=0)
-    steps_of = np.bincount(pairs[:, 0], minlength=len(names)) if len(pairs) else np.zeros(len(names), int)
-    return {str(m) for m, n in zip(names.tolist(), steps_of.tolist()) if m and m != main and 2 * n < counted}
 
 
 def _groups(ops: Any) -> tuple[np.ndarray, list[str], list[str], list[str]]:
