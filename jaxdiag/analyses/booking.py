@@ -222,7 +222,7 @@ def op_steps(frames: "TraceFrames", host: str, ops: Any, windows: Any) -> np.nda
     starts = ops[F.START_NS].to_numpy(np.int64)
     win = StepWindows.of(windows)
     step = win.step_of(starts)
-    runs = _booked_runs(frames, host, ops)
+    runs = booked_runs(frames, host, ops)
     if runs is None:
         return step
     rows, booked_step = runs
@@ -231,8 +231,9 @@ def op_steps(frames: "TraceFrames", host: str, ops: Any, windows: Any) -> np.nda
     return step
 
 
-def _booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """Positions in ``ops`` of the step program's ops, and the step their execution is booked to."""
+def booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """Positions in ``ops`` (``host``'s device ops) of the step program's ops, and the step their execution
+    is booked to (``Booked.by_dispatch``); ``None`` where that booking is unknown (see ``op_steps``)."""
     if frames.step_source == "module" or F.RUN_ID not in ops:
         return None
     b = booked(frames, host)
