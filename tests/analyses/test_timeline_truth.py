@@ -174,3 +174,11 @@ def test_an_evaluation_between_annotated_steps_is_in_no_per_step_op_table(captur
     assert costliest["count"] == len(durations) == len(evals)
     assert costliest["total_ms"] == pytest.approx(sum(durations) / 1e6, rel=1e-3)
     assert max(sum(d for _op, d in e.ops) for e in evals) > max(row["per_step_ms"] for row in top["rows"])
+    # Rendered apart, with totals: the per-step table names no evaluation op.
+    from jaxdiag.render import html, terminal
+
+    text = terminal.render(report, width=200)
+    per_step, apart_text = text[text.index("Top ops by device time") :].split("Ops of work between steps", 1)
+    assert "ms/step" in per_step and "accuracy" not in per_step
+    assert "total ms" in apart_text and "accuracy" in apart_text.split("\n\n")[0]
+    assert "<h3>Ops of work between steps</h3>" in html.render(report)
