@@ -233,3 +233,62 @@ def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:
         return int(span.step)
     after = np.flatnonzero((b.dispatch >= 0) & (b.dispatch <= span.end_ns) & (b.dispatch_end >= span.start_ns))
     return int(b.by_dispatch[after[0]]) if len(after) else int(span.step)
+
+
+def op_steps(frames: "TraceFrames", host: str, ops: Any, windows: Any) -> np.ndarray:
+    """Each of ``host``'s ``ops``' step, as the per-step figures book device work: the step program's
+    executions to the step whose dispatch queued them (``booked``), every other op to the window of
+    ``windows`` (one host's step windows) holding its start; -1 for none.
+
+    Where that booking is unknown (steps inferred from the executions themselves, no run ids, an
+    execution not paired with its dispatch), every op goes by the window holding its start.
+    """
+    starts = ops[F.START_NS].to_numpy(np.int64)
+    win = StepWindows.of(windows)
+    step = win.step_of(starts)
+    runs = booked_runs(frames, host, ops)
+    if runs is None:
+        return step
+    rows, booked_step = runs
+    shown = np.isin(booked_step, win.steps)  # a step left out of ``windows`` holds none of them
+    step[rows] = np.where(shown, booked_step, -1)
+    return step
+
+
+def booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """Positions in ``ops`` (``host``'s device ops) of the step program's ops, and the step their execution
+    is booked to (``Booked.by_dispatch``); ``None`` where that booking is unknown (see ``op_steps``)."""
+    if frames.step_source == "module" or F.RUN_ID not in ops:
+        return None
+    b = booked(frames, host)
+    if not len(b.starts) or (b.dispatch < 0).any():
+        return None
+    runs = ops[F.RUN_ID].to_numpy(np.int64)
+    rows = np.flatnonzero((ops[F.HLO_MODULE] == b.module).to_numpy() & (runs >= 0))
+    if not len(rows):
+        return None
+    run_ids, inverse = np.unique(runs[rows], return_inverse=True)
+    inverse = inverse.reshape(-1)
+    first = np.full(len(run_ids), np.iinfo(np.int64).max)
+    np.minimum.at(first, inverse, ops[F.START_NS].to_numpy(np.int64)[rows])
+    if len(run_ids) != len(b.starts):
+        return None
+    rank = np.empty(len(run_ids), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(run_ids))  # executions by start, as ``booked``'s
+    return rows, b.by_dispatch[rank[inverse]]
+
+
+def between_programs(frames: "TraceFrames", modules: np.ndarray, step: np.ndarray, counted: int) -> set[str]:
+    """The programs that are work between steps, of ops with ``modules`` booked to ``step`` (``op_steps``,
+    -1: none) over ``counted`` steps: other than the step's, with ops in fewer than half of the steps (as
+    ``trace.steps`` tells them apart). Their ops are no step's work, wherever they ran. None without steps."""
+    if not counted:
+        return set()
+    import pandas as pd
+
+    main = step_program(frames)
+    codes, names = pd.factorize(modules, sort=False)
+    inside = (step >= 0) & (codes >= 0)
+    pairs = np.unique(np.stack([codes[inside], step[inside]], axis=1), axis=0)
+    steps_of = np.bincount(pairs[:, 0], minlength=len(names)) if len(pairs) else np.zeros(len(names), int)
+    return {str(m) for m, n in zip(names.tolist(), steps_of.tolist()) if m and m != main and 2 * n < counted}

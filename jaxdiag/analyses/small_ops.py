@@ -6,6 +6,12 @@ remove them, and so is autotuning noise. A *launch gap* is the idle time
 between two consecutive small ops on the same stream (line), when shorter than
 ``thresholds.host_wait_min_us`` (longer gaps are host waits, reported there).
 
+Each op counts in the step the per-step device busy time books it to
+(``booking.op_steps``): an execution of the step's program in the step that
+dispatched it, wherever the device ran it (a loop that never reads runs ahead).
+Ops of work between steps (``booking.between_programs``: an evaluation) are no
+step's and are left out.
+
 ``time_lost_ms`` is what fusing them could save at most: the union of the small
 ops' own time and their launch gaps. A fused kernel still moves the same data,
 so the real saving is lower; for ops this short most of the time is fixed
@@ -26,6 +32,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.booking import between_programs, op_steps
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
@@ -34,7 +41,6 @@ from jaxdiag.analyses.device_work import (
     intervals_of,
     is_compute,
     row_groups,
-    step_of,
     step_windows,
 )
 from jaxdiag.analyses.step_pattern import describe_steps
@@ -176,10 +182,14 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
         steady_ns = max(steady_ns, wall_outside_compiles(lo, hi, compiles))
         ops = device_ops(frames, host, {host: compiles})
-        step = step_of(ops[F.START_NS].to_numpy(np.int64), win)
+        step = op_steps(frames, host, ops, win)  # booked as the per-step device busy time is
+        of = ops[F.HLO_MODULE].to_numpy(object)
+        between = between_programs(frames, of, step, int(win.loc[win[F.STEP] >= 0, F.STEP].nunique()))
+        if between:  # an evaluation's ops are no step's, wherever they ran
+            step = np.where(np.isin(of, list(between)), -1, step)
         rows = np.flatnonzero(is_compute(frames, ops) & (step >= 0))
         ops = ops.take(rows).assign(**{F.STEP: step[rows]})  # the compute ops in steps, one copy
-        gaps, gap_module = _launch_gaps(ops, small_ns, gap_cap_ns)
+        gaps, gap_module, gap_step = _launch_gaps(ops, small_ns, gap_cap_ns)
         small = ops.loc[ops[F.DUR_NS] < small_ns]
         parts.append(small)
         _add_modules(modules, ops, small, gaps, gap_module)
@@ -191,13 +201,13 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
             iv.total(np.concatenate([small_iv, gap_iv])),
         ]
         counts = small.groupby(F.STEP).size()
-        t = iv.covered_in_windows(small_iv, lo, hi)
-        g = iv.covered_in_windows(gap_iv, lo, hi)
-        for i, step in enumerate(win[F.STEP].to_numpy(np.int64)):
+        t = _by_step(intervals_of(small), small[F.STEP].to_numpy(np.int64))
+        g = _by_step(gaps, gap_step)
+        for step in win[F.STEP].to_numpy(np.int64).tolist():
             acc = per_step.setdefault(int(step), [0, 0.0, 0.0])
             acc[0] += int(counts.get(step, 0))
-            acc[1] += t[i] / 1e6
-            acc[2] += g[i] / 1e6
+            acc[1] += t.get(step, 0) / 1e6
+            acc[2] += g.get(step, 0) / 1e6
     import pandas as pd
 
     small_all = (parts[0] if len(parts) == 1 else pd.concat(parts)) if parts else None
@@ -231,6 +241,14 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         ),
     )
     return dataclasses.replace(result, findings=_findings(result, inputs, steady_ns / 1e6))
+
+
+def _by_step(spans: np.ndarray, steps: np.ndarray) -> dict[int, int]:
+    """The union's length of each step's ``spans``: ops booked to a step count there wherever they ran."""
+    order = np.argsort(steps, kind="stable")
+    keys, first = np.unique(steps[order], return_index=True)
+    parts = np.split(spans[order], first[1:])
+    return {int(k): iv.total(p) for k, p in zip(keys.tolist(), parts)}
 
 
 #: A step counts among a module's small-op steps with at least this share of its busiest step's
@@ -291,10 +309,11 @@ def _add_modules(
         acc[str(module)][2] += iv.length(sel)
 
 
-def _launch_gaps(ops: "pd.DataFrame", small_ns: int, cap_ns: int) -> tuple[np.ndarray, np.ndarray]:
-    """Idle gaps between consecutive small ops on one stream, shorter than ``cap_ns``, and their module."""
+def _launch_gaps(ops: "pd.DataFrame", small_ns: int, cap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Idle gaps between consecutive small ops on one stream, shorter than ``cap_ns``, their module and
+    step (the op after the gap's)."""
     if ops.empty:
-        return iv.EMPTY.copy(), np.zeros(0, dtype=object)
+        return iv.EMPTY.copy(), np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
     o = ops.sort_values([F.PLANE, F.DEVICE, F.LINE, F.START_NS], kind="stable")
     same = (
         (o[F.PLANE].to_numpy()[1:] == o[F.PLANE].to_numpy()[:-1])
@@ -305,7 +324,11 @@ def _launch_gaps(ops: "pd.DataFrame", small_ns: int, cap_ns: int) -> tuple[np.nd
     start = o[END_NS].to_numpy(np.int64)[:-1]
     end = o[F.START_NS].to_numpy(np.int64)[1:]
     keep = same & is_small[:-1] & is_small[1:] & (end > start) & (end - start < cap_ns)
-    return np.stack([start[keep], end[keep]], axis=1), o[F.HLO_MODULE].to_numpy()[1:][keep]
+    return (
+        np.stack([start[keep], end[keep]], axis=1),
+        o[F.HLO_MODULE].to_numpy()[1:][keep],
+        o[F.STEP].to_numpy(np.int64)[1:][keep],
+    )
 
 
 def _op_label(row_name: str, hlo_op: str, framework_op: str) -> str:

@@ -40,7 +40,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.booking import booked, in_flight
+from jaxdiag.analyses.booking import booked_runs, in_flight
 from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
 
@@ -160,28 +160,23 @@ def _booked_busy(frames: Any, host: str, ops: "pd.DataFrame", win: "pd.DataFrame
     """Busy time per window, the step program's executions booked to the steps that dispatched them
     (the rest by time); ``None`` where that booking is unknown (inferred steps, which are those
     executions; no run ids; an execution not paired with its dispatch)."""
-    if frames.step_source == "module" or F.RUN_ID not in ops:
+    booking = booked_runs(frames, host, ops)
+    if booking is None:
         return None
-    b = booked(frames, host)
-    if not len(b.starts) or (b.dispatch < 0).any():
-        return None
+    rows, steps = booking
     lo, hi = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
-    runs = ops[F.RUN_ID].to_numpy(np.int64)
-    mine = (ops[F.HLO_MODULE] == b.module).to_numpy() & (runs >= 0)
     spans = intervals_of(ops)
-    first: dict[int, int] = {}
-    rows_of: dict[int, list[int]] = {}
-    for i, run in zip(np.flatnonzero(mine).tolist(), runs[mine].tolist()):
-        rows_of.setdefault(run, []).append(i)
-        first[run] = min(first.get(run, spans[i, 0]), int(spans[i, 0]))
-    order = sorted(rows_of, key=first.__getitem__)
-    if len(order) != len(b.starts):
-        return None
+    mine = np.zeros(len(ops), dtype=bool)
+    mine[rows] = True
     index = {int(s): k for k, s in enumerate(win[F.STEP].to_numpy(np.int64))}
     out = iv.covered_in_windows(iv.union(spans[~mine]), lo, hi).astype(np.int64)
-    for run, step in zip(order, b.by_dispatch.tolist()):
+    order = np.argsort(ops[F.RUN_ID].to_numpy(np.int64)[rows], kind="stable")
+    runs = ops[F.RUN_ID].to_numpy(np.int64)[rows[order]]
+    firsts = np.flatnonzero(np.r_[True, runs[1:] != runs[:-1]])
+    for of_run in np.split(order, firsts[1:]):  # each execution's busy time, in the step it is booked to
+        step = int(steps[of_run[0]])
         if step in index:
-            out[index[step]] += iv.total(spans[rows_of[run]])
+            out[index[step]] += iv.total(spans[rows[of_run]])
     return out
 
 

@@ -32,12 +32,15 @@ import numpy as np
 
 from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.booking import between_programs, op_steps
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.mfu import positive as _positive
 from jaxdiag.trace import frames as F
 
 #: Rows kept in the section.
 TOP = 25
+#: Rows kept for the ops of work between steps, shown apart.
+BETWEEN_TOP = 10
 _MODULE_FUNCTION = re.compile(r"^(?:jit|pjit|pmap|xmap|shard_map)[_(](.*?)\)?$")
 _SOURCE_TITLE = re.compile(r"title='([^'\n]*)")
 _SOURCE_TEXT = re.compile(r">([^<]*)<")
@@ -111,6 +114,9 @@ class TopOps:
       memory_bandwidth_bps: one device's memory bandwidth (bytes/s), ``None`` when unknown.
       roofline_source: where the peak and bandwidth came from.
       deep: whether XProf's ``hlo_stats`` was joined.
+      between_rows: the costliest ops of work between steps (programs other than the step's run in
+        fewer than half of the steps: an evaluation, a checkpoint), apart from ``rows``: no step's
+        work, so with totals and no time per step.
     """
 
     rows: tuple[OpRow, ...]
@@ -122,6 +128,7 @@ class TopOps:
     deep: bool = False
     peak_by_dtype: dict[str, float] = dataclasses.field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+    between_rows: tuple[OpRow, ...] = ()
 
     @property
     def ridge_point(self) -> float | None:
@@ -141,6 +148,7 @@ class TopOps:
             "roofline_source": self.roofline_source,
             "peak_flops_by_dtype": {k: _round(v, 1) for k, v in self.peak_by_dtype.items()},
             "deep": self.deep,
+            "between_rows": [r.to_dict() for r in self.between_rows],
         }
 
 
@@ -162,39 +170,45 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
     if ops.empty:
         return TopOps((), 0.0, 0, peak, bandwidth, roofline_source, peak_by_dtype=peaks_by_dtype(frames, inputs.host))
     windows = W.step_windows(frames, inputs.host, inputs.steps)
-    step, scale = W.steps_and_device_share(frames, ops, inputs.host, inputs.steps)
+    _by_time, scale = W.steps_and_device_share(frames, ops, inputs.host, inputs.steps)
+    step = _booked_steps(frames, ops, windows)
     ms = ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale
     keep = step >= 0 if inputs.steps is not None else np.ones(len(ops), dtype=bool)
     counted = windows.loc[windows[F.STEP] >= 0, F.STEP].nunique() if len(windows) else 0
     group, names, modules, kinds = _groups(ops)
-    group, ms, in_step = group[keep], ms[keep], step[keep] >= 0
+    group, ms, step = group[keep], ms[keep], step[keep]
+    in_step = step >= 0
     total = float(ms.sum())
     sums = np.bincount(group, weights=ms, minlength=len(names))
     # Per step: only ops inside a step (work between steps, an evaluation, is no step's).
     step_sums = np.bincount(group[in_step], weights=ms[in_step], minlength=len(names))
     counts = np.bincount(group, minlength=len(names))
-    top = [int(g) for g in np.argsort(-sums, kind="stable")[:TOP] if counts[g] > 0]
-    programs = _programs(group, ops[F.PROGRAM_ID].fillna(-1).to_numpy(np.int64)[keep], top)
+    between = between_programs(frames, ops[F.HLO_MODULE].to_numpy(object)[keep], step, counted)
+    apart = np.array([m in between for m in modules], dtype=bool)
+    ranked = [int(g) for g in np.argsort(-sums, kind="stable") if counts[g] > 0]
+    top = [g for g in ranked if not apart[g]][:TOP]
+    top_between = [g for g in ranked if apart[g]][:BETWEEN_TOP]
+    programs = _programs(group, ops[F.PROGRAM_ID].fillna(-1).to_numpy(np.int64)[keep], top + top_between)
     sources = _function_sources(inputs.compile_log)
-    rows = []
-    for i, g in enumerate(top, start=1):
+
+    def row(g: int, id: str, per_step: bool) -> OpRow:
         module = modules[g]
         function = function_of(module) if module else ""
-        rows.append(
-            OpRow(
-                id=f"op{i}",
-                name=names[g],
-                module=module,
-                function=function,
-                kind=kinds[g],
-                count=int(counts[g]),
-                total_ms=float(sums[g]),
-                per_step_ms=float(step_sums[g]) / counted if counted and step_sums[g] > 0 else None,
-                share=float(sums[g]) / total if total > 0 else 0.0,
-                source=sources.get(function, ""),
-                programs=programs.get(g, ()),
-            )
+        return OpRow(
+            id=id,
+            name=names[g],
+            module=module,
+            function=function,
+            kind=kinds[g],
+            count=int(counts[g]),
+            total_ms=float(sums[g]),
+            per_step_ms=float(step_sums[g]) / counted if per_step and counted and step_sums[g] > 0 else None,
+            share=float(sums[g]) / total if total > 0 else 0.0,
+            source=sources.get(function, ""),
+            programs=programs.get(g, ()),
         )
+
+    rows = [row(g, f"op{i}", True) for i, g in enumerate(top, start=1)]
     return TopOps(
         tuple(rows),
         total,
@@ -203,7 +217,18 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
         bandwidth,
         roofline_source,
         peak_by_dtype=peaks_by_dtype(frames, inputs.host),
+        between_rows=tuple(row(g, f"between{i}", False) for i, g in enumerate(top_between, start=1)),
     )
+
+
+def _booked_steps(frames: Any, ops: Any, windows: Any) -> np.ndarray:
+    """Each op's step, booked as the per-step device busy time is (``booking.op_steps``), host by host."""
+    step = np.full(len(ops), -1, dtype=np.int64)
+    for host, rows in W.row_groups(ops[F.HOST]):
+        win = windows.loc[windows[F.HOST] == host]
+        if len(win):
+            step[rows] = op_steps(frames, str(host), ops.take(rows), win)
+    return step
 
 
 def _groups(ops: Any) -> tuple[np.ndarray, list[str], list[str], list[str]]:

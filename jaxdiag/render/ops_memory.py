@@ -55,12 +55,13 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
         + (f"; ridge point {esc(_num(ridge))} FLOP/byte ({esc(top.get('roofline_source'))})" if ridge else "")
         + ("" if top.get("deep") else "; FLOPs, bytes and bound with --deep")
     )
+    per_step = bool(top.get("steps"))  # without steps the figure is each op's total
     t = Table(show_edge=False)
     for col, right in (
         ("id", False),
         ("op", False),
         ("function", False),
-        ("ms/step", True),
+        ("ms/step" if per_step else "ms", True),
         ("share", True),
         ("GFLOP", True),
         ("FLOP/B", True),
@@ -74,7 +75,7 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
             esc(r.get("id")),
             esc(r.get("name")),
             esc(r.get("function") or "—"),
-            _num(r.get("per_step_ms") if r.get("per_step_ms") is not None else r.get("total_ms")),
+            _num(r.get("per_step_ms") if per_step else r.get("total_ms")),
             _pct(r.get("share")),
             esc(_scaled(flops, 1e9)),
             esc(_num(r.get("intensity"))),
@@ -82,6 +83,24 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
             esc(r.get("source") or "—"),
         )
     console.print(t)
+    between = top.get("between_rows") or []
+    if between:
+        console.print(
+            "[bold]Ops of work between steps[/bold] (programs run in fewer than half of the steps; "
+            "no step's time, so totals over the run, not per step)"
+        )
+        b = Table(show_edge=False)
+        for col, right in (("id", False), ("op", False), ("function", False), ("count", True), ("total ms", True)):
+            b.add_column(col, justify="right" if right else "left", overflow="fold")
+        for r in between[:TERMINAL_ROWS]:
+            b.add_row(
+                esc(r.get("id")),
+                esc(r.get("name")),
+                esc(r.get("function") or "—"),
+                _num(r.get("count")),
+                _num(r.get("total_ms")),
+            )
+        console.print(b)
     console.print()
 
 
@@ -180,6 +199,30 @@ def html_top_ops(report: "Report") -> str:
                     for r in rows
                 ),
                 row_ids=[f"jd-{r.get('id')}" for r in rows],
+            )
+        )
+    between = top.get("between_rows") or []
+    if between:
+        parts.append(
+            "<h3>Ops of work between steps</h3><p class='meta'>Programs run in fewer than half of the steps; "
+            "no step's time, so totals over the run, not per step.</p>"
+        )
+        parts.append(
+            _table(
+                ("id", "op", "module", "function", "kind", "count", "total ms", "share"),
+                (
+                    [
+                        r.get("id"),
+                        r.get("name"),
+                        r.get("module"),
+                        r.get("function"),
+                        r.get("kind"),
+                        _num(r.get("count")),
+                        _num(r.get("total_ms")),
+                        _pct(r.get("share")),
+                    ]
+                    for r in between
+                ),
             )
         )
     basis = (report.throughput or {}).get("mfu_basis") or {}

@@ -127,3 +127,58 @@ def test_annotated_steps_that_never_read_get_the_work_they_dispatched(captures: 
         assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
     assert report.throughput["steady_steps_per_s"] == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
     assert report.throughput["host_ahead"]["max"] == max(truth.host_ahead(TRAIN)) >= 3
+
+
+SMALL_NS = 10_000  # the default small-op threshold, 10 us
+
+
+@pytest.mark.parametrize("pattern", ["annotated_no_read", "annotated_eval_between"])
+def test_small_ops_per_step_are_those_of_the_execution_each_step_dispatched(captures: Path, pattern: str) -> None:
+    # The host runs ahead: each step's execution runs in a later step's window, or after the last.
+    # Each step still counts the small ops of the execution it dispatched, and no evaluation's.
+    report, truth = _case(captures, pattern)
+    train = truth.of(TRAIN)
+    small = report.section("small_ops")
+    assert small["threshold_us"] * 1000 == SMALL_NS
+    expected = [sum(1 for _op, dur in e.ops if dur < SMALL_NS) for e in train]
+    assert sum(expected) > 0
+    assert [s["count"] for s in small["per_step"]] == expected
+    assert small["count"] == sum(expected)
+    assert all(o["module"] == TRAIN for o in small["top"])
+
+
+@pytest.mark.parametrize("pattern", ["annotated_no_read", "annotated_eval_between"])
+def test_top_ops_per_step_are_the_step_programs_totals_over_the_steps(captures: Path, pattern: str) -> None:
+    report, truth = _case(captures, pattern)
+    train = truth.of(TRAIN)
+    top = report.top_ops
+    assert top["steps"] == len(train)
+    for row in top["rows"][:5]:
+        assert row["module"] == TRAIN
+        durations = [dur for e in train for op, dur in e.ops if op == row["name"]]
+        assert row["count"] == len(durations) == len(train)
+        assert row["total_ms"] == pytest.approx(sum(durations) / 1e6, rel=1e-3)
+        assert row["per_step_ms"] == pytest.approx(sum(durations) / 1e6 / len(train), rel=1e-3)
+
+
+def test_an_evaluation_between_annotated_steps_is_in_no_per_step_op_table(captures: Path) -> None:
+    report, truth = _case(captures, "annotated_eval_between")
+    evals = truth.of("jit_accuracy")
+    assert len(evals) == 2
+    top = report.top_ops
+    assert {row["module"] for row in top["rows"]} == {TRAIN}
+    apart = [row for row in top["between_rows"] if row["module"] == "jit_accuracy"]
+    assert apart and all(row["per_step_ms"] is None for row in apart)
+    costliest = apart[0]
+    durations = [dur for e in evals for op, dur in e.ops if op == costliest["name"]]
+    assert costliest["count"] == len(durations) == len(evals)
+    assert costliest["total_ms"] == pytest.approx(sum(durations) / 1e6, rel=1e-3)
+    assert max(sum(d for _op, d in e.ops) for e in evals) > max(row["per_step_ms"] for row in top["rows"])
+    # Rendered apart, with totals: the per-step table names no evaluation op.
+    from jaxdiag.render import html, terminal
+
+    text = terminal.render(report, width=200)
+    per_step, apart_text = text[text.index("Top ops by device time") :].split("Ops of work between steps", 1)
+    assert "ms/step" in per_step and "accuracy" not in per_step
+    assert "total ms" in apart_text and "accuracy" in apart_text.split("\n\n")[0]
+    assert "<h3>Ops of work between steps</h3>" in html.render(report)

@@ -11,6 +11,8 @@ its training loop unless the pattern says so; the trace stops after the device i
 - ``scan``: a model whose layers run under ``lax.scan``.
 - ``nnx``: a Flax NNX model trained with ``nnx.jit`` and optax.
 - ``annotated_no_read``: ``no_read`` with each step in a ``StepTraceAnnotation``.
+- ``annotated_eval_between``: ``eval_between`` with annotated steps that never read, an evaluation
+  (read back) after each epoch, outside the steps.
 """
 
 from __future__ import annotations
@@ -188,9 +190,36 @@ def annotated_no_read(logdir: str) -> None:
     jax.profiler.stop_trace()
 
 
+def annotated_eval_between(logdir: str) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    train_step, _loss, init = _mlp_step()
+
+    @jax.jit
+    def accuracy(params, x, y):
+        h = jnp.tanh(jnp.einsum("bnd,dw->bnw", x, params["w1"]))
+        return jnp.mean(jnp.abs(jnp.einsum("bnw,wo->bno", h, params["w2"]) - y) < 1.0)
+
+    params = init()
+    xs, ys = _batches(STEPS)
+    ex, ey = jax.numpy.stack(xs[:8]), jax.numpy.stack(ys[:8])
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    float(accuracy(params, ex, ey))
+    jax.profiler.start_trace(logdir)
+    half = STEPS // 2
+    for epoch in range(2):
+        for i in range(epoch * half, (epoch + 1) * half):
+            with jax.profiler.StepTraceAnnotation("train", step_num=i):
+                params, _ = train_step(params, xs[i], ys[i])
+        float(accuracy(params, ex, ey))  # outside every step, after the steps queued before it
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
 #: The programs whose steps are inferred from executions.
 PATTERNS = {f.__name__: f for f in (no_read, eval_between, remainder, scan, nnx)}
-ANNOTATED = {f.__name__: f for f in (annotated_no_read,)}
+ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between)}
 
 
 def main(argv: list[str]) -> None:

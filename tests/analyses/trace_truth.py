@@ -21,6 +21,7 @@ class Execution:
     start_ns: int
     end_ns: int
     busy_ns: int  # union of its ops
+    ops: tuple[tuple[str, int], ...] = ()  # (hlo_op, duration in ns) of each of its ops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,13 +110,15 @@ def read(xplane: str | Path) -> Truth:
                 stats = {k: v for k, v in e.stats if k is not None}
                 if "hlo_op" in stats and "hlo_module" in stats and "run_id" in stats:
                     program = int(stats.get("program_id", -1))
-                    ops[int(stats["run_id"])].append((str(stats["hlo_module"]), program, start, end))
+                    op = (str(stats["hlo_module"]), program, start, end, str(stats["hlo_op"]))
+                    ops[int(stats["run_id"])].append(op)
     executions = []
     for run, rows in ops.items():
-        spans = [(a, b) for _m, _p, a, b in rows]
+        spans = [(a, b) for _m, _p, a, b, _o in rows]
         busy = sum(b - a for a, b in union(spans))
         first, last = min(a for a, _ in spans), max(b for _, b in spans)
-        executions.append(Execution(rows[0][0], rows[0][1], run, first, last, busy))
+        named = tuple((o, b - a) for _m, _p, a, b, o in rows)
+        executions.append(Execution(rows[0][0], rows[0][1], run, first, last, busy, named))
     executions.sort(key=lambda e: e.start_ns)
     pjit.sort(key=lambda r: (r[1], -r[2]))
     outer: list[tuple[str, int, int]] = []
