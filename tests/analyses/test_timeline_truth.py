@@ -127,3 +127,23 @@ def test_annotated_steps_that_never_read_get_the_work_they_dispatched(captures: 
         assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
     assert report.throughput["steady_steps_per_s"] == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
     assert report.throughput["host_ahead"]["max"] == max(truth.host_ahead(TRAIN)) >= 3
+
+
+def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_programs(captures: Path) -> None:
+    # The host queues every step of an epoch, then the evaluation, long before the device runs them:
+    # the steps' executions that run late are still their own steps' work, never between steps.
+    report, truth = _case(captures, "annotated_eval_between")
+    train, evals = truth.of(TRAIN), truth.of("jit_accuracy")
+    assert report.source["step_source"] == "annotation" and len(report.steps) == len(train)
+    assert max(truth.host_ahead(TRAIN)) >= 3
+    for row, execution in zip(report.steps, train):
+        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+    rows = report.section("between_steps")["rows"]
+    assert [(r["after_step"], r["before_step"]) for r in rows] == [(5, 6), (11, -1)]
+    assert all([p["function"] for p in r["programs"]] == ["accuracy"] for r in rows)
+    assert sum(r["programs"][0]["executions"] for r in rows) == len(evals) == 6
+    for r in rows:  # each row holds its evaluations and overlaps no execution of the step's program
+        assert sum(r["start_ns"] <= e.start_ns and e.end_ns <= r["end_ns"] for e in evals) == 3
+        assert not [e for e in train if e.start_ns < r["end_ns"] and e.end_ns > r["start_ns"]]
+    finding = next(f for f in report.findings if f.kind == "between_steps")
+    assert "train_step" not in finding.message and "of step time outside compiles" in finding.message

@@ -11,6 +11,8 @@ its training loop unless the pattern says so; the trace stops after the device i
 - ``scan``: a model whose layers run under ``lax.scan``.
 - ``nnx``: a Flax NNX model trained with ``nnx.jit`` and optax.
 - ``annotated_no_read``: ``no_read`` with each step in a ``StepTraceAnnotation``.
+- ``annotated_eval_between``: annotated steps that never read (the host runs far ahead), two
+  epochs, an evaluation of three batches read back once after each (queued behind the steps).
 """
 
 from __future__ import annotations
@@ -188,9 +190,33 @@ def annotated_no_read(logdir: str) -> None:
     jax.profiler.stop_trace()
 
 
+def annotated_eval_between(logdir: str) -> None:
+    import jax
+
+    train_step, _loss, init = _mlp_step()
+
+    @jax.jit
+    def accuracy(params, x, y):
+        return ((jax.numpy.tanh(x @ params["w1"]) @ params["w2"] - y) ** 2 < 1.0).mean()
+
+    params = init()
+    xs, ys = _batches(STEPS)
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    float(accuracy(params, xs[0], ys[0]))
+    jax.profiler.start_trace(logdir)
+    half = STEPS // 2
+    for epoch in range(2):
+        for i in range(epoch * half, (epoch + 1) * half):
+            with jax.profiler.StepTraceAnnotation("train", step_num=i):
+                params, _ = train_step(params, xs[i], ys[i])
+        jax.device_get([accuracy(params, xs[j], ys[j]) for j in range(3)])  # queued behind the steps
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
 #: The programs whose steps are inferred from executions.
 PATTERNS = {f.__name__: f for f in (no_read, eval_between, remainder, scan, nnx)}
-ANNOTATED = {f.__name__: f for f in (annotated_no_read,)}
+ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between)}
 
 
 def main(argv: list[str]) -> None:
