@@ -124,6 +124,11 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         e_start, e_end = execs[F.START_NS].to_numpy(np.int64), execs[END_NS].to_numpy(np.int64)
         dispatch = dispatched_at(frames, host, execs)
         queued_after = _queued_after(frames, host, dispatch)
+        modules = execs[F.HLO_MODULE].to_numpy(object)
+        for module in set(modules[queued_after != _UNBOOKED].tolist()):  # work queued in most steps is theirs
+            queued_in = (modules == module) & (queued_after != _UNBOOKED)
+            if 2 * len(set(queued_after[queued_in].tolist())) >= len(steps):
+                queued_after[queued_in] = _IN_THE_STEPS
         spans = [(int(k), int(hi[k]), int(lo[k + 1])) for k in np.flatnonzero(lo[1:] > hi[:-1])]
         before = e_start < lo[0]
         if before.any() and frames.step_source == "module":  # the first step began at the host's first
@@ -137,7 +142,6 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         ops = device_ops(frames, host)
         busy = iv.union(intervals_of(ops.loc[ops[F.HLO_MODULE].to_numpy(object) != step_module]))
         devices = execs[F.DEVICE].to_numpy(np.int64)
-        modules = execs[F.HLO_MODULE].to_numpy(object)
         for k, a, b in spans:
             after_step = int(steps[k]) if k >= 0 else -1
             before_step = int(steps[k + 1]) if k + 1 < len(steps) else -1
@@ -167,6 +171,8 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
 
 #: ``_queued_after`` of an execution whose dispatch is not known.
 _UNBOOKED = -2
+#: Of a program queued in at least half of the steps: the steps' own work, never between them.
+_IN_THE_STEPS = -3
 
 
 def _queued_after(frames: Any, host: str, dispatch: np.ndarray) -> np.ndarray:

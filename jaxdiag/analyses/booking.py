@@ -155,7 +155,7 @@ def _pair(dispatches: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def dispatched_at(frames: "TraceFrames", host: str, execs: "pd.DataFrame") -> np.ndarray:
     """When the dispatch that queued each of ``execs`` (rows of ``executions_of`` on ``host``) began, -1 where
     unpaired: each program's executions on each device paired in order with its ``PjitFunction`` spans (as
-    in the module docstring). Only where the trace tells executions apart (XLA:CPU run ids, TPU module
+    in the module docstring), where there are as many of each. Only where the trace tells executions apart (XLA:CPU run ids, TPU module
     spans); elsewhere every row is unpaired."""
     from jaxdiag.trace.executions import SOURCE
 
@@ -170,7 +170,10 @@ def dispatched_at(frames: "TraceFrames", host: str, execs: "pd.DataFrame") -> np
         if not len(rows):
             continue
         rows = rows[np.argsort(starts[rows], kind="stable")]
-        out[rows] = _pair(_dispatches(frames, host, str(module))[:, 0], starts[rows])
+        spans = _dispatches(frames, host, str(module))
+        if len(spans) == len(rows):  # one dispatch each; more spans than runs (a nested call traced, not
+            # run, makes one too) or fewer (queued before the trace began) leave the pairing in doubt
+            out[rows] = _pair(spans[:, 0], starts[rows])
     return out
 
 
