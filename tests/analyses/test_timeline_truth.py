@@ -5,11 +5,14 @@ epochs, a remainder batch, a model under ``lax.scan``, a Flax NNX model) is capt
 CPU in a subprocess; ``trace_truth`` counts its executions with jaxlib's ``ProfileData``
 alone. The report must agree: one step per execution of the training step, each step's
 device busy time, no host wait longer than the time with nothing in flight, steady
-throughput as device executions per second, and work between steps on its own rows.
+throughput as device executions per second, and work between steps on its own rows (only
+other programs' executions, even where the host ran far ahead), with a finding that states its
+share on the basis the report grades it against and the work before step 0 it leaves out.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import jaxdiag
+from jaxdiag.analyses.base import severity_for, steady_wall_ms
 from tests.analyses import trace_truth
 from tests.analyses.timeline_programs import PATTERNS
 
@@ -147,3 +151,23 @@ def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_pr
         assert not [e for e in train if e.start_ns < r["end_ns"] and e.end_ns > r["start_ns"]]
     finding = next(f for f in report.findings if f.kind == "between_steps")
     assert "train_step" not in finding.message and "of step time outside compiles" in finding.message
+
+
+def test_the_work_between_steps_finding_states_its_share_as_graded_and_what_it_leaves_out(captures: Path) -> None:
+    report, truth = _case(captures, "setup_then_eval")
+    rows = report.section("between_steps")["rows"]
+    assert [(r["after_step"], r["before_step"], r["programs"]) for r in rows] == [
+        (-1, 0, [{"function": "rescale", "executions": len(truth.of("jit_rescale"))}]),
+        (5, 6, [{"function": "accuracy", "executions": len(truth.of("jit_accuracy"))}]),
+    ]
+    finding = next(f for f in report.findings if f.kind == "between_steps")
+    before, between = rows
+    assert finding.time_lost_ms == pytest.approx(between["ms"], abs=1e-3)  # the section's total is both rows
+    assert report.section("between_steps")["total_ms"] == pytest.approx(before["ms"] + between["ms"], abs=1e-3)
+    assert f"The {before['ms']:.1f} ms before step 0 (work queued before the loop) is not counted here." in (
+        finding.message
+    )
+    share = finding.time_lost_ms / steady_wall_ms(report.steps) * 100  # what the report grades it against
+    stated = re.search(r"\((\d+)% of step time outside compiles\)", finding.message)
+    assert stated and abs(int(stated[1]) - share) <= 0.5 + 1e-3
+    assert finding.severity == severity_for(finding.time_lost_ms, steady_wall_ms(report.steps))
