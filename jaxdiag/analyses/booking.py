@@ -35,6 +35,8 @@ from jaxdiag.analyses.shared import once
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from jaxdiag.trace.frames import TraceFrames
 
 _MODULE_FUNCTION = re.compile(r"^(?:jit|pjit)[_(](.*?)\)?$")
@@ -147,6 +149,31 @@ def _pair(dispatches: np.ndarray, starts: np.ndarray) -> np.ndarray:
         out[:n] = dispatches[:n]
     if (out[out >= 0] > starts[out >= 0]).any():
         return np.full(len(starts), -1, dtype=np.int64)
+    return out
+
+
+def dispatched_at(frames: "TraceFrames", host: str, execs: "pd.DataFrame") -> np.ndarray:
+    """When the dispatch that queued each of ``execs`` (rows of ``executions_of`` on ``host``) began, -1 where
+    unpaired: each program's executions on each device paired in order with its ``PjitFunction`` spans (as
+    in the module docstring), where there are as many of each. Only where the trace tells executions apart (XLA:CPU run ids, TPU module
+    spans); elsewhere every row is unpaired."""
+    from jaxdiag.trace.executions import SOURCE
+
+    out = np.full(len(execs), -1, dtype=np.int64)
+    if execs.empty:
+        return out
+    starts = execs[F.START_NS].to_numpy(np.int64)
+    told = execs[SOURCE].isin(list(IN_EXECUTION_GAPS)).to_numpy()
+    keys = list(zip(execs[F.HLO_MODULE].astype(object).tolist(), execs[F.DEVICE].tolist()))
+    for module, device in dict.fromkeys(keys):
+        rows = np.flatnonzero(np.array([k == (module, device) for k in keys], dtype=bool) & told)
+        if not len(rows):
+            continue
+        rows = rows[np.argsort(starts[rows], kind="stable")]
+        spans = _dispatches(frames, host, str(module))
+        if len(spans) == len(rows):  # one dispatch each; more spans than runs (a nested call traced, not
+            # run, makes one too) or fewer (queued before the trace began) leave the pairing in doubt
+            out[rows] = _pair(spans[:, 0], starts[rows])
     return out
 
 

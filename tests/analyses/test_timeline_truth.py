@@ -5,11 +5,14 @@ epochs, a remainder batch, a model under ``lax.scan``, a Flax NNX model) is capt
 CPU in a subprocess; ``trace_truth`` counts its executions with jaxlib's ``ProfileData``
 alone. The report must agree: one step per execution of the training step, each step's
 device busy time, no host wait longer than the time with nothing in flight, steady
-throughput as device executions per second, and work between steps on its own rows.
+throughput as device executions per second, and work between steps on its own rows (only
+other programs' executions, even where the host ran far ahead), with a finding that states its
+share on the basis the report grades it against and the work before step 0 it leaves out.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import jaxdiag
+from jaxdiag.analyses.base import severity_for, steady_wall_ms
 from tests.analyses import trace_truth
 from tests.analyses.timeline_programs import PATTERNS
 
@@ -164,7 +168,7 @@ def test_top_ops_per_step_are_the_step_programs_totals_over_the_steps(captures: 
 def test_an_evaluation_between_annotated_steps_is_in_no_per_step_op_table(captures: Path) -> None:
     report, truth = _case(captures, "annotated_eval_between")
     evals = truth.of("jit_accuracy")
-    assert len(evals) == 2
+    assert len(evals) == 6
     top = report.top_ops
     assert {row["module"] for row in top["rows"]} == {TRAIN}
     apart = [row for row in top["between_rows"] if row["module"] == "jit_accuracy"]
@@ -173,7 +177,6 @@ def test_an_evaluation_between_annotated_steps_is_in_no_per_step_op_table(captur
     durations = [dur for e in evals for op, dur in e.ops if op == costliest["name"]]
     assert costliest["count"] == len(durations) == len(evals)
     assert costliest["total_ms"] == pytest.approx(sum(durations) / 1e6, rel=1e-3)
-    assert max(sum(d for _op, d in e.ops) for e in evals) > max(row["per_step_ms"] for row in top["rows"])
     # Rendered apart, with totals: the per-step table names no evaluation op.
     from jaxdiag.render import html, terminal
 
@@ -182,3 +185,43 @@ def test_an_evaluation_between_annotated_steps_is_in_no_per_step_op_table(captur
     assert "ms/step" in per_step and "accuracy" not in per_step
     assert "total ms" in apart_text and "accuracy" in apart_text.split("\n\n")[0]
     assert "<h3>Ops of work between steps</h3>" in html.render(report)
+
+
+def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_programs(captures: Path) -> None:
+    # The host queues every step of an epoch, then the evaluation, long before the device runs them:
+    # the steps' executions that run late are still their own steps' work, never between steps.
+    report, truth = _case(captures, "annotated_eval_between")
+    train, evals = truth.of(TRAIN), truth.of("jit_accuracy")
+    assert report.source["step_source"] == "annotation" and len(report.steps) == len(train)
+    assert max(truth.host_ahead(TRAIN)) >= 3
+    for row, execution in zip(report.steps, train):
+        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+    rows = report.section("between_steps")["rows"]
+    assert [(r["after_step"], r["before_step"]) for r in rows] == [(5, 6), (11, -1)]
+    assert all([p["function"] for p in r["programs"]] == ["accuracy"] for r in rows)
+    assert sum(r["programs"][0]["executions"] for r in rows) == len(evals) == 6
+    for r in rows:  # each row holds its evaluations and overlaps no execution of the step's program
+        assert sum(r["start_ns"] <= e.start_ns and e.end_ns <= r["end_ns"] for e in evals) == 3
+        assert not [e for e in train if e.start_ns < r["end_ns"] and e.end_ns > r["start_ns"]]
+    finding = next(f for f in report.findings if f.kind == "between_steps")
+    assert "train_step" not in finding.message and "of step time outside compiles" in finding.message
+
+
+def test_the_work_between_steps_finding_states_its_share_as_graded_and_what_it_leaves_out(captures: Path) -> None:
+    report, truth = _case(captures, "setup_then_eval")
+    rows = report.section("between_steps")["rows"]
+    assert [(r["after_step"], r["before_step"], r["programs"]) for r in rows] == [
+        (-1, 0, [{"function": "rescale", "executions": len(truth.of("jit_rescale"))}]),
+        (5, 6, [{"function": "accuracy", "executions": len(truth.of("jit_accuracy"))}]),
+    ]
+    finding = next(f for f in report.findings if f.kind == "between_steps")
+    before, between = rows
+    assert finding.time_lost_ms == pytest.approx(between["ms"], abs=1e-3)  # the section's total is both rows
+    assert report.section("between_steps")["total_ms"] == pytest.approx(before["ms"] + between["ms"], abs=1e-3)
+    assert f"The {before['ms']:.1f} ms before step 0 (work queued before the loop) is not counted here." in (
+        finding.message
+    )
+    share = finding.time_lost_ms / steady_wall_ms(report.steps) * 100  # what the report grades it against
+    stated = re.search(r"\((\d+)% of step time outside compiles\)", finding.message)
+    assert stated and abs(int(stated[1]) - share) <= 0.5 + 1e-3
+    assert finding.severity == severity_for(finding.time_lost_ms, steady_wall_ms(report.steps))

@@ -11,8 +11,10 @@ its training loop unless the pattern says so; the trace stops after the device i
 - ``scan``: a model whose layers run under ``lax.scan``.
 - ``nnx``: a Flax NNX model trained with ``nnx.jit`` and optax.
 - ``annotated_no_read``: ``no_read`` with each step in a ``StepTraceAnnotation``.
-- ``annotated_eval_between``: ``eval_between`` with annotated steps that never read, an evaluation
-  (read back) after each epoch, outside the steps.
+- ``annotated_eval_between``: annotated steps that never read (the host runs far ahead), two
+  epochs, an evaluation of three batches read back once after each (queued behind the steps).
+- ``setup_then_eval``: ``eval_between`` whose parameters are rescaled by another program, twice,
+  inside the trace before the loop (work before step 0).
 """
 
 from __future__ import annotations
@@ -192,27 +194,53 @@ def annotated_no_read(logdir: str) -> None:
 
 def annotated_eval_between(logdir: str) -> None:
     import jax
-    import jax.numpy as jnp
 
     train_step, _loss, init = _mlp_step()
 
     @jax.jit
     def accuracy(params, x, y):
-        h = jnp.tanh(jnp.einsum("bnd,dw->bnw", x, params["w1"]))
-        return jnp.mean(jnp.abs(jnp.einsum("bnw,wo->bno", h, params["w2"]) - y) < 1.0)
+        return ((jax.numpy.tanh(x @ params["w1"]) @ params["w2"] - y) ** 2 < 1.0).mean()
 
     params = init()
     xs, ys = _batches(STEPS)
-    ex, ey = jax.numpy.stack(xs[:8]), jax.numpy.stack(ys[:8])
     jax.block_until_ready(train_step(params, xs[0], ys[0]))
-    float(accuracy(params, ex, ey))
+    float(accuracy(params, xs[0], ys[0]))
     jax.profiler.start_trace(logdir)
     half = STEPS // 2
     for epoch in range(2):
         for i in range(epoch * half, (epoch + 1) * half):
             with jax.profiler.StepTraceAnnotation("train", step_num=i):
                 params, _ = train_step(params, xs[i], ys[i])
-        float(accuracy(params, ex, ey))  # outside every step, after the steps queued before it
+        jax.device_get([accuracy(params, xs[j], ys[j]) for j in range(3)])  # queued behind the steps
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+def setup_then_eval(logdir: str) -> None:
+    import jax
+
+    train_step, _loss, init = _mlp_step()
+
+    @jax.jit
+    def accuracy(params, x, y):  # many batches at once: a few milliseconds
+        h = jax.numpy.tanh(jax.numpy.einsum("bnd,dw->bnw", x, params["w1"]))
+        return jax.numpy.mean(jax.numpy.abs(jax.numpy.einsum("bnw,wo->bno", h, params["w2"]) - y) < 1.0)
+
+    @jax.jit
+    def rescale(params):
+        return jax.tree.map(lambda p: p * 0.999 + 0.001 * jax.numpy.tanh(p), params)
+
+    params = init()
+    xs, ys = _batches(STEPS)
+    ex, ey = jax.numpy.stack(xs[:8]), jax.numpy.stack(ys[:8])
+    jax.block_until_ready((train_step(params, xs[0], ys[0]), rescale(params)))
+    float(accuracy(params, ex, ey))
+    jax.profiler.start_trace(logdir)
+    params = rescale(rescale(params))  # set-up, not read: queued before the loop
+    for i in range(STEPS):
+        params, _ = train_step(params, xs[i], ys[i])
+        if i == STEPS // 2 - 1:
+            float(accuracy(params, ex, ey))
     jax.block_until_ready(params)
     jax.profiler.stop_trace()
 
@@ -220,11 +248,13 @@ def annotated_eval_between(logdir: str) -> None:
 #: The programs whose steps are inferred from executions.
 PATTERNS = {f.__name__: f for f in (no_read, eval_between, remainder, scan, nnx)}
 ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between)}
+#: Programs with work before the first step.
+SETUP = {f.__name__: f for f in (setup_then_eval,)}
 
 
 def main(argv: list[str]) -> None:
     out = Path(argv[0])
-    every = {**PATTERNS, **ANNOTATED}
+    every = {**PATTERNS, **ANNOTATED, **SETUP}
     for name in argv[1:] or list(every):
         every[name](str(out / name))
 
