@@ -111,6 +111,8 @@ class FunctionSharding:
       facts: the mesh, leaves and collectives.
       collectives: the collectives with their origins.
       program_ids: the recorded ``program_id`` of those compiles (the known ones).
+      timeline_joined_by: how the timeline ops counted in ``collectives`` were joined
+        to it (``TimelineCollective.joined_by``), each rule once.
     """
 
     function: str
@@ -119,6 +121,7 @@ class FunctionSharding:
     facts: ShardingFacts
     collectives: tuple[CollectiveUse, ...]
     program_ids: tuple[int, ...] = ()
+    timeline_joined_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         f = self.facts
@@ -133,6 +136,8 @@ class FunctionSharding:
             "outputs": [x.to_dict() for x in f.outputs],
             "collectives": [c.to_dict() for c in self.collectives],
             "comm_bytes_per_call": f.comm_bytes_per_call,
+            "program_ids": list(self.program_ids),
+            "timeline_joined_by": list(self.timeline_joined_by),
         }
 
 
@@ -309,6 +314,7 @@ def _joined(
                 for program in f.program_ids:
                     by_program[(program, name)] = (i, use)
     totals: dict[tuple[int, int], list] = {}
+    rules: dict[int, dict[str, None]] = {}
     rows = []
     for (module, op, program), (kind, count, ms) in sorted(timeline.items(), key=lambda kv: (-kv[1][2], kv[0])):
         pid = program if program >= 0 else None
@@ -323,6 +329,7 @@ def _joined(
         f, c = functions[i], use.collective
         acc = totals.setdefault((i, id(use)), [0, 0.0])
         acc[0], acc[1] = acc[0] + count, acc[1] + ms
+        rules.setdefault(i, {})[joined_by] = None
         rows.append(
             TimelineCollective(
                 module,
@@ -346,7 +353,7 @@ def _joined(
         for use in f.collectives:
             count, ms = totals.get((i, id(use)), (0, 0.0))
             uses.append(dataclasses.replace(use, timeline_count=int(count), timeline_ms=float(ms)))
-        out.append(dataclasses.replace(f, collectives=tuple(uses)))
+        out.append(dataclasses.replace(f, collectives=tuple(uses), timeline_joined_by=tuple(rules.get(i, {}))))
     return out, rows
 
 
