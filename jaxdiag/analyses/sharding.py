@@ -18,8 +18,11 @@ inserted gets an *origin* from the JAX op it came from:
 
 It also reports inputs replicated on every device that are larger than
 ``Thresholds.replicated_param_bytes``, and recompiles whose cause is a changed
-sharding. Timeline collectives are joined to their function and array by HLO
-module and op name (``jit_step`` / ``all-gather.3``).
+sharding. Timeline collectives are joined to their function and array by the
+program that ran them: the ops' ``program_id`` stat is the compile record's
+``program_id``, so when a function was compiled again inside the window each
+compile gets its own ops. Where either id is unknown, by HLO module and op name
+(``jit_step`` / ``all-gather.3``) to the module's latest compile.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ from jaxdiag.analyses.sharding_findings import (
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
 from jaxdiag.sharding.facts import ShardingFacts
 from jaxdiag.sharding.hlo import Collective
+
+#: ``TimelineCollective.joined_by``: how a timeline op found its compile.
+JOINED_BY_PROGRAM = "program_id"
+JOINED_BY_MODULE = "module (latest compile)"
+#: A timeline key: ``(module, op, program id)``, -1 for an unknown id.
+TimelineKey = tuple[str, str, int]
 
 #: Primitives of collectives users write themselves (in ``shard_map``).
 USER_PRIMITIVES = frozenset(
@@ -101,6 +110,9 @@ class FunctionSharding:
       compiles: the ``compile_index`` of each compile that produced these facts.
       facts: the mesh, leaves and collectives.
       collectives: the collectives with their origins.
+      program_ids: the recorded ``program_id`` of those compiles (the known ones).
+      timeline_joined_by: how the timeline ops counted in ``collectives`` were joined
+        to it (``TimelineCollective.joined_by``), each rule once.
     """
 
     function: str
@@ -108,6 +120,8 @@ class FunctionSharding:
     compiles: tuple[int, ...]
     facts: ShardingFacts
     collectives: tuple[CollectiveUse, ...]
+    program_ids: tuple[int, ...] = ()
+    timeline_joined_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         f = self.facts
@@ -122,6 +136,8 @@ class FunctionSharding:
             "outputs": [x.to_dict() for x in f.outputs],
             "collectives": [c.to_dict() for c in self.collectives],
             "comm_bytes_per_call": f.comm_bytes_per_call,
+            "program_ids": list(self.program_ids),
+            "timeline_joined_by": list(self.timeline_joined_by),
         }
 
 
@@ -130,6 +146,9 @@ class TimelineCollective:
     """Collective ops of one HLO op on the timeline, joined to the function and arrays they serve.
 
     ``function`` is ``None`` when no compile record has the module and op.
+    ``program_id`` is the ops' ``program_id`` stat (``None``: unknown), and
+    ``joined_by`` says how they found their compile: ``"program_id"`` (the compile
+    that ran them), ``"module (latest compile)"`` (where an id is unknown), or ``None``.
     """
 
     module: str
@@ -142,11 +161,17 @@ class TimelineCollective:
     mesh_axes: tuple[str, ...] | None = None
     origin: str | None = None
     bytes: int | None = None
+    program_id: int | None = None
+    joined_by: str | None = None
+    compiles: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "module": self.module,
             "op": self.op,
+            "program_id": self.program_id,
+            "joined_by": self.joined_by,
+            "compiles": list(self.compiles),
             "kind": self.kind,
             "count": self.count,
             "total_ms": round(self.total_ms, 3),
@@ -212,7 +237,7 @@ def analyze_records(
     records: Sequence[Mapping[str, Any]],
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     *,
-    timeline: Mapping[tuple[str, str], tuple[str, int, float]] | None = None,
+    timeline: Mapping[tuple[Any, ...], tuple[str, int, float]] | None = None,
     wall_ms: float = 0.0,
 ) -> ShardingResult:
     """Findings from compile records (as dicts), with timeline times when given.
@@ -220,11 +245,12 @@ def analyze_records(
     Args:
       records: compile records (``CompileRecord.to_dict()``), oldest first.
       thresholds: ``replicated_param_bytes`` is read.
-      timeline: ``(module, op) -> (kind, count, per-device ms)`` of collective ops.
+      timeline: ``(module, op, program id) -> (kind, count, per-device ms)`` of collective
+        ops (-1 or a ``(module, op)`` key: the program is unknown).
       wall_ms: the analysed wall time, to grade findings that cost time.
     """
-    functions = _functions(records, timeline or {})
-    rows = _timeline_rows(functions, timeline or {})
+    keyed = {(str(k[0]), str(k[1]), int(k[2]) if len(k) > 2 else -1): v for k, v in (timeline or {}).items()}
+    functions, rows = _joined(_functions(records), keyed)
     findings = [
         *resharding_findings(functions, wall_ms),
         *replicated_findings(functions, thresholds, wall_ms),
@@ -233,11 +259,9 @@ def analyze_records(
     return ShardingResult(tuple(functions), tuple(rows), tuple(findings), captured=timeline is not None)
 
 
-def _functions(
-    records: Iterable[Mapping[str, Any]], timeline: Mapping[tuple[str, str], tuple[str, int, float]]
-) -> list[FunctionSharding]:
+def _functions(records: Iterable[Mapping[str, Any]]) -> list[FunctionSharding]:
     """One entry per distinct program of each function: recompiles to the same program share one."""
-    by_key: dict[tuple[str, str], tuple[dict[str, Any], list[int], ShardingFacts]] = {}
+    by_key: dict[tuple[str, str], tuple[dict[str, Any], list[int], ShardingFacts, list[int]]] = {}
     for r in records:
         raw = r.get("sharding")
         if not isinstance(raw, dict):
@@ -249,54 +273,88 @@ def _functions(
         if facts.mesh.n_devices <= 1:  # a single-device program (analysis on) has no placement to show
             continue
         key = (str(r.get("qualname", r.get("function", ""))), repr(facts.to_dict()))
-        entry = by_key.setdefault(key, (dict(r), [], facts))
+        entry = by_key.setdefault(key, (dict(r), [], facts, []))
         entry[1].append(int(r.get("compile_index", 0)))
+        program = r.get("program_id")
+        if isinstance(program, int) and not isinstance(program, bool) and program >= 0:
+            entry[3].append(program)
     out = []
-    for (_, _), (r, compiles, facts) in by_key.items():
-        uses = []
-        for c in facts.collectives:
-            kind, count, ms = _timeline_of(timeline, facts.module, c)
-            uses.append(CollectiveUse(c, "requested" if asked_for(c, facts) else origin_of(c), count, ms))
+    for (_, _), (r, compiles, facts, programs) in by_key.items():
+        uses = [CollectiveUse(c, "requested" if asked_for(c, facts) else origin_of(c)) for c in facts.collectives]
         out.append(
             FunctionSharding(
-                str(r.get("function", "?")), str(r.get("qualname", "?")), tuple(compiles), facts, tuple(uses)
+                str(r.get("function", "?")),
+                str(r.get("qualname", "?")),
+                tuple(compiles),
+                facts,
+                tuple(uses),
+                tuple(dict.fromkeys(programs)),
             )
         )
     return out
 
 
-def _timeline_of(
-    timeline: Mapping[tuple[str, str], tuple[str, int, float]], module: str, c: Collective
-) -> tuple[str, int, float]:
-    count, ms = 0, 0.0
-    for name in (c.name, *c.aliases):
-        hit = timeline.get((module, name))
-        if hit is not None:
-            count, ms = count + hit[1], ms + hit[2]
-    return c.kind, count, ms
+def _joined(
+    functions: list[FunctionSharding], timeline: Mapping[TimelineKey, tuple[str, int, float]]
+) -> tuple[list[FunctionSharding], list[TimelineCollective]]:
+    """Each timeline op joined to the compile that ran it, and each compile's collectives given their ops' time.
 
-
-def _timeline_rows(
-    functions: Sequence[FunctionSharding], timeline: Mapping[tuple[str, str], tuple[str, int, float]]
-) -> list[TimelineCollective]:
-    # The latest program of a module wins: a recompile may reuse op names for other transfers.
-    known: dict[tuple[str, str], tuple[FunctionSharding, CollectiveUse]] = {}
-    for f in functions:
+    An op whose program id a record carries belongs to that record's program (and to
+    no other: an op name it lacks stays unattributed). Otherwise the latest program
+    of its module wins: a recompile may reuse op names for other transfers.
+    """
+    by_program: dict[tuple[int, str], tuple[int, CollectiveUse]] = {}
+    by_module: dict[tuple[str, str], tuple[int, CollectiveUse]] = {}
+    programs: set[int] = set()
+    for i, f in enumerate(functions):
+        programs.update(f.program_ids)
         for use in f.collectives:
             for name in (use.collective.name, *use.collective.aliases):
-                known[(f.facts.module, name)] = (f, use)
+                by_module[(f.facts.module, name)] = (i, use)
+                for program in f.program_ids:
+                    by_program[(program, name)] = (i, use)
+    totals: dict[tuple[int, int], list] = {}
+    rules: dict[int, dict[str, None]] = {}
     rows = []
-    for (module, op), (kind, count, ms) in sorted(timeline.items(), key=lambda kv: -kv[1][2]):
-        hit = known.get((module, op))
+    for (module, op, program), (kind, count, ms) in sorted(timeline.items(), key=lambda kv: (-kv[1][2], kv[0])):
+        pid = program if program >= 0 else None
+        if pid is not None and pid in programs:
+            hit, joined_by = by_program.get((pid, op)), JOINED_BY_PROGRAM
+        else:
+            hit, joined_by = by_module.get((module, op)), JOINED_BY_MODULE
         if hit is None:
-            rows.append(TimelineCollective(module, op, kind, count, ms))
+            rows.append(TimelineCollective(module, op, kind, count, ms, program_id=pid))
             continue
-        f, use = hit
-        c = use.collective
+        i, use = hit
+        f, c = functions[i], use.collective
+        acc = totals.setdefault((i, id(use)), [0, 0.0])
+        acc[0], acc[1] = acc[0] + count, acc[1] + ms
+        rules.setdefault(i, {})[joined_by] = None
         rows.append(
-            TimelineCollective(module, op, c.kind, count, ms, f.function, c.arrays, c.mesh_axes, use.origin, c.bytes)
+            TimelineCollective(
+                module,
+                op,
+                c.kind,
+                count,
+                ms,
+                f.function,
+                c.arrays,
+                c.mesh_axes,
+                use.origin,
+                c.bytes,
+                pid,
+                joined_by,
+                f.compiles,
+            )
         )
-    return rows
+    out = []
+    for i, f in enumerate(functions):
+        uses = []
+        for use in f.collectives:
+            count, ms = totals.get((i, id(use)), (0, 0.0))
+            uses.append(dataclasses.replace(use, timeline_count=int(count), timeline_ms=float(ms)))
+        out.append(dataclasses.replace(f, collectives=tuple(uses), timeline_joined_by=tuple(rules.get(i, {}))))
+    return out, rows
 
 
 __all__ = ["analyze", "analyze_records", "asked_for", "collectives_of", "moved_spec", "origin_of"]

@@ -30,16 +30,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def timeline_collectives(
     frames: "TraceFrames", host: str | None = None, steps: Sequence[int] | None = None
-) -> tuple[dict[tuple[str, str], tuple[str, int, float]], float]:
-    """``(module, op) -> (kind, op count, ms per device)`` of collective ops, and the steps' wall ms.
+) -> tuple[dict[tuple[str, str, int], tuple[str, int, float]], float]:
+    """``(module, op, program id) -> (kind, op count, ms per device)`` of collective ops, and the steps' wall ms.
 
     The op is the HLO op name (``all-gather.3``), else the event name (XLA:CPU
-    names its collective thunks after the op).
+    names its collective thunks after the op). The program id is the ops'
+    ``program_id`` stat (-1 unknown): two compiles of one module are two programs.
     """
     if not _has_collectives(frames):
         return {}, 0.0
     windows = step_windows(frames, host, steps)
-    out: dict[tuple[str, str], list] = {}
+    out: dict[tuple[str, str, int], list] = {}
     wall_ms = 0.0
     for h in hosts_of(frames, host):
         win = windows.loc[windows[F.HOST] == h]
@@ -56,8 +57,9 @@ def timeline_collectives(
             continue
         op = coll[F.HLO_OP].astype(str).where(coll[F.HLO_OP].astype(str) != "", coll[F.NAME].astype(str))
         keyed = coll.assign(_op=op, _module=coll[F.HLO_MODULE].astype(str))
-        for (module, name, kind), rows in keyed.groupby(["_module", "_op", COLLECTIVE], sort=True, observed=True):
-            acc = out.setdefault((str(module), str(name)), [str(kind), 0, 0.0])
+        groups = keyed.groupby(["_module", "_op", F.PROGRAM_ID, COLLECTIVE], sort=True, observed=True)
+        for (module, name, program, kind), rows in groups:
+            acc = out.setdefault((str(module), str(name), int(program)), [str(kind), 0, 0.0])
             acc[1] += len(rows)
             acc[2] += float(rows[F.DUR_NS].sum()) / 1e6 / max(n_devices, 1)
     return {k: (v[0], int(v[1]), float(v[2])) for k, v in out.items()}, wall_ms

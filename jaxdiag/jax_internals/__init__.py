@@ -546,6 +546,59 @@ def read_parameter_shardings(executable: Any) -> list[str] | None:
     return [str(from_proto(p)) for p in protos]
 
 
+#: ``HloModuleProto.id`` in XLA's ``hlo.proto``: the id the profiler puts on each of the
+#: program's ops as the ``program_id`` stat.
+_HLO_MODULE_ID_FIELD = 5
+
+
+def program_id(executable: Any) -> int | None:
+    """The id of a loaded executable's program, as the trace's ``program_id`` stat gives it (``None``: unknown).
+
+    Read from the first HLO module's serialized proto by walking its top-level fields
+    (no generated XLA classes are needed); any failure gives ``None``.
+    """
+    try:
+        data = executable.hlo_modules()[0].as_serialized_hlo_module_proto()
+        found = _varint_field(bytes(data), _HLO_MODULE_ID_FIELD)
+        return None if found is None else found & (2**63 - 1)  # as the trace reader keeps it
+    except Exception:
+        return None
+
+
+def _varint_field(data: bytes, number: int) -> int | None:
+    """The value of top-level varint field ``number`` of a serialized protobuf message, if present."""
+    at = 0
+
+    def varint() -> int:
+        nonlocal at
+        value = shift = 0
+        while True:
+            byte = data[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    while at < len(data):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value = varint()
+            if field == number:
+                return value
+        elif wire == 2:
+            length = varint()  # read before ``at`` is: the read moves it
+            at += length
+        elif wire == 1:
+            at += 8
+        elif wire == 5:
+            at += 4
+        else:  # groups are not used by this message: stop rather than guess
+            return None
+    return None
+
+
 def parse_xspace(data: bytes, source: str) -> list[Any]:
     """The planes of a serialized XSpace (``ProfileData`` planes).
 

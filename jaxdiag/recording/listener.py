@@ -93,6 +93,8 @@ class Pending:
     executable: Any = None
     context: Any = None
     sharding: dict[str, Any] | None = None
+    #: ``jax_internals.program_id`` of the executable, read where sharding facts are.
+    program_id: int | None = None
     #: ``"vmap"``, ``"grad-forward"``, ``"grad-backward"``, ``"jvp"``, ``"transformed"``:
     #: a compile of a transformed ``jit_p`` (``frame`` is then ``call_impl_cache_miss``).
     transform: str | None = None
@@ -126,6 +128,7 @@ class Pending:
             "persistent_cache_hit": self.persistent_cache_hit,
             "pid": os.getpid(),
             "thread": self.thread,
+            "program_id": self.program_id,
         }
 
 
@@ -356,6 +359,8 @@ def _finish(p: Pending) -> None:
         if p.hooks.wants_executable():
             p.executable = _executable()
         p.sharding = collect_sharding(p, _executable)
+        if p.sharding is not None:  # the program's id joins its timeline ops to this compile
+            p.program_id = jax_internals.program_id(p.executable if p.executable is not None else _executable())
     try:
         _call(p.hooks.end, p)
     finally:

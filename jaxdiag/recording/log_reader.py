@@ -269,6 +269,7 @@ _OPTIONAL_FIELDS: dict[str, type] = {
     "cost": dict,
     "memory": dict,
     "sharding": dict,
+    "program_id": int,
 }
 _KIND_NAMES = {str: "text", int: "an integer", bool: "true or false", dict: "an object"}
 

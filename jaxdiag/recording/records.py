@@ -176,6 +176,9 @@ class CompileRecord:
         input and output leaf's spec (the compiler's choice where the user gave
         none), the collectives the compiler inserted and the bytes they move per
         call. Collected for programs on several devices, or with analysis on.
+      program_id: the compiled program's id (XLA's ``HloModuleProto.id``), which the
+        trace puts on each of its ops as the ``program_id`` stat: it tells which of two
+        compiles of one module ran. Read where sharding facts are; ``None``: unknown.
     """
 
     function: str
@@ -207,6 +210,7 @@ class CompileRecord:
     config: dict[str, str] | None = None
     jit_leaves: dict[str, str] | None = None
     earlier_unseen: bool | None = None
+    program_id: int | None = None
 
     @property
     def compile_s(self) -> float:

@@ -78,6 +78,8 @@ def distinct_compiles(functions: Any) -> list[dict[str, Any]]:
         if key in merged:
             seen = merged[key]
             seen["compiles"] = sorted({*_ints(seen.get("compiles")), *_ints(fn.get("compiles"))})
+            for key in ("program_ids", "timeline_joined_by"):
+                seen[key] = list(dict.fromkeys([*_list(seen.get(key)), *_list(fn.get(key))]))
         else:
             merged[key] = {**fn, "compiles": sorted(_ints(fn.get("compiles")))}
     out: list[dict[str, Any]] = []
@@ -96,11 +98,15 @@ def _timeline_tells(entries: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the timeline's runs tell these compiles apart.
 
     The timeline names a collective by module and op, which compiles of one function
-    share; runs can only be told apart when no two compiles have an op name in
-    common, and one ran more than every other.
+    share; runs can be told apart when every compile's ops were joined to it by the
+    program that ran them (``timeline_joined_by``), or else when no two compiles
+    have an op name in common; and one ran more than every other.
     """
     seen: set[str] = set()
-    for e in entries:
+    by_program = all(_list(e.get("program_ids")) for e in entries) and all(
+        set(_list(e.get("timeline_joined_by"))) <= {"program_id"} for e in entries
+    )
+    for e in entries if not by_program else ():
         names = _op_names(e)
         if names & seen:
             return False
@@ -117,6 +123,10 @@ def _op_names(fn: Mapping[str, Any]) -> set[str]:
             aliases = c.get("aliases")
             names |= {str(c.get("name")), *(str(a) for a in (aliases if isinstance(aliases, list) else ()))}
     return names
+
+
+def _list(values: Any) -> list[Any]:
+    return list(values) if isinstance(values, (list, tuple)) else []
 
 
 def _ints(values: Any) -> list[int]:
@@ -137,7 +147,9 @@ def _runs(fn: Mapping[str, Any]) -> int:
     )
 
 
-_TIMELINE_KEYS = frozenset({"compiles", "timeline_count", "timeline_ms", "steady", "steady_by"})
+_TIMELINE_KEYS = frozenset(
+    {"compiles", "timeline_count", "timeline_ms", "steady", "steady_by", "program_ids", "timeline_joined_by"}
+)
 
 
 def _placement_key(fn: Mapping[str, Any]) -> str:

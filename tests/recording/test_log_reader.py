@@ -94,6 +94,20 @@ def test_newer_minor_schema_and_unknown_fields_are_read(tmp_path: Path) -> None:
     assert read_compile_log(path).records == (rec(1, 1.0),)
 
 
+def test_program_id_round_trips_and_older_records_without_it_load(tmp_path: Path) -> None:
+    import dataclasses
+
+    with_id = dataclasses.replace(rec(2, 2.0), program_id=17)
+    older = {k: v for k, v in rec(1, 1.0).to_dict().items() if k != "program_id"}
+    bad = {**rec(3, 3.0).to_dict(), "program_id": "17"}
+    path = tmp_path / "compiles.jsonl"
+    path.write_text(json.dumps(older) + "\n" + line(with_id) + json.dumps(bad) + "\n")
+    log = read_compile_log(path)
+    assert [(r.compile_index, r.program_id) for r in log.records] == [(1, None), (2, 17)]
+    ((_, number, why),) = log.skipped_lines
+    assert number == 3 and "'program_id' is not an integer" in why
+
+
 def test_folder_is_read_recursively_and_merged_by_time(tmp_path: Path) -> None:
     (tmp_path / "host0").mkdir()
     (tmp_path / "host1").mkdir()
