@@ -105,11 +105,14 @@ def jit(
         return jax.jit(fun, **jax_jit_kwargs)
     listener.install()
     compile_log.apply_env()
-    jitted = jax.jit(_traced_for(fun, max_compiles, on_exceed, analysis), **jax_jit_kwargs)
+    traced = _traced_for(fun, max_compiles, on_exceed, analysis)
+    holder = [fun]  # made before the jit object, as jax.jit's own references to fun are
+    jitted = jax.jit(traced, **jax_jit_kwargs)
     try:
         jitted.__wrapped__ = fun  # what jax.jit(fun).__wrapped__ is
     except AttributeError:
         pass
+    _lend(traced, jitted, holder)
     return jitted
 
 
@@ -315,16 +318,23 @@ class _Traced:
 
     It carries the user's name, docstring, signature and source (``__wrapped__``), so
     JAX names, documents and reports it exactly as it would the user's function. It
-    holds that function weakly (the jitted object holds it strongly, as
-    ``__wrapped__``), so that caching it per function, as JAX caches per function,
-    never keeps a function alive.
+    is shared by every jit object of that function, as JAX caches per function, and
+    never keeps the function alive on its own: while no jit object of it lives, it
+    holds the function weakly and the shared cache holds it; while some do (each
+    also holds the function, as ``__wrapped__``), it holds the function strongly,
+    in ``_holder``, and the cache holds it weakly (``_lend``). So the garbage
+    collector sees, as with ``jax.jit``, a path from the jit object to the function
+    (``jax.checking_leaks`` walks it; the jit object's ``__dict__`` is a dead end
+    there on Python 3.13), and a jit object in a cycle with its function is freed.
     """
 
-    __slots__ = ("_ref", "_held", "__jaxdiag_hooks__", "__dict__", "__weakref__")
+    __slots__ = ("_ref", "_held", "_holder", "_lent_to", "__jaxdiag_hooks__", "__dict__", "__weakref__")
 
     def __init__(self, fun: Any, target: _Target, on_death: Any = None) -> None:
         self._ref = weakref.ref(fun, on_death)
         self._held: Any = None  # the function itself, for a copy made by unpickling
+        self._holder: list[Any] | None = None  # [function] while a jit object of it lives
+        self._lent_to: dict[int, Any] = {}  # weak references to the live jit objects, by id
         self.__jaxdiag_hooks__ = target
         target._traced = weakref.ref(self)
         name = signature.fun_name(fun)
@@ -379,7 +389,7 @@ def _unpickled(fun: Any, max_compiles: int | None, on_exceed: str, analysis: boo
     """
     key = (id(fun), max_compiles, on_exceed, analysis)
     with _cache_lock:
-        traced = _cache.get(key)
+        traced = _cached(key)
     if traced is not None and traced._ref() is fun:
         return traced
     traced = _Traced(fun, _Target(fun, max_compiles, on_exceed, analysis))
@@ -387,8 +397,63 @@ def _unpickled(fun: Any, max_compiles: int | None, on_exceed: str, analysis: boo
     return traced
 
 
-_cache_lock = threading.Lock()
-_cache: dict[tuple[int, int | None, str, bool | None], _Traced] = {}
+_Key = tuple[int, int | None, str, bool | None]
+_cache_lock = threading.RLock()  # reentrant: a weak reference's callback may run while it is held
+_cache: dict[_Key, _Traced] = {}  # the shared _Traced no jit object holds
+_lent: dict[_Key, weakref.ref[_Traced]] = {}  # those some jit object holds
+
+
+def _cached(key: _Key) -> _Traced | None:
+    traced = _cache.get(key)
+    if traced is None and (ref := _lent.get(key)) is not None:
+        traced = ref()
+    return traced
+
+
+def _forget(key: _Key, traced: Any) -> None:
+    """Drop ``key``'s entries if they are ``traced``'s (an id may be reused once it is)."""
+    with _cache_lock:
+        if traced is not None and _cache.get(key) is traced:
+            del _cache[key]
+        ref = _lent.get(key)
+        if ref is not None and ref() in (traced, None):
+            del _lent[key]
+
+
+def _lend(traced: _Traced, jitted: Any, holder: list[Any]) -> None:
+    """Make ``traced`` hold its function strongly while ``jitted`` lives (see ``_Traced``).
+
+    Only a shared ``_Traced`` (in ``_cache`` or ``_lent``) is lent; a jit object that
+    takes no weak references leaves it as it was.
+    """
+    target = traced.__jaxdiag_hooks__
+    fun = holder[0]
+    key = (id(fun), target.max_compiles, target.on_exceed, target.analysis)
+    with _cache_lock:
+        if _cached(key) is not traced:
+            return
+        try:
+            lent_to = weakref.ref(jitted, lambda ref: _give_back(key, traced, ref))
+        except TypeError:
+            return
+        traced._lent_to[id(lent_to)] = lent_to  # by id: a jit object need not be hashable
+        traced._holder = holder  # the newest, so it was made just before the newest jit object
+        if _cache.get(key) is traced:
+            del _cache[key]
+            _lent[key] = weakref.ref(traced, lambda ref: _forget(key, ref))
+
+
+def _give_back(key: _Key, traced: _Traced, lent_to: Any) -> None:
+    """A jit object of ``traced`` died: when it was the last, the cache holds ``traced`` again."""
+    with _cache_lock:
+        traced._lent_to.pop(id(lent_to), None)
+        if traced._lent_to:
+            return
+        fun = traced._ref()
+        if fun is not None and (ref := _lent.get(key)) is not None and ref() is traced:
+            del _lent[key]
+            _cache[key] = traced
+        traced._holder = None  # after re-caching: the function may die now, and _forget it
 
 
 def _traced_for(fun: Any, max_compiles: int | None, on_exceed: str, analysis: bool | None) -> _Traced:
@@ -399,10 +464,11 @@ def _traced_for(fun: Any, max_compiles: int | None, on_exceed: str, analysis: bo
     """
     key = (id(fun), max_compiles, on_exceed, analysis)
     with _cache_lock:
-        traced = _cache.get(key)
+        traced = _cached(key)
         if traced is not None and traced._ref() is fun:
             return traced
         target = _Target(fun, max_compiles, on_exceed, analysis)
-        traced = _Traced(fun, target, on_death=lambda _, key=key, cache=_cache: cache.pop(key, None))
+        traced = _Traced(fun, target)
+        traced._ref = weakref.ref(fun, lambda _, key=key, traced=weakref.ref(traced): _forget(key, traced()))
         _cache[key] = traced
         return traced
