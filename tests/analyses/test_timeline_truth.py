@@ -62,6 +62,11 @@ def test_no_host_wait_is_longer_than_the_time_with_nothing_in_flight(captures: P
     for row, nothing in zip(report.steps, free):
         assert row["host_wait_ms"] <= nothing + 1e-3
     assert report.host_waits["total_ms"] <= sum(free) + 1e-3
+    # The per-step column and the breakdown by cause are one quantity, compile waits included.
+    by_step = {s["step"]: s["total_ms"] for s in report.host_waits["by_step"]}
+    for row in report.steps:
+        assert row["host_wait_ms"] == pytest.approx(by_step.get(row["step"], 0.0), abs=2e-3)
+    assert sum(row["host_wait_ms"] for row in report.steps) == pytest.approx(report.host_waits["total_ms"], abs=5e-3)
     # On XLA:CPU the idle time between an execution's ops is counted, and named, apart.
     assert "XLA:CPU" in report.host_waits["in_execution"]["label"]
     assert report.host_waits["in_execution"]["total_ms"] > 0
