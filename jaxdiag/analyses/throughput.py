@@ -4,8 +4,9 @@ Each step's *period* runs from its start to the next step's start (its own wall
 time for the last step), so host time between steps counts against throughput.
 With several hosts a step's period is the slowest host's. Steady state leaves
 out every step whose compile cost the device time (a compile span, ``compile_spans``,
-overlaps it while the device waited, ``device_waiting``; a compile that ran while the
-device worked through executions the host had queued ahead slowed no step). Rates are totals over periods, not means of per-step rates,
+overlaps it while the device waited, ``device_waiting``, at least ``min_finding_ms`` in all;
+a compile that ran while the device worked through executions the host had queued ahead
+slowed no step). Rates are totals over periods, not means of per-step rates,
 so a slow step weighs as much as the time it took.
 
 Tokens come from ``AnalysisInputs.tokens_per_step``; tokens/s covers the steps
@@ -131,7 +132,8 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         # (``between_steps``) is no step's period.
         period = np.where(_holds_executions(frames, host, hi, nxt), hi - lo, np.maximum(nxt - lo, hi - lo))
         cw = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
-        cw = _cost_the_device(frames, host, cw, int(inputs.thresholds.host_wait_min_us * 1000))
+        th = inputs.thresholds
+        cw = _cost_the_device(frames, host, cw, int(th.host_wait_min_us * 1000), int(th.min_finding_ms * 1e6))
         in_compile = iv.covered_in_windows(cw, lo, hi) > 0
         b = booked(frames, host)
         waited = _waited_for_compile(b, cw)
@@ -196,12 +198,15 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
     )
 
 
-def _cost_the_device(frames: Any, host: str, compiles: np.ndarray, min_ns: int) -> np.ndarray:
-    """The parts of ``compiles`` with the device waiting (``device_waiting``): a compile that ran while the
-    device worked through executions the host had queued ahead slowed no step."""
+def _cost_the_device(frames: Any, host: str, compiles: np.ndarray, min_ns: int, least_ns: int) -> np.ndarray:
+    """The parts of ``compiles`` with the device waiting (``device_waiting``), of each compile that made it wait
+    at least ``least_ns`` in all: a compile that ran while the device worked through executions the host had
+    queued ahead slowed no step, and one the device waited a fraction of a millisecond for hardly did."""
     if not compiles.size:
         return compiles
-    return iv.intersect(compiles, device_waiting(frames, host, int(compiles[0, 0]), int(compiles[-1, 1]), min_ns))
+    waiting = device_waiting(frames, host, int(compiles[0, 0]), int(compiles[-1, 1]), min_ns)
+    kept = [part for c in compiles if iv.total(part := iv.intersect(c[None, :], waiting)) >= max(least_ns, 1)]
+    return np.concatenate(kept) if kept else iv.EMPTY
 
 
 def _holds_executions(frames: Any, host: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
