@@ -16,9 +16,17 @@ Findings group the recompiles by what the user would change: one per function
 (``train_step recompiled 2 times, at steps 6 and 9: 1,642 ms; causes ...``), and,
 for JAX's own helpers that eager code compiles (records with
 ``origin="jax-internal"``), one per line of the user's code that called them,
-since that line is what to change. ``time_lost_ms`` of a finding is the summed
-wall span of its recompiles: tracing, lowering and backend compile, which the
-calling steps waited for.
+since that line is what to change. ``time_lost_ms`` of a finding is what its
+compiles cost the steps: the part of each compile inside a step during which the
+device waited (``device_waiting``: idle, nothing in flight or queued). A compile that
+ran while the device worked through executions the host had queued ahead cost nothing;
+one outside every step (before step 0, between steps) belongs to the time around the
+steps (``between_steps`` counts work there), so it is not counted again here.
+
+A function whose recompiles cost the steps (next to) nothing (less than
+``min_finding_ms``) is not a varying shape in the training loop: code that runs once,
+an optimizer's init or an eager evaluation, compiles each new shape it meets once.
+Its finding says so (``evidence.one_off``), is ``info``, and advises no buckets.
 """
 
 from __future__ import annotations
@@ -29,9 +37,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses import intervals as iv
+from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
 from jaxdiag.analyses.booking import compile_step
 from jaxdiag.analyses.compile_spans import CompileSpan, compile_spans, function_name
+from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import hosts_of, step_windows
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
 from jaxdiag.config import current
@@ -92,6 +102,11 @@ class Compile:
       logged: whether a compile-log record was joined to it.
       origin: the record's ``origin`` (``"jit"``, ``"watch"``, ``"jax-internal"``), ``None`` unlogged.
       call_site: the record's ``file:line`` of the user's call, ``None`` when unknown.
+      device_wait_ms: the part of ``compile_ms`` the device waited for (``device_waiting``): idle,
+        nothing in flight or queued. 0 for a compile that ran while the device worked through
+        executions the host had queued ahead.
+      place: where a compile outside every step lies: ``"before step N"``, ``"between steps"``,
+        ``"after step N"``; ``""`` inside a step.
     """
 
     function: str
@@ -105,12 +120,15 @@ class Compile:
     logged: bool = False
     origin: str | None = None
     call_site: str | None = None
+    device_wait_ms: float = 0.0
+    place: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "function": self.function,
             "step": None if self.step < 0 else self.step,
             "compile_ms": round(self.compile_ms, 3),
+            "device_wait_ms": round(self.device_wait_ms, 3),
             "recompile": self.recompile,
             "cause": self.cause,
             **({"logged": True, "origin": self.origin, "call_site": self.call_site} if self.logged else {}),
@@ -146,15 +164,41 @@ def analyze(inputs: AnalysisInputs) -> RecompilesResult:
         ran_before = _first_run(frames, host)
         records = _match(spans, inputs.compile_log, _profile_start_ns(frames.meta))
         seen: set[str] = set()
+        waiting = _device_waiting(inputs, host, spans, win)
+        lo, hi = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
+        steps_here = win[F.STEP].to_numpy(np.int64)
         for span, rec in zip(spans, records):
             span = dataclasses.replace(span, step=compile_step(frames, host, span))
-            compiles.append(_compile(span, rec, seen, ran_before))
+            waited = iv.intersection_length(np.array([[span.start_ns, span.end_ns]], dtype=np.int64), waiting)
+            compile = _compile(span, rec, seen, ran_before)
+            place = "" if span.step >= 0 else _place(span.start_ns, lo, hi, steps_here)
+            compiles.append(dataclasses.replace(compile, device_wait_ms=waited / 1e6, place=place))
             seen.add(span.function)
     if inputs.steps is not None:
         wanted = set(inputs.steps)
         compiles = [c for c in compiles if c.step in wanted]
     result = RecompilesResult(tuple(compiles), wall_ns / 1e6)
     return dataclasses.replace(result, findings=_findings(result, inputs))
+
+
+def _device_waiting(inputs: AnalysisInputs, host: str, spans: Sequence[CompileSpan], win: Any) -> np.ndarray:
+    """When ``host``'s devices waited on it (``device_waiting``), over its compiles and steps."""
+    if not spans:
+        return iv.EMPTY
+    start = min([s.start_ns for s in spans] + [int(x) for x in win[F.START_NS].to_numpy(np.int64)[:1]])
+    end = max([s.end_ns for s in spans] + [int(x) for x in win["end_ns"].to_numpy(np.int64)[-1:]])
+    return device_waiting(inputs.frames, host, start, end, int(inputs.thresholds.host_wait_min_us * 1000))
+
+
+def _place(start_ns: int, lo: np.ndarray, hi: np.ndarray, steps: np.ndarray) -> str:
+    """Where a compile outside every step window lies, by the windows' order."""
+    if not len(lo):
+        return "outside the captured steps"
+    if start_ns < int(lo.min()):
+        return f"before step {int(steps[int(np.argmin(lo))])}"
+    if start_ns >= int(hi.max()):
+        return f"after step {int(steps[int(np.argmax(hi))])}"
+    return "between steps"
 
 
 def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], ran_before: dict[str, int]) -> Compile:
@@ -315,36 +359,116 @@ def _findings(r: RecompilesResult, inputs: AnalysisInputs) -> tuple[Finding, ...
     out = []
     for (kind, name), group in groups.items():
         # Hosts compile at the same time: the run lost the slowest host's share, not their sum.
-        per_host: dict[str, float] = {}
-        for c in group:
-            per_host[c.host] = per_host.get(c.host, 0.0) + c.compile_ms
-        total = max(per_host.values())
-        if total < inputs.thresholds.min_finding_ms:
+        host_ms = _slowest_host(group, lambda c: c.compile_ms)
+        # What the steps lost: compile time inside them that the device waited for. Compiles outside
+        # every step belong to the time around the steps (``between_steps`` counts that), not to a step.
+        lost = _slowest_host(group, lambda c: c.device_wait_ms if c.step >= 0 else 0.0)
+        if host_ms < inputs.thresholds.min_finding_ms:
             continue
-        out.append(_group_finding(kind, name, group, total, r.wall_ms, all_steps))
+        if kind == "function" and lost < inputs.thresholds.min_finding_ms:
+            out.append(_one_off_finding(name, group, host_ms, lost, all_steps))
+            continue
+        out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps))
     return tuple(out)
 
 
+def _slowest_host(group: list[Compile], ms: Any) -> float:
+    per_host: dict[str, float] = {}
+    for c in group:
+        per_host[c.host] = per_host.get(c.host, 0.0) + ms(c)
+    return max(per_host.values())
+
+
+def _where(group: list[Compile], all_steps: list[int]) -> str:
+    """``at steps 6 and 9``, ``before step 0``, ``at step 12 and between steps``: inside steps by number,
+    outside them by where they lie in the capture."""
+    inside = [c.step for c in group if c.step >= 0]
+    places = list(dict.fromkeys(c.place or "outside the captured steps" for c in group if c.step < 0))
+    parts = ([describe_steps(inside, all_steps)] if inside else []) + places
+    return join(parts)
+
+
+_ONE_OFF = (
+    "Each of these compiles made a new version of the function once, outside the steady loop: code that runs "
+    "once (an optimizer's init, an evaluation or eager ops run at a few shapes) compiles each new shape it "
+    "sees. It is a one-time cost, not a varying shape in the training step, so padding to buckets would not "
+    "help. If it recurs (an evaluation each epoch), put that code in one jitted function, so it compiles once "
+    "per input shape rather than op by op; or run it once before timing."
+)
+
+
+def _one_off_finding(name: str, group: list[Compile], host_ms: float, lost: float, all_steps: list[int]) -> Finding:
+    """Compiles of a function that cost the steps (next to) nothing: one-off compiles, not a loop's recompiles."""
+    hosts = sorted({c.host for c in group})
+    count = max(sum(1 for c in group if c.host == h) for h in hosts)
+    times = "once more" if count == 1 else f"{count} more times"
+    shown = f"`{name}`" if name != "<unknown>" else "a function the trace does not name"
+    notes = []
+    if any(c.step < 0 for c in group):
+        notes.append("outside the steps: part of the time around them (see work between steps), not of any step")
+    if any(c.step >= 0 for c in group):
+        notes.append(
+            "inside the steps: the device kept running work the host had queued ahead"
+            + (f" (it waited {fmt_ms(lost)} ms)" if lost > 0 else "")
+        )
+    message = (
+        f"{shown} compiled {times}, {_where(group, all_steps)}: {fmt_ms(host_ms)} ms of host compile time, "
+        f"one-off compiles that cost the steps "
+        + ("nothing" if lost <= 0 else "little")
+        + f" ({'; '.join(notes)}){_causes(group)}."
+    )
+    return Finding(
+        kind="recompile",
+        severity=Severity.INFO,
+        time_lost_ms=lost,
+        message=message,
+        suggestion=_ONE_OFF,
+        evidence={
+            **_evidence("function", name, group),
+            "one_off": True,
+            "host_compile_ms": round(host_ms, 3),
+        },
+    )
+
+
+def _evidence(kind: str, name: str, group: list[Compile]) -> dict[str, Any]:
+    changes = [ch for c in group for ch in c.changes]
+    return {
+        "function": group[0].function if kind == "function" else None,
+        "functions": sorted({c.function for c in group}),
+        "call_site": name if kind == "line" else group[0].call_site,
+        "origin": group[0].origin,
+        "count": len(group),
+        "steps": [c.step for c in group],
+        "step": group[0].step,
+        "hosts": sorted({c.host for c in group}),
+        "compile_ms": [round(c.compile_ms, 3) for c in group],
+        "device_wait_ms": [round(c.device_wait_ms, 3) for c in group],
+        "places": [c.place for c in group],
+        "causes": [c.cause for c in group],
+        "changes": [dict(ch) for ch in changes],
+    }
+
+
 def _group_finding(
-    kind: str, name: str, group: list[Compile], total: float, wall_ms: float, all_steps: list[int]
+    kind: str, name: str, group: list[Compile], host_ms: float, total: float, wall_ms: float, all_steps: list[int]
 ) -> Finding:
-    steps = [c.step for c in group]
     hosts = sorted({c.host for c in group})
     count = max(sum(1 for c in group if c.host == h) for h in hosts)
     times = "once" if count == 1 else f"{count} times"
-    where = describe_steps(steps, all_steps) + (
-        f" (on {len(hosts)} hosts; the slowest's time)" if len(hosts) > 1 else ""
-    )
+    where = _where(group, all_steps) + (f" (on {len(hosts)} hosts; the slowest's time)" if len(hosts) > 1 else "")
     changes = [ch for c in group for ch in c.changes]
     if kind == "function":
         head = f"`{name}` recompiled {times}, {where}: {fmt_ms(total)} ms"
+        if host_ms - total >= 0.5:
+            head += f" the steps waited for (of {fmt_ms(host_ms)} ms compiling)"
         suggestion = (remainder_advice(changes) if count == 1 else None) or suggestion_for(changes)
     else:
         helpers = sorted({c.function for c in group})
         again = sum(1 for c in group if c.recompile)
         head = (
             f"Eager code at {_short_site(name)} compiled JAX's {join([f'`{h}`' for h in helpers])} {times}, {where}: "
-            f"{fmt_ms(total)} ms"
+            f"{fmt_ms(host_ms)} ms"
             + (
                 f" ({again} of them recompiles)"
                 if 1 < again < len(group)
@@ -353,27 +477,17 @@ def _group_finding(
                 else ""
             )
         )
+        if host_ms - total >= 0.5:
+            head += f", of which the steps waited for {fmt_ms(total)} ms"
         # The log's changes compare unrelated calls of a shared helper: they say nothing about this line.
         suggestion = _EAGER
     return Finding(
         kind="recompile",
-        severity=severity_for(total, wall_ms),
+        severity=severity_for(total, wall_ms) if total > 0 else Severity.INFO,
         time_lost_ms=total,
         message=f"{head}{_causes(group)}.",
         suggestion=suggestion,
-        evidence={
-            "function": group[0].function if kind == "function" else None,
-            "functions": sorted({c.function for c in group}),
-            "call_site": name if kind == "line" else group[0].call_site,
-            "origin": group[0].origin,
-            "count": len(group),
-            "steps": [c.step for c in group],
-            "step": group[0].step,
-            "hosts": sorted({c.host for c in group}),
-            "compile_ms": [round(c.compile_ms, 3) for c in group],
-            "causes": [c.cause for c in group],
-            "changes": [dict(ch) for ch in changes],
-        },
+        evidence={**_evidence(kind, name, group), "host_compile_ms": round(host_ms, 3)},
     )
 
 
