@@ -155,7 +155,7 @@ def _one_off_finding(name: str, group: list[Compile], host_ms: float, lost: floa
     shown = f"`{name}`" if name != "<unknown>" else "a function the trace does not name"
     notes = []
     if any(c.step < 0 for c in group):
-        notes.append("outside the steps: part of the time around them (see work between steps), not of any step")
+        notes.append("outside the steps: part of the time around them, not of any step")
     if any(c.step >= 0 for c in group):
         notes.append(
             "inside the steps: the device kept running work the host had queued ahead"
