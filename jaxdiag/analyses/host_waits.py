@@ -38,14 +38,13 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.booking import in_flight
 from jaxdiag.analyses.collectives import platform_of
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
+from jaxdiag.analyses.device_waiting import device_idle
 from jaxdiag.analyses.device_work import (
     END_NS,
     classify_names,
-    device_ops,
     device_rows,
     host_events,
     hosts_of,
-    intervals_of,
     StepWindows,
     isin,
     name_matches,
@@ -286,9 +285,8 @@ def _host_waits(
     frames = inputs.frames
     lo = win[F.START_NS].to_numpy(np.int64)
     hi = win["end_ns"].to_numpy(np.int64)
-    busy = iv.union(intervals_of(device_ops(frames, host, {host: compiles})))
     min_ns = int(inputs.thresholds.host_wait_min_us * 1000)
-    idle = iv.intersect(iv.gaps(busy, int(lo.min()), int(hi.max()), min_ns), np.stack([lo, hi], axis=1))
+    idle = iv.intersect(device_idle(frames, host, int(lo.min()), int(hi.max()), min_ns), np.stack([lo, hi], axis=1))
     in_exec: list[Wait] = []
     if flight.size and idle.size:
         in_exec = _pieces(host, _Bounds.of(win), iv.intersect(idle, flight), flight_label, "in_execution", "")

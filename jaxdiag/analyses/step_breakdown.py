@@ -12,12 +12,18 @@ Definitions, per step window on one host (all in milliseconds):
   the device ran it: a loop that never reads runs ahead, and its steps' work runs later. ``device_busy_mean_ms`` (on the row,
   not in the JSON) is the per-device mean instead, lower when devices take turns.
 - ``device_idle_ms``: ``wall_ms - device_busy_ms``.
-- ``compile_ms``: host time inside compile spans (``compile_spans``) in the step.
+- ``compile_ms``: host time inside compile spans (``compile_spans``) in the step,
+  whether or not the device waited for it (see ``compile_wait_ms``).
 - ``host_wait_ms``: device-idle stretches at least ``thresholds.host_wait_min_us``
-  long (shorter ones are launch jitter), minus any compile time in them, since
-  compiles have their own column, and minus the time an execution was in flight
-  (``device_work.in_flight``): a device waits for the host only when nothing runs.
-  An idle stretch counts in full once it is long enough, even where a step boundary cuts it.
+  long (shorter ones are launch jitter), minus the time an execution was in flight or
+  queued (``booking.in_flight``): a device waits for the host only when nothing runs.
+  Compiles with nothing in flight count: this is the same quantity, from the same
+  computation (``device_waiting``), as the host-wait breakdown by cause, whose per-step
+  totals it equals. An idle stretch counts in full once it is long enough, even where a
+  step boundary cuts it.
+- ``compile_wait_ms``: the part of ``host_wait_ms`` spent compiling: what the step's
+  compiles cost the device. A compile that ran while the device worked through
+  executions the host had queued ahead costs nothing here, though ``compile_ms`` holds it.
 - ``in_execution_gap_ms``: those idle stretches while an execution was in flight (XLA:CPU's
   thread pool between thunks, a TPU module's own gaps); 0 where the trace cannot tell.
 - ``collective_ms`` / ``exposed_collective_ms``: collective time, and its part no
@@ -41,6 +47,7 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.booking import booked_runs, in_flight
+from jaxdiag.analyses.device_waiting import device_idle, device_waiting
 from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
 
@@ -65,6 +72,7 @@ class StepRow:
     tokens: float | None
     n_devices: int
     in_execution_gap_ms: float = 0.0
+    compile_wait_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +83,7 @@ class StepRow:
             "host_wait_ms": round(self.host_wait_ms, 4),
             "in_execution_gap_ms": round(self.in_execution_gap_ms, 4),
             "compile_ms": round(self.compile_ms, 4),
+            "compile_wait_ms": round(self.compile_wait_ms, 4),
             "collective_ms": round(self.collective_ms, 4),
             "exposed_collective_ms": round(self.exposed_collective_ms, 4),
             "tokens": self.tokens,
@@ -120,9 +129,12 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
     per_dev = [iv.covered_in_windows(iv.union(spans.take(rows, axis=0)), lo, hi) for rows in _device_groups(ops)]
     n_devices = len(per_dev)
     busy_mean_ns = np.mean(per_dev, axis=0) if per_dev else np.zeros(len(lo))
-    idle = iv.gaps(busy, int(lo.min()), int(hi.max()), int(inputs.thresholds.host_wait_min_us * 1000))
+    min_ns = int(inputs.thresholds.host_wait_min_us * 1000)
+    idle = device_idle(frames, host, int(lo.min()), int(hi.max()), min_ns)
     flight, _label = in_flight(frames, host)
-    wait_ns = iv.covered_in_windows(iv.subtract(iv.subtract(idle, compiles), flight), lo, hi)
+    waiting = device_waiting(frames, host, int(lo.min()), int(hi.max()), min_ns)
+    wait_ns = iv.covered_in_windows(waiting, lo, hi)
+    compile_wait_ns = iv.covered_in_windows(iv.intersect(waiting, compiles), lo, hi)
     inside_ns = iv.covered_in_windows(iv.intersect(idle, flight), lo, hi) if flight.size else np.zeros(len(lo))
     compile_ns = iv.covered_in_windows(compiles, lo, hi)
     coll_ns = np.zeros(len(lo))
@@ -151,6 +163,7 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
                 tokens=inputs.tokens_for(int(step)),
                 n_devices=n_devices,
                 in_execution_gap_ms=float(inside_ns[i]) / 1e6,
+                compile_wait_ms=float(compile_wait_ns[i]) / 1e6,
             )
         )
     return rows

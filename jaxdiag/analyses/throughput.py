@@ -3,8 +3,11 @@
 Each step's *period* runs from its start to the next step's start (its own wall
 time for the last step), so host time between steps counts against throughput.
 With several hosts a step's period is the slowest host's. Steady state leaves
-out every step that compiled (a compile span overlaps it, see
-``compile_spans``). Rates are totals over periods, not means of per-step rates,
+out every step whose compile cost the device time (a compile span, ``compile_spans``,
+overlaps it while the device waited, ``device_waiting``, at least ``min_finding_ms`` and a
+tenth of the median step's wall time in all;
+a compile that ran while the device worked through executions the host had queued ahead
+slowed no step). Rates are totals over periods, not means of per-step rates,
 so a slow step weighs as much as the time it took.
 
 Tokens come from ``AnalysisInputs.tokens_per_step``; tokens/s covers the steps
@@ -39,6 +42,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import booked
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import executions_of, hosts_of, step_windows
 from jaxdiag.analyses.mfu import mfu_basis
 from jaxdiag.trace import frames as F
@@ -129,6 +133,9 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         # (``between_steps``) is no step's period.
         period = np.where(_holds_executions(frames, host, hi, nxt), hi - lo, np.maximum(nxt - lo, hi - lo))
         cw = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
+        # A compile the device waited a small part of a step for (a few thunk gaps) does not distort the rate.
+        least = max(inputs.thresholds.min_finding_ms * 1e6, STEADY_COMPILE_SHARE * float(np.median(hi - lo)))
+        cw = _cost_the_device(frames, host, cw, int(inputs.thresholds.host_wait_min_us * 1000), int(least))
         in_compile = iv.covered_in_windows(cw, lo, hi) > 0
         b = booked(frames, host)
         waited = _waited_for_compile(b, cw)
@@ -191,6 +198,22 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         steady_from=steady_from,
         host_ahead=host_ahead,
     )
+
+
+#: A compile takes steps out of the steady rate when the device waited for it at least this share of the
+#: median step's wall time (and ``min_finding_ms``).
+STEADY_COMPILE_SHARE = 0.1
+
+
+def _cost_the_device(frames: Any, host: str, compiles: np.ndarray, min_ns: int, least_ns: int) -> np.ndarray:
+    """The parts of ``compiles`` with the device waiting (``device_waiting``), of each compile that made it wait
+    at least ``least_ns`` in all: a compile that ran while the device worked through executions the host had
+    queued ahead slowed no step, and one the device waited a small part of a step for hardly did."""
+    if not compiles.size:
+        return compiles
+    waiting = device_waiting(frames, host, int(compiles[0, 0]), int(compiles[-1, 1]), min_ns)
+    kept = [part for c in compiles if iv.total(part := iv.intersect(c[None, :], waiting)) >= max(least_ns, 1)]
+    return np.concatenate(kept) if kept else iv.EMPTY
 
 
 def _holds_executions(frames: Any, host: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -82,7 +82,14 @@ def test_recompiles_without_a_log():
         ("step", 1, True),
         ("step", 2, True),
     ]
-    assert r.to_dict()[1] == {"function": "step", "step": 1, "compile_ms": 5.0, "recompile": True, "cause": None}
+    assert r.to_dict()[1] == {
+        "function": "step",
+        "step": 1,
+        "compile_ms": 5.0,
+        "device_wait_ms": 5.0,  # the device had nothing else to run
+        "recompile": True,
+        "cause": None,
+    }
     # One finding for the function, naming both steps.
     (finding,) = r.findings
     assert finding.evidence["steps"] == [1, 2] and finding.evidence["count"] == 2
@@ -218,7 +225,14 @@ def test_compile_outside_steps_and_step_filter():
     events = compile_events(30_000, 1000, "eval_step")
     r = recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000)])))
     assert r.to_dict() == [
-        {"function": "eval_step", "step": None, "compile_ms": 1.0, "recompile": False, "cause": None}
+        {
+            "function": "eval_step",
+            "step": None,
+            "compile_ms": 1.0,
+            "device_wait_ms": 1.0,
+            "recompile": False,
+            "cause": None,
+        }
     ]
     assert recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000)]), steps=[0])).compiles == ()
 

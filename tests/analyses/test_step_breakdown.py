@@ -20,6 +20,7 @@ KEYS = {
     "host_wait_ms",
     "in_execution_gap_ms",
     "compile_ms",
+    "compile_wait_ms",
     "collective_ms",
     "exposed_collective_ms",
     "tokens",
@@ -86,14 +87,16 @@ def test_to_dict_keys_and_tokens():
     assert [r["step"] for r in out] == [0, 1]
 
 
-def test_compile_time_is_its_own_column():
+def test_compile_time_is_its_own_column_and_part_of_the_host_wait():
     # Step 0..10 ms: 2 ms of tracing, then a 5 ms backend compile, then the kernel runs.
     events = compile_events(3000, 5000, "train_step", trace_us=2000) + [device_event(8500, 1000)]
     row = step_breakdown.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000)]), thresholds=TH)).rows[0]
     assert row.compile_ms == pytest.approx(7.0)  # 1000..8000 us: tracing + backend compile
     assert row.device_busy_ms == pytest.approx(1.0)
-    # Idle 0..8500 and 9500..10000 = 9 ms, of which 7 ms is compile.
-    assert row.host_wait_ms == pytest.approx(2.0)
+    # Idle 0..8500 and 9500..10000 = 9 ms, of which 7 ms is compile: a host wait like the rest
+    # (the host-wait breakdown counts it, as cause "compile"), and the step's compile cost.
+    assert row.host_wait_ms == pytest.approx(9.0)
+    assert row.compile_wait_ms == pytest.approx(7.0)
     assert row.device_idle_ms == pytest.approx(9.0)
 
 

@@ -22,7 +22,7 @@ import pytest
 import jaxdiag
 from jaxdiag.analyses.base import severity_for, steady_wall_ms
 from tests.analyses import trace_truth
-from tests.analyses.timeline_programs import PATTERNS
+from tests.analyses.timeline_programs import PATTERNS, RECOMPILE_AT
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = "jit_train_step"
@@ -66,6 +66,11 @@ def test_no_host_wait_is_longer_than_the_time_with_nothing_in_flight(captures: P
     for row, nothing in zip(report.steps, free):
         assert row["host_wait_ms"] <= nothing + 1e-3
     assert report.host_waits["total_ms"] <= sum(free) + 1e-3
+    # The per-step column and the breakdown by cause are one quantity, compile waits included.
+    by_step = {s["step"]: s["total_ms"] for s in report.host_waits["by_step"]}
+    for row in report.steps:
+        assert row["host_wait_ms"] == pytest.approx(by_step.get(row["step"], 0.0), abs=2e-3)
+    assert sum(row["host_wait_ms"] for row in report.steps) == pytest.approx(report.host_waits["total_ms"], abs=5e-3)
     # On XLA:CPU the idle time between an execution's ops is counted, and named, apart.
     assert "XLA:CPU" in report.host_waits["in_execution"]["label"]
     assert report.host_waits["in_execution"]["total_ms"] > 0
@@ -225,3 +230,71 @@ def test_the_work_between_steps_finding_states_its_share_as_graded_and_what_it_l
     stated = re.search(r"\((\d+)% of step time outside compiles\)", finding.message)
     assert stated and abs(int(stated[1]) - share) <= 0.5 + 1e-3
     assert finding.severity == severity_for(finding.time_lost_ms, steady_wall_ms(report.steps))
+
+
+def _recompile_findings(report: jaxdiag.Report, function: str | None = None) -> list:
+    return [
+        f for f in report.findings if f.kind == "recompile" and (function is None or f.evidence["function"] == function)
+    ]
+
+
+def test_a_recompile_with_nothing_in_flight_is_its_steps_host_wait(captures: Path) -> None:
+    report, truth = _case(captures, "read_recompile")
+    train = truth.of(TRAIN)
+    new = [i for i, (a, b) in enumerate(zip(train, train[1:]), 1) if a.program_id != b.program_id]
+    assert new[0] == RECOMPILE_AT  # the one batch of a new size (the size after it compiles again, once)
+    windows = report.frames.steps.sort_values("start_ns")
+    free = [truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 for a, b in zip(windows["start_ns"], windows["end_ns"])]
+    row = report.steps[RECOMPILE_AT]
+    # The loop read every step: nothing was in flight while the new shape compiled, and the device waited.
+    assert row["compile_ms"] > 0 and row["compile_wait_ms"] >= 0.9 * row["compile_ms"]
+    assert row["compile_wait_ms"] <= row["host_wait_ms"] <= free[RECOMPILE_AT] + 1e-3
+    causes = {s["step"]: {c["cause"]: c["ms"] for c in s["by_cause"]} for s in report.host_waits["by_step"]}
+    assert causes[RECOMPILE_AT]["compile"] == pytest.approx(row["compile_wait_ms"], abs=2e-3)
+    (finding,) = _recompile_findings(report, "train_step")
+    assert not finding.evidence.get("one_off") and finding.severity.value != "info"
+    waited = sum(report.steps[s]["compile_wait_ms"] for s in new)
+    assert finding.time_lost_ms == pytest.approx(waited, rel=0.01, abs=0.05)
+    assert "at step" in finding.message and "outside the captured steps" not in finding.message
+
+
+def test_an_optimizer_init_compiling_each_shape_once_is_one_off(captures: Path) -> None:
+    report, truth = _case(captures, "optimizer_init")
+    first_step = truth.of(TRAIN)[0].start_ns
+    zeros = [e for e in truth.of("jit_broadcast_in_dim")]
+    programs = [e.program_id for e in zeros]
+    # One program per parameter shape, each run once, all before the first step.
+    assert len(set(programs)) >= 3 and len(programs) == len(set(programs))
+    assert all(e.end_ns <= first_step for e in zeros)
+    (finding,) = _recompile_findings(report, "broadcast_in_dim")
+    assert finding.evidence["one_off"] and finding.severity.value == "info"
+    assert finding.time_lost_ms == 0  # before step 0: time around the steps, not counted again here
+    assert "before step 0" in finding.message and "outside the captured steps" not in finding.message
+    assert "recompiled" not in finding.message and "Pad the varying axis" not in finding.suggestion
+    assert "one-time cost" in finding.suggestion
+
+
+def test_an_eager_evaluation_compiling_each_shape_once_is_one_off(captures: Path) -> None:
+    report, truth = _case(captures, "eager_eval_no_read")
+    train = truth.of(TRAIN)
+    second_epoch = train[len(train) // 2].start_ns
+    others = [e for e in truth.executions if e.module != TRAIN]
+    # Each eager op compiled its shapes in the first epoch only: the second epoch's evaluation reused them.
+    first_run = {}
+    for e in others:
+        first_run.setdefault((e.module, e.program_id), e.start_ns)
+    assert first_run and all(t < second_epoch for t in first_run.values())
+    findings = _recompile_findings(report)
+    assert findings
+    for f in findings:
+        assert f.evidence["one_off"] and f.severity.value == "info"
+        assert "Pad the varying axis" not in f.suggestion and "outside the captured steps" not in f.message
+    # What a compile cost a step is device time with nothing in flight, and never more.
+    windows = report.frames.steps.sort_values("start_ns")
+    for row, (a, b) in zip(report.steps, zip(windows["start_ns"], windows["end_ns"])):
+        assert row["compile_wait_ms"] <= truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 + 1e-3
+        assert row["compile_wait_ms"] <= row["compile_ms"] + 1e-3
+    # A step whose compiles ran while the device worked through queued steps stays in the steady rate.
+    compiled = {s["step"] for s in report.throughput["per_step"] if s["compiled"]}
+    assert any(row["compile_ms"] > 0 and row["step"] not in compiled for row in report.steps)
+    assert all(report.steps[s]["compile_wait_ms"] > 0 for s in compiled)

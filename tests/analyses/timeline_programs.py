@@ -15,6 +15,11 @@ its training loop unless the pattern says so; the trace stops after the device i
   epochs, an evaluation of three batches read back once after each (queued behind the steps).
 - ``setup_then_eval``: ``eval_between`` whose parameters are rescaled by another program, twice,
   inside the trace before the loop (work before step 0).
+- ``read_recompile``: reads the loss every step; one batch of a new size mid-run recompiles
+  the step with nothing in flight.
+- ``eager_eval_no_read``: ``no_read`` in two epochs with an eager (unjitted) evaluation after
+  each: its ops compile once per new shape, in the first epoch only.
+- ``optimizer_init``: zeros for four differently shaped parameters made eagerly before step 0.
 """
 
 from __future__ import annotations
@@ -245,16 +250,81 @@ def setup_then_eval(logdir: str) -> None:
     jax.profiler.stop_trace()
 
 
+def read_recompile(logdir: str) -> None:
+    import jax
+
+    train_step, _loss, init = _mlp_step()
+    params = init()
+    xs, ys = _batches(STEPS)
+    xs[RECOMPILE_AT], ys[RECOMPILE_AT] = xs[RECOMPILE_AT][:96], ys[RECOMPILE_AT][:96]  # one new shape mid-run
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        params, loss = train_step(params, xs[i], ys[i])
+        float(loss)  # read every step: nothing is in flight when the new shape compiles
+    jax.profiler.stop_trace()
+
+
+def eager_eval_no_read(logdir: str) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    train_step, _loss, init = _mlp_step()
+    params = init()
+    xs, ys = _batches(STEPS)
+    ex, ey = xs[0][:72], ys[0][:72]  # an evaluation batch of its own size
+    jax.block_until_ready(train_step(params, xs[0], ys[0]))
+    jax.profiler.start_trace(logdir)
+    half = STEPS // 2
+    for epoch in range(2):
+        for i in range(epoch * half, (epoch + 1) * half):
+            params, _ = train_step(params, xs[i], ys[i])
+        # Eager evaluation, not jitted: each op compiles once per new shape, in the first epoch only.
+        h = jnp.tanh(ex @ params["w1"])
+        float(jnp.mean(jnp.abs(h @ params["w2"] - ey)))
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+def optimizer_init(logdir: str) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    @jax.jit
+    def train_step(params, moments, x):
+        grads = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["a"]) @ p["b"] + p["c"].sum() + p["d"].sum()))(params)
+        moments = jax.tree.map(lambda m, g: 0.9 * m + g, moments, grads)
+        return jax.tree.map(lambda p, m: p - 0.01 * m, params, moments), moments
+
+    shapes = {"a": (256, 320), "b": (320, 48), "c": (48,), "d": (7, 9)}
+    params = {k: jnp.asarray(np.full(s, 0.01, np.float32)) for k, s in shapes.items()}
+    xs, _ys = _batches(STEPS)
+    warm = {k: jnp.asarray(np.zeros(s, np.float32)) for k, s in shapes.items()}  # no compile of zeros yet
+    jax.block_until_ready(train_step(params, warm, xs[0]))
+    jax.profiler.start_trace(logdir)
+    moments = jax.tree.map(jnp.zeros_like, params)  # an optimizer's init: zeros of each shape, compiled once each
+    for i in range(STEPS):
+        params, moments = train_step(params, moments, xs[i])
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+#: The step at which ``read_recompile`` compiles a new shape.
+RECOMPILE_AT = 6
+
 #: The programs whose steps are inferred from executions.
 PATTERNS = {f.__name__: f for f in (no_read, eval_between, remainder, scan, nnx)}
 ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between)}
 #: Programs with work before the first step.
 SETUP = {f.__name__: f for f in (setup_then_eval,)}
+#: Programs that compile inside the capture outside the steady loop, or mid-run with nothing in flight.
+COMPILING = {f.__name__: f for f in (read_recompile, eager_eval_no_read, optimizer_init)}
 
 
 def main(argv: list[str]) -> None:
     out = Path(argv[0])
-    every = {**PATTERNS, **ANNOTATED, **SETUP}
+    every = {**PATTERNS, **ANNOTATED, **SETUP, **COMPILING}
     for name in argv[1:] or list(every):
         every[name](str(out / name))
 

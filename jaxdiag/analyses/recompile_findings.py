@@ -1,0 +1,264 @@
+"""The recompile findings: what each group of compiles cost the steps, and what to change.
+
+Split from ``recompiles`` (which finds the compiles and joins them to the compile log)
+to keep each module small; see that module's docstring for what the findings say.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
+from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
+from jaxdiag.trace import frames as F
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.recompiles import Compile, RecompilesResult
+
+#: ``origin`` of compile records of JAX's own jitted helpers (``recording.records.JAX_INTERNAL_ORIGIN``).
+JAX_INTERNAL = "jax-internal"
+
+_ADVICE = {
+    "shape": "Pad the varying axis to a few fixed sizes (buckets) so that each size compiles once{detail}.",
+    "weak_type": (
+        "Pass consistently typed values: a Python scalar (weakly typed) and a jnp array of the same "
+        "dtype compile separately; convert once, e.g. `jnp.float32(x)`, or make it a static argument."
+    ),
+    "dtype": "Cast the argument to one dtype before the call (e.g. `x.astype(jnp.float32)`).",
+    "static": (
+        "A static argument changed value; each value compiles anew. Pass it as a traced array "
+        "instead, or limit it to a few values."
+    ),
+    "sharding": "Give the argument the same sharding every call (`jax.device_put(x, sharding)` with one `NamedSharding`).",
+    "memory_kind": "Keep the argument in the same memory kind (device vs pinned host) every call.",
+    "structure": "Keep the argument's pytree structure fixed (same keys, no `None` that comes and goes).",
+    "function": "A new function object (a closure or lambda made per call) is a new cache entry; create the jitted function once, outside the loop.",
+    "context": "A jax config option or mesh context changed between calls; set it once, before the first call.",
+}
+_EAGER = (
+    "Eager jnp code outside jit compiles one of JAX's helpers for each new shape and dtype it sees: "
+    "make the inputs with NumPy and convert them once (`jnp.asarray` of a fixed shape), move the "
+    "code inside the jitted step, or keep its shapes and dtypes fixed."
+)
+_GENERIC = (
+    "Find what changed between calls: wrap the function with `jaxdiag.jit` (or set "
+    "`jax_explain_cache_misses`) to log the reason. Common causes: varying shapes (pad to buckets), "
+    "Python scalars vs arrays (weak types), changing static arguments, new closures per call."
+)
+
+
+def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
+    """The change to make for a recompile, from the log's changes (generic without them).
+
+    One tip per kind of change; shape changes of several arguments share one tip
+    that lists each axis.
+    """
+    kinds: list[str] = []
+    shape_details: list[str] = []
+    for ch in changes:
+        what = str(ch.get("what", ""))
+        if what not in _ADVICE:
+            continue
+        if what not in kinds:
+            kinds.append(what)
+        if what == "shape" and ch.get("axis") is not None:
+            shape_details.append(
+                f"axis {ch['axis']} of {ch.get('label') or ch.get('path') or 'the argument'}: {ch.get('old')} -> {ch.get('new')}"
+            )
+    tips = []
+    for what in kinds:
+        detail = f" ({'; '.join(shape_details)})" if what == "shape" and shape_details else ""
+        tips.append(_ADVICE[what].format(detail=detail))
+    return " ".join(tips) if tips else _GENERIC
+
+
+def remainder_advice(changes: Sequence[Mapping[str, Any]]) -> str | None:
+    """Advice for a batch that shrank once, as the last batch of an epoch does; ``None`` for other changes.
+
+    Buckets are for sizes that keep changing; a remainder batch compiles once, for
+    one smaller size, and the full size comes back from the cache.
+    """
+    shapes = [ch for ch in changes if ch.get("what") == "shape"]
+    if not shapes or len(shapes) != len(changes):
+        return None
+    sizes = {(str(ch.get("old")), str(ch.get("new"))) for ch in shapes}
+    axes = {ch.get("axis") for ch in shapes}
+    if None in axes or len(axes) != 1 or len(sizes) != 1:
+        return None
+    old, new = next(iter(sizes))
+    if not (old.isdigit() and new.isdigit() and int(new) < int(old)):
+        return None
+    return (
+        f"A remainder batch: axis {next(iter(axes))} shrank once, {old} -> {new}, as the last batch of an "
+        "epoch does. Drop it (`drop_remainder=True`, or stop each epoch at `len(data) // batch_size` batches) or "
+        f"pad it to {old} rows and mask the padding, so no size but {old} is compiled."
+    )
+
+
+def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ...]:
+    """One finding per recompiling function, and one per user line whose eager code recompiled JAX helpers."""
+    groups: dict[tuple[str, str], list[Compile]] = {}
+    for c in r.compiles:
+        if c.origin == JAX_INTERNAL:  # any compile of a helper mid-run stalls the line that called it
+            groups.setdefault(("line", c.call_site or c.function), []).append(c)
+        elif c.recompile:
+            groups.setdefault(("function", c.function), []).append(c)
+    all_steps = sorted({int(s) for s in inputs.frames.steps[F.STEP]}) if len(inputs.frames.steps) else []
+    if inputs.steps is not None:
+        all_steps = [s for s in all_steps if s in set(inputs.steps)]
+    out = []
+    for (kind, name), group in groups.items():
+        # Hosts compile at the same time: the run lost the slowest host's share, not their sum.
+        host_ms = _slowest_host(group, lambda c: c.compile_ms)
+        # What the steps lost: compile time inside them that the device waited for. Compiles outside
+        # every step belong to the time around the steps (``between_steps`` counts that), not to a step.
+        lost = _slowest_host(group, lambda c: c.device_wait_ms if c.step >= 0 else 0.0)
+        if host_ms < inputs.thresholds.min_finding_ms:
+            continue
+        if kind == "function" and lost < inputs.thresholds.min_finding_ms:
+            out.append(_one_off_finding(name, group, host_ms, lost, all_steps))
+            continue
+        out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps))
+    return tuple(out)
+
+
+def _slowest_host(group: list[Compile], ms: Any) -> float:
+    per_host: dict[str, float] = {}
+    for c in group:
+        per_host[c.host] = per_host.get(c.host, 0.0) + ms(c)
+    return max(per_host.values())
+
+
+def _where(group: list[Compile], all_steps: list[int]) -> str:
+    """``at steps 6 and 9``, ``before step 0``, ``at step 12 and between steps``: inside steps by number,
+    outside them by where they lie in the capture."""
+    inside = [c.step for c in group if c.step >= 0]
+    places = list(dict.fromkeys(c.place or "outside the captured steps" for c in group if c.step < 0))
+    parts = ([describe_steps(inside, all_steps)] if inside else []) + places
+    return join(parts)
+
+
+_ONE_OFF = (
+    "Each of these compiles made a new version of the function once, outside the steady loop: code that runs "
+    "once (an optimizer's init, an evaluation or eager ops run at a few shapes) compiles each new shape it "
+    "sees. It is a one-time cost, not a varying shape in the training step, so padding to buckets would not "
+    "help. If it recurs (an evaluation each epoch), put that code in one jitted function, so it compiles once "
+    "per input shape rather than op by op; or run it once before timing."
+)
+
+
+def _one_off_finding(name: str, group: list[Compile], host_ms: float, lost: float, all_steps: list[int]) -> Finding:
+    """Compiles of a function that cost the steps (next to) nothing: one-off compiles, not a loop's recompiles."""
+    hosts = sorted({c.host for c in group})
+    count = max(sum(1 for c in group if c.host == h) for h in hosts)
+    times = "once more" if count == 1 else f"{count} more times"
+    shown = f"`{name}`" if name != "<unknown>" else "a function the trace does not name"
+    notes = []
+    if any(c.step < 0 for c in group):
+        notes.append("outside the steps: part of the time around them, not of any step")
+    if any(c.step >= 0 for c in group):
+        notes.append(
+            "inside the steps: the device kept running work the host had queued ahead"
+            + (f" (it waited {fmt_ms(lost)} ms)" if lost > 0 else "")
+        )
+    message = (
+        f"{shown} compiled {times}, {_where(group, all_steps)}: {fmt_ms(host_ms)} ms of host compile time, "
+        f"one-off compiles that cost the steps "
+        + ("nothing" if lost <= 0 else "little")
+        + f" ({'; '.join(notes)}){_causes(group)}."
+    )
+    return Finding(
+        kind="recompile",
+        severity=Severity.INFO,
+        time_lost_ms=lost,
+        message=message,
+        suggestion=_ONE_OFF,
+        evidence={
+            **_evidence("function", name, group),
+            "one_off": True,
+            "host_compile_ms": round(host_ms, 3),
+        },
+    )
+
+
+def _evidence(kind: str, name: str, group: list[Compile]) -> dict[str, Any]:
+    changes = [ch for c in group for ch in c.changes]
+    return {
+        "function": group[0].function if kind == "function" else None,
+        "functions": sorted({c.function for c in group}),
+        "call_site": name if kind == "line" else group[0].call_site,
+        "origin": group[0].origin,
+        "count": len(group),
+        "steps": [c.step for c in group],
+        "step": group[0].step,
+        "hosts": sorted({c.host for c in group}),
+        "compile_ms": [round(c.compile_ms, 3) for c in group],
+        "device_wait_ms": [round(c.device_wait_ms, 3) for c in group],
+        "places": [c.place for c in group],
+        "causes": [c.cause for c in group],
+        "changes": [dict(ch) for ch in changes],
+    }
+
+
+def _group_finding(
+    kind: str, name: str, group: list[Compile], host_ms: float, total: float, wall_ms: float, all_steps: list[int]
+) -> Finding:
+    hosts = sorted({c.host for c in group})
+    count = max(sum(1 for c in group if c.host == h) for h in hosts)
+    times = "once" if count == 1 else f"{count} times"
+    where = _where(group, all_steps) + (f" (on {len(hosts)} hosts; the slowest's time)" if len(hosts) > 1 else "")
+    changes = [ch for c in group for ch in c.changes]
+    if kind == "function":
+        head = f"`{name}` recompiled {times}, {where}: {fmt_ms(total)} ms"
+        if host_ms - total >= 0.5:
+            head += f" the steps waited for (of {fmt_ms(host_ms)} ms compiling)"
+        suggestion = (remainder_advice(changes) if count == 1 else None) or suggestion_for(changes)
+    else:
+        helpers = sorted({c.function for c in group})
+        again = sum(1 for c in group if c.recompile)
+        head = (
+            f"Eager code at {_short_site(name)} compiled JAX's {join([f'`{h}`' for h in helpers])} {times}, {where}: "
+            f"{fmt_ms(host_ms)} ms"
+            + (
+                f" ({again} of them recompiles)"
+                if 1 < again < len(group)
+                else " (1 a recompile)"
+                if again == 1 < len(group)
+                else ""
+            )
+        )
+        if host_ms - total >= 0.5:
+            head += f", of which the steps waited for {fmt_ms(total)} ms"
+        # The log's changes compare unrelated calls of a shared helper: they say nothing about this line.
+        suggestion = _EAGER
+    return Finding(
+        kind="recompile",
+        severity=severity_for(total, wall_ms) if total > 0 else Severity.INFO,
+        time_lost_ms=total,
+        message=f"{head}{_causes(group)}.",
+        suggestion=suggestion,
+        evidence={**_evidence(kind, name, group), "host_compile_ms": round(host_ms, 3)},
+    )
+
+
+def _short_site(site: str) -> str:
+    """``/home/me/proj/examples/train.py:63`` -> ``.../examples/train.py:63``: the file's folder and name (evidence keeps the path)."""
+    parts = site.replace("\\", "/").split("/")
+    return site if len(parts) <= 3 else ".../" + "/".join(parts[-2:])
+
+
+def _causes(group: list[Compile]) -> str:
+    """``; cause: ...`` or ``; causes: ... (at step 6); ... (at step 9)``: each distinct cause once, with its steps."""
+    if not any(c.logged for c in group):
+        return " (cause unknown without a compile log)"
+    by_cause: dict[str, list[int]] = {}
+    for c in group:
+        cause = c.cause or "unknown (not in the compile log)"
+        if cause.startswith(f"{c.function}: "):
+            cause = cause[len(c.function) + 2 :]
+        by_cause.setdefault(cause, []).append(c.step)
+    if len(by_cause) == 1:
+        return f"; cause: {next(iter(by_cause))}"
+    same_steps = len({tuple(sorted(set(v))) for v in by_cause.values()}) == 1
+    parts = [cause if same_steps else f"{cause} ({describe_steps(steps)})" for cause, steps in by_cause.items()]
+    return "; causes: " + "; ".join(parts)
