@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from jaxdiag.errors import CompileLogError
-from jaxdiag.recording.records import SCHEMA, CompileRecord
+from jaxdiag.recording.records import _RECORD_FIELDS, SCHEMA, ArgSignature, CompileRecord, Explanation
 
 _SCHEMA_FAMILY, _, _SCHEMA_MAJOR = SCHEMA.rpartition("/")
 #: In a folder, files matching this are the compile log; other ``*.jsonl`` are read only if none do.
@@ -101,23 +101,26 @@ def _read_file(path: Path, skipped: list[tuple[str, int, str]]) -> list[CompileR
                     continue
                 if not line.strip():
                     continue
-                record = _record(line, skipped, str(path), number)
+                record = _record(line, skipped, str(path), number, shared)
                 if record is not None:
-                    out.append(shared.record(record))
+                    out.append(record)
     except OSError as exc:
         raise CompileLogError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return out
 
 
 class _Shared:
-    """One object for each argument signature, argument list and explanation met in a file.
+    """One object for each argument list, explanation, name and small dict met in a file.
 
     A long run's log repeats them (the same signatures recompile in every restart and
-    process): held once, a million records fit in memory.
+    process): held once, a million records fit in memory. Each distinct argument list
+    and explanation is also checked and built once, keyed by its exact JSON content
+    (types included, so ``1`` and ``1.0`` or ``true`` stay apart).
     """
 
     def __init__(self) -> None:
         self._seen: dict[Any, Any] = {}
+        self._built: dict[Any, Any] = {}
 
     def _one(self, value: Any) -> Any:
         try:
@@ -125,12 +128,63 @@ class _Shared:
         except TypeError:  # an unhashable value in a hand-edited record: kept as it is
             return value
 
-    def record(self, r: CompileRecord) -> CompileRecord:
-        args = self._one(tuple(self._one(a) for a in r.args))
-        explanation = None if r.explanation is None else self._one(r.explanation)
-        if args is r.args and explanation is r.explanation:
-            return r
-        return dataclasses.replace(r, args=args, explanation=explanation)
+    def part(self, name: str, value: Any) -> tuple[Any, str | None]:
+        """``value`` (the record's ``args`` or ``explanation``) checked and built, or the problem with it."""
+        try:
+            key = (name, _key(value))
+        except (RecursionError, ValueError):  # nested too deeply to re-encode: checked and built each time
+            return _build(name, value, self._one)
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = _build(name, value, self._one)
+        return built
+
+    def record(self, d: dict[str, Any], args: Any, explanation: Any) -> CompileRecord:
+        kw = {k: v for k, v in d.items() if k in _RECORD_FIELDS}
+        for k, v in kw.items():
+            if type(v) is str:
+                kw[k] = self._one(v)
+            elif type(v) is dict and k in _SMALL_DICTS:
+                try:
+                    kw[k] = self._built.setdefault(("dict", k, _key(v)), v)
+                except (RecursionError, ValueError):
+                    pass
+        kw["args"] = args
+        kw["explanation"] = explanation
+        return CompileRecord.from_fields(kw)
+
+
+#: Per-record dicts of scalars that repeat across a log (cost and memory analyses, config states).
+_SMALL_DICTS = frozenset({"cost", "memory", "config", "jit_leaves"})
+
+
+_KEY = json.JSONEncoder(check_circular=False, separators=(",", ":"))
+
+
+def _key(value: Any) -> str:
+    """A key equal only for JSON values equal in content and types (``1``, ``1.0`` and ``true`` differ)."""
+    return _KEY.encode(value)
+
+
+def _build(name: str, value: Any, one: Any) -> tuple[Any, str | None]:
+    """``(built, None)`` for a valid ``args`` list or ``explanation``, else ``(None, problem)``."""
+    if name == "args":
+        problem = _args_problem(value)
+        if problem is not None:
+            return None, problem
+        try:
+            return one(tuple(one(ArgSignature.from_dict(a)) for a in value or ())), None
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            return None, f"not a compile record ({type(exc).__name__}: {exc})"
+    problem = _explanation_problem(value)
+    if problem is not None:
+        return None, problem
+    if value is None:
+        return None, None
+    try:
+        return one(Explanation.from_dict(value)), None
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        return None, f"not a compile record ({type(exc).__name__}: {exc})"
 
 
 def _lines(handle: Any) -> Iterator[tuple[int, bytes, bool]]:
@@ -151,7 +205,9 @@ def _lines(handle: Any) -> Iterator[tuple[int, bytes, bool]]:
         yield number, line, True
 
 
-def _record(line: bytes, skipped: list[tuple[str, int, str]], source: str, number: int) -> CompileRecord | None:
+def _record(
+    line: bytes, skipped: list[tuple[str, int, str]], source: str, number: int, shared: _Shared
+) -> CompileRecord | None:
     """The record on ``line``, or ``None`` with the reason added to ``skipped``."""
     try:  # json's own recursion guard bounds nesting: nothing below walks a record recursively
         d = json.loads(line.decode("utf-8", errors="replace"))
@@ -162,12 +218,17 @@ def _record(line: bytes, skipped: list[tuple[str, int, str]], source: str, numbe
         reason = "partial last line" if not line.endswith(b"\n") else "not valid JSON"
         skipped.append((source, number, reason))
         return None
-    problem = _problem(d)
+    problem = _fields_problem(d)
+    args = explanation = None
+    if problem is None:
+        args, problem = shared.part("args", d.get("args"))
+    if problem is None:
+        explanation, problem = shared.part("explanation", d.get("explanation"))
     if problem is not None:
         skipped.append((source, number, problem))
         return None
     try:
-        return CompileRecord.from_dict(d)
+        return shared.record(d, args, explanation)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         skipped.append((source, number, f"not a compile record ({type(exc).__name__}: {exc})"))
     return None
@@ -179,6 +240,11 @@ def _problem(d: Any) -> str | None:
     Checks the types the readers rely on, so a hand-edited line fails here, named,
     rather than later in a table.
     """
+    return _fields_problem(d) or _args_problem(d.get("args")) or _explanation_problem(d.get("explanation"))
+
+
+def _fields_problem(d: Any) -> str | None:
+    """``_problem`` for everything but ``args`` and ``explanation``."""
     if not isinstance(d, dict):
         return f"not a compile record (a JSON {type(d).__name__})"
     schema = d.get("schema")
@@ -200,7 +266,11 @@ def _problem(d: Any) -> str | None:
         value = d.get(name)
         if value is not None and not (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
             return f"field {name!r} is not {_KIND_NAMES[kind]}"
-    args = d.get("args") or []
+    return None
+
+
+def _args_problem(args: Any) -> str | None:
+    args = args or []
     if not isinstance(args, list):
         return "field 'args' is not a list"
     for a in args:
@@ -212,7 +282,10 @@ def _problem(d: Any) -> str | None:
         shape = a.get("shape")
         if shape is not None and not (isinstance(shape, list) and all(type(x) is int for x in shape)):
             return f"args {a['path']!r}: 'shape' is not a list of integers"
-    exp = d.get("explanation")
+    return None
+
+
+def _explanation_problem(exp: Any) -> str | None:
     if exp is not None and not (isinstance(exp, dict) and isinstance(exp.get("changes", []), list)):
         return "field 'explanation' is not an object with a 'changes' list"
     if exp is not None and exp.get("compared_to") is not None and not _is_int(exp["compared_to"]):

@@ -235,6 +235,12 @@ class CompileRecord:
         kw["args"] = tuple(ArgSignature.from_dict(a) for a in kw.get("args") or ())
         if kw.get("explanation") is not None:
             kw["explanation"] = Explanation.from_dict(kw["explanation"])
+        return cls.from_fields(kw)
+
+    @classmethod
+    def from_fields(cls, kw: dict[str, Any]) -> "CompileRecord":
+        """Build a record from its fields, ``args`` and ``explanation`` already built (a log
+        reader builds each distinct one once); raises ``KeyError``/``TypeError`` on bad input."""
         for required in ("function", "qualname", "compile_index", "time_unix"):
             if required not in kw:
                 raise KeyError(required)

@@ -27,6 +27,7 @@ JSON (``to_json``), schema ``jaxdiag.compiles/1``:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
@@ -52,13 +53,18 @@ _MAX_SITES = 2
 def call_site_text(record: CompileRecord) -> str:
     """``train.py:42 (train)``: the call site (relative to the working folder, else the file's
     name; JSON keeps the full path) and the function it is in."""
-    site = record.call_site or "?"
+    return _site_text(record.call_site, record.call_function, os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)  # a long log repeats a few call sites a million times
+def _site_text(call_site: str | None, call_function: str | None, cwd: str) -> str:
+    site = call_site or "?"
     try:
-        rel = os.path.relpath(site)
+        rel = os.path.relpath(site, cwd)
         site = rel if not rel.startswith("..") else os.path.basename(site)
     except ValueError:
         site = os.path.basename(site)
-    return f"{site} ({record.call_function})" if record.call_function else site
+    return f"{site} ({call_function})" if call_function else site
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,8 +147,9 @@ def function_rows(records: Sequence[CompileRecord]) -> list[FunctionRow]:
                 counts[(UNKNOWN_CAUSE, "", None)] += 1
             elif not changes:
                 counts[(SAME_SIGNATURE, "", None)] += 1
-            # Several axes of one leaf, or one leaf in several fields, count once per kind.
-            counts.update({(c.what, c.path, c.axis) for c in changes})
+            # Several axes of one leaf, or one leaf in several fields, count once per kind; in the
+            # explanation's order, so that causes with equal counts keep one order from run to run.
+            counts.update(dict.fromkeys((c.what, c.path, c.axis) for c in changes).keys())
             names.update({(c.what, c.path, c.axis): c.label for c in changes if c.label})
         causes = tuple(Cause(w, p, a, n, names.get((w, p, a))) for (w, p, a), n in counts.most_common())
         name = recs[0].function

@@ -1,0 +1,145 @@
+"""A long run's log repeats its signatures: read once per distinct one, and what is read is unchanged.
+
+The log comes from a real program under ``jaxdiag.jit`` (several functions recompiling
+for a batch axis, a Python scalar, a static argument, a dtype), repeated as a long
+run or many restarts would write it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jaxdiag.recording.advice import advise, with_explanations
+from jaxdiag.recording.log_reader import CompileLog, read_compile_log
+from jaxdiag.recording.records import CompileRecord
+from jaxdiag.render.compiles_table import function_rows, render, to_json
+
+PROGRAM = r"""
+import functools
+import jax, jax.numpy as jnp
+import jaxdiag
+
+@jaxdiag.jit
+def train_step(w, x, y, lr):
+    return w - lr * jax.grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
+
+@functools.partial(jaxdiag.jit, static_argnames=("mode",))
+def evaluate(w, x, mode):
+    return jnp.mean(x @ w) if mode == "mean" else jnp.max(x @ w)
+
+w = jnp.zeros((8, 2))
+for batch in (4, 6, 4, 3):
+    x, y = jnp.ones((batch, 8)), jnp.ones((batch, 2))
+    w = train_step(w, x, y, 0.1)
+    w = train_step(w, x, y, jnp.float32(0.1))
+    w = train_step(w.astype(jnp.bfloat16), x.astype(jnp.bfloat16), y.astype(jnp.bfloat16), 0.1).astype(jnp.float32)
+    for mode in ("mean", "max", "min"):
+        evaluate(w, x, mode)
+"""
+
+
+@pytest.fixture(scope="module")
+def real_lines(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    folder = tmp_path_factory.mktemp("log")
+    env = {**os.environ, "JAXDIAG_LOG_DIR": str(folder), "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-c", PROGRAM], env=env, check=True, timeout=300)
+    lines = [ln for f in sorted(folder.glob("compiles*.jsonl")) for ln in f.read_text().splitlines() if ln]
+    assert len({json.loads(ln)["function"] for ln in lines}) == 2
+    assert any(json.loads(ln).get("explanation") for ln in lines)
+    return lines
+
+
+def _repeated(lines: list[str], rounds: int) -> list[str]:
+    """``lines`` again ``rounds`` times, each round later, as restarts of the program append them."""
+    base = [json.loads(ln) for ln in lines]
+    span = max(r["time_unix"] for r in base) - min(r["time_unix"] for r in base) + 1.0
+    return [json.dumps({**r, "time_unix": r["time_unix"] + k * span}) for k in range(rounds) for r in base]
+
+
+def _plain(lines: list[str]) -> CompileLog:
+    """The log as each line read on its own would give it (no sharing between lines)."""
+    records = sorted((CompileRecord.from_dict(json.loads(ln)) for ln in lines), key=lambda r: r.time_unix)
+    return CompileLog(tuple(records), ())
+
+
+def test_records_equal_those_read_line_by_line(tmp_path: Path, real_lines: list[str]) -> None:
+    lines = _repeated(real_lines, 20)
+    path = tmp_path / "compiles.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_compile_log(path)
+    assert log.skipped_lines == ()
+    assert log.records == _plain(lines).records
+
+
+def test_table_and_json_equal_those_of_records_read_line_by_line(tmp_path: Path, real_lines: list[str]) -> None:
+    """What ``jaxdiag compiles`` prints (text and --json) is what the records read one by one give."""
+    lines = _repeated(real_lines, 5)
+    path = tmp_path / "compiles.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    plain = _plain(lines)
+    records = with_explanations(plain.records)
+    expected_log = CompileLog(records, (str(path),))
+    expected_json = to_json(expected_log, advise(records))
+    expected_text = render(expected_log, advise(records), width=200, color=False)
+    env = {**os.environ, "COLUMNS": "200"}
+    run = [sys.executable, "-m", "jaxdiag", "compiles", str(path)]
+    out_json = subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, check=True, timeout=300)
+    out_text = subprocess.run(
+        [*run, "--width", "200"], capture_output=True, text=True, env=env, check=True, timeout=300
+    )
+    assert json.loads(out_json.stdout) == expected_json
+    assert out_text.stdout == expected_text
+    assert "evaluate" in out_text.stdout and "static mode" in out_text.stdout
+
+
+def test_repeated_signatures_are_held_once(tmp_path: Path, real_lines: list[str]) -> None:
+    lines = _repeated(real_lines, 3)
+    path = tmp_path / "compiles.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    records = read_compile_log(path).records
+    n = len(real_lines)
+    for a, b in zip(records[:n], records[n : 2 * n]):
+        assert a.args is b.args and a.qualname is b.qualname
+        assert a.explanation is b.explanation
+        assert a.time_unix != b.time_unix
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "reason"),
+    [
+        ({"shape": [4, 8]}, {"shape": [4.0, 8]}, "'shape' is not a list of integers"),
+        ({"shape": [1, 8]}, {"shape": [True, 8]}, "'shape' is not a list of integers"),
+        ({"dtype": "float32"}, {"dtype": 1}, "'dtype' is not text"),
+    ],
+)
+def test_a_bad_copy_of_a_signature_already_read_is_still_refused(
+    tmp_path: Path, real_lines: list[str], first: dict, second: dict, reason: str
+) -> None:
+    """Signatures are checked once per exact JSON text: an equal-comparing variant (``1.0``, ``true``) is not let through."""
+    base = json.loads(real_lines[0])
+    leaf = {"path": "args[9]", "kind": "array", "dtype": "float32", "weak_type": False}
+    good = {**base, "args": [*base["args"], {**leaf, **first}]}
+    bad = {**base, "time_unix": base["time_unix"] + 1, "args": [*base["args"], {**leaf, **second}]}
+    path = tmp_path / "compiles.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    log = read_compile_log(path)
+    assert len(log.records) == 1
+    assert [(n, why) for _, n, why in log.skipped_lines] == [(2, f"args 'args[9]': {reason}")]
+
+
+def test_causes_with_equal_counts_keep_the_explanations_order(tmp_path: Path, real_lines: list[str]) -> None:
+    """x and y change size together: the two causes tie, and come in the explanation's order every time."""
+    records = with_explanations(_plain(real_lines).records)
+    row = next(r for r in function_rows(records) if r.function == "train_step")
+    first = next(
+        r for r in records if r.explanation and len({c.path for c in r.explanation.changes if c.what == "shape"}) > 1
+    )
+    tied = [c.path for c in row.causes if c.what == "shape"]
+    assert len(tied) >= 2 and len({c.count for c in row.causes if c.what == "shape"}) == 1
+    assert tied == list(dict.fromkeys(c.path for c in first.explanation.changes if c.what == "shape"))
