@@ -46,7 +46,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.booking import booked_runs, in_flight
+from jaxdiag.analyses.booking import between_programs, booked_runs, in_flight, op_steps
 from jaxdiag.analyses.device_waiting import device_idle, device_waiting
 from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
@@ -181,8 +181,15 @@ def _booked_busy(frames: Any, host: str, ops: "pd.DataFrame", win: "pd.DataFrame
     spans = intervals_of(ops)
     mine = np.zeros(len(ops), dtype=bool)
     mine[rows] = True
+    # Work between steps (an evaluation queued behind the steps) is no step's, wherever it ran: its
+    # rows in ``between_steps`` hold it, as small ops and top ops leave it out.
+    modules = ops[F.HLO_MODULE].to_numpy(object)
+    between = between_programs(
+        frames, modules, op_steps(frames, host, ops, win), int(win.loc[win[F.STEP] >= 0, F.STEP].nunique())
+    )
+    others = ~mine & ~np.isin(modules, list(between)) if between else ~mine
     index = {int(s): k for k, s in enumerate(win[F.STEP].to_numpy(np.int64))}
-    out = iv.covered_in_windows(iv.union(spans[~mine]), lo, hi).astype(np.int64)
+    out = iv.covered_in_windows(iv.union(spans[others]), lo, hi).astype(np.int64)
     order = np.argsort(ops[F.RUN_ID].to_numpy(np.int64)[rows], kind="stable")
     runs = ops[F.RUN_ID].to_numpy(np.int64)[rows[order]]
     firsts = np.flatnonzero(np.r_[True, runs[1:] != runs[:-1]])
