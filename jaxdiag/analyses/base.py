@@ -37,28 +37,25 @@ def severity_for(time_lost_ms: float, total_ms: float) -> Severity:
     return Severity.INFO
 
 
-def steady_wall_ms(steps: Iterable[Mapping[str, Any]]) -> float:
-    """The analysed steps' wall time outside compiles: what the window costs once nothing compiles.
-
-    A compile counts for the time the device waited for it (``compile_wait_ms``), not for host
-    compile time the device spent working through executions queued ahead.
+def steady_wall_ms(steps: Iterable[Mapping[str, Any]], steady_steps_per_s: float | None = None) -> float:
+    """The analysed steps' wall time outside compile waits: what the window costs once nothing compiles.
 
     The total every finding is graded against (``graded``). A compile is paid once, a stall
     every step: against the whole window, two recompiles in a short capture would make a
-    stall that costs a third of every steady step read as minor. Falls back to the whole
-    wall time when every step compiled.
+    stall that costs a third of every steady step read as minor. Where the host ran ahead of
+    the device, the steps' host windows are shorter than the device's steps: with
+    ``steady_steps_per_s`` measured from device executions, the steps cost at least that
+    pace. Falls back to the whole wall time when every step compiled.
     """
     rows = list(steps)
     wall = sum(float(s.get("wall_ms") or 0.0) for s in rows)
-    steady = sum(max(0.0, float(s.get("wall_ms") or 0.0) - _compile_cost_ms(s)) for s in rows)
+    steady = sum(
+        max(0.0, float(s.get("wall_ms") or 0.0) - float(s.get("compile_wait_ms", s.get("compile_ms")) or 0.0))
+        for s in rows
+    )
+    if steady_steps_per_s and steady_steps_per_s > 0:
+        steady = max(steady, len(rows) * 1000.0 / steady_steps_per_s)
     return steady if steady > 0 else wall
-
-
-def _compile_cost_ms(step: Mapping[str, Any]) -> float:
-    """What a step's compiles cost it: ``compile_wait_ms`` (the device waited), else, in a report
-    saved before that column, ``compile_ms`` (host compile time)."""
-    value = step.get("compile_wait_ms")
-    return float(step.get("compile_ms") or 0.0) if value is None else float(value or 0.0)
 
 
 def graded(finding: "Finding", step_time_ms: float) -> "Finding":

@@ -221,14 +221,13 @@ def _findings(r: BetweenSteps, inputs: AnalysisInputs, steady_ms: float) -> tupl
     left_out = (
         f" The {setup:.1f} ms before step 0 (work queued before the loop) is not counted here." if setup > 0 else ""
     )
-    share = total / steady_ms * 100 if steady_ms > 0 else 0
     return (
         Finding(
             kind="between_steps",
             severity=severity_for(total, steady_ms),
             time_lost_ms=total,
             message=(
-                f"Work between steps took {total:.1f} ms ({share:.0f}% of step time outside compiles), outside every "
+                f"Work between steps took {total:.1f} ms, outside every "
                 f"step: {listed}{more}. It is left out of the step figures and steady throughput.{left_out}"
             ),
             suggestion=(

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -300,3 +300,12 @@ def _mfu_over(rows: list[StepRate], flops_of: Any, peak: float | None) -> float 
         return None
     total = sum(r.period_ms for r in rows)
     return None if total <= 0 else sum(flops) / (total / 1e3) / peak
+
+
+def device_steady_rate(section: Mapping[str, Any]) -> float | None:
+    """The steady steps/s of a throughput section where it was measured from device executions
+    (``steady_from``), else ``None``: the pace the device kept, whatever the host's step windows say."""
+    if not str(section.get("steady_from") or "").startswith("device executions"):
+        return None
+    value = section.get("steady_steps_per_s")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
