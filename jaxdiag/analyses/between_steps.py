@@ -11,7 +11,9 @@ evaluation) are a row too, ``after step N``, as are those cut out of the first s
 A row holds only other programs' executions: the step's program runs in the steps, even when a
 host that ran ahead queued it long before the device ran it. Where executions pair with their
 dispatches (XLA:CPU run ids, TPU module spans), an execution belongs to the row between the steps
-whose dispatches surround its own; a row is narrowed to end and begin clear of the step's executions.
+whose dispatches surround its own, and the rows are those the dispatches make, wherever the device ran
+the work (it may run inside a later step's time, with no hole cut there); a row is narrowed to end and
+begin clear of the step's executions.
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         after = np.where(queued_after != _UNBOOKED, queued_after == steps[-1], e_start >= hi[-1])
         if after.any():
             spans.append((len(steps) - 1, int(hi[-1]), int(e_end[after].max())))
+        by_dispatch = bool((queued_after != _UNBOOKED).any())
+        if by_dispatch:  # a row wherever work was dispatched between steps, whenever the device ran it
+            spans = _dispatched_spans(spans, steps, queued_after, e_start, e_end)
         if not spans:
             continue
         ops = device_ops(frames, host)
@@ -150,7 +155,7 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
             # Booked by the dispatch that queued it where executions pair with dispatches: a host that
             # runs ahead queues the work between two steps long before the device runs it.
             inside = np.where(queued_after != _UNBOOKED, queued_after == after_step, (e_start < b) & (e_end > a))
-            if not inside.any():
+            if not inside.any() and not by_dispatch:
                 inside = (e_start < b) & (e_end > a)
             if not inside.any():
                 continue
@@ -167,6 +172,34 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
             rows.append(BetweenRow(host, after_step, before_step, a, b, float(busy_ms), programs))
     result = BetweenSteps(tuple(rows))
     return dataclasses.replace(result, findings=_findings(result, inputs, steady_ns / 1e6))
+
+
+def _dispatched_spans(
+    spans: list[tuple[int, int, int]],
+    steps: np.ndarray,
+    queued_after: np.ndarray,
+    e_start: np.ndarray,
+    e_end: np.ndarray,
+) -> list[tuple[int, int, int]]:
+    """The stretches between steps where executions are booked by dispatch: one for each step (by position
+    in ``steps``; -1 before the first) after which other programs' work was dispatched, and each gap of
+    ``spans`` (cut by time) that holds unbooked work. A gap that holds the row's work is its stretch (as
+    without dispatches); otherwise the stretch is that work's own, wherever the device ran it."""
+    position = {int(s): k for k, s in enumerate(steps.tolist())}
+    gaps = {k: (a, b) for k, a, b in spans}
+    unbooked = queued_after == _UNBOOKED
+    out: dict[int, tuple[int, int]] = {}
+    for k, (a, b) in gaps.items():
+        if (unbooked & (e_start < b) & (e_end > a)).any():
+            out[k] = (a, b)
+    for step in set(queued_after[queued_after >= -1].tolist()):
+        k = position.get(int(step), -1)
+        if k < 0 and step != -1:  # a step left out of the windows
+            continue
+        first, last = int(e_start[queued_after == step].min()), int(e_end[queued_after == step].max())
+        a, b = gaps.get(k, (first, last))
+        out[k] = (a, b) if a < last and b > first else (first, last)
+    return [(k, a, b) for k, (a, b) in sorted(out.items())]
 
 
 #: ``_queued_after`` of an execution whose dispatch is not known.
