@@ -268,7 +268,7 @@ def _functions(records: Iterable[Mapping[str, Any]]) -> list[FunctionSharding]:
             continue
         try:
             facts = ShardingFacts.from_dict(raw)
-        except (AttributeError, KeyError, TypeError, ValueError):  # a hand-edited record: no facts
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError):  # a hand-edited record: no facts
             continue
         if facts.mesh.n_devices <= 1:  # a single-device program (analysis on) has no placement to show
             continue

@@ -205,12 +205,18 @@ def _lines(handle: Any) -> Iterator[tuple[int, bytes, bool]]:
         yield number, line, True
 
 
+def _unknown(_constant: str) -> None:
+    return None
+
+
 def _record(
     line: bytes, skipped: list[tuple[str, int, str]], source: str, number: int, shared: _Shared
 ) -> CompileRecord | None:
     """The record on ``line``, or ``None`` with the reason added to ``skipped``."""
     try:  # json's own recursion guard bounds nesting: nothing below walks a record recursively
-        d = json.loads(line.decode("utf-8", errors="replace"))
+        # NaN and Infinity (Python's json writes them for a cost analysis' unknown figures) read as
+        # unknown: no count, size or shape is infinite.
+        d = json.loads(line.decode("utf-8", errors="replace"), parse_constant=_unknown)
     except RecursionError:
         skipped.append((source, number, "nested too deeply to be a compile record"))
         return None
