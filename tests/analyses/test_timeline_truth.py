@@ -299,6 +299,9 @@ def test_an_eager_evaluation_compiling_each_shape_once_is_one_off(captures: Path
         assert row["compile_wait_ms"] <= truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 + 1e-3
         assert row["compile_wait_ms"] <= row["compile_ms"] + 1e-3
     # A step whose compiles ran while the device worked through queued steps stays in the steady rate.
+    # (Which steps' compiles ran under queued work depends on the scheduler: each such step is checked.)
     compiled = {s["step"] for s in report.throughput["per_step"] if s["compiled"]}
-    assert any(row["compile_ms"] > 0 and row["step"] not in compiled for row in report.steps)
+    for row in report.steps:
+        if row["compile_ms"] > 0 and row["compile_wait_ms"] == 0:
+            assert row["step"] not in compiled, row
     assert all(report.steps[s]["compile_wait_ms"] > 0 for s in compiled)
