@@ -58,9 +58,14 @@ def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float)
     ) or (", ".join(c.arrays) if c.arrays else "an intermediate array")
     per_call = c.bytes * c.count
     loop = f" ({c.count} runs per call)" if c.count > 1 else ""
+    # Newer XLA names a gather of an argument by the argument (already the user's name, see
+    # ``sharding.names``) rather than by the JAX op that consumes it.
+    argument = f.facts.input_named(c.op_name) if c.op_name else None
+    source = f"the argument {argument.label}" if argument is not None else c.op_name or "no JAX op"
+    consumer = "an op" if argument is not None else _prim(c.op_name)
     msg = (
         f"{f.function} {what} {target} over {_axes_text(c.mesh_axes)} on every call: "
-        f"{format_bytes(per_call)} per device per call{loop} ({c.name}, from {c.op_name or 'no JAX op'})."
+        f"{format_bytes(per_call)} per device per call{loop} ({c.name}, from {source})."
     )
     if undone:
         names = ", ".join(leaf.label for leaf in undone)
@@ -72,7 +77,7 @@ def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float)
             if leaf.label in suggested
         ]
         suggestion = (
-            f"{names} is sharded but its consumer ({_prim(c.op_name)}) needs it whole along "
+            f"{names} is sharded but its consumer ({consumer}) needs it whole along "
             f"{_axes_text(c.mesh_axes)}. "
             + (
                 f"Split it over that axis on another dimension, one its consumer keeps sharded "

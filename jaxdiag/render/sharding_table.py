@@ -256,7 +256,11 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
         keep = [i for i, (col, _) in enumerate(columns) if wide or col not in ("kind", "JAX op")]
         rows = []
         op_names: list[str] = []  # the JAX op paths, too long for a column, go below the table
+        # Newer XLA names a gather of an argument by the argument (the user's name by now).
+        args = {str(x.get("name")) for x in fn.get("inputs") or () if isinstance(x, dict) and x.get("name")}
         for c in colls:
+            op = str(c.get("op_name") or "")
+            arg = f"argument {op}" if op in args else None
             origin = str(c.get("origin"))
             style = "yellow" if origin == "resharding" else ""
             runs = f" ×{c.get('count')}" if _is_num(c.get("count")) and c["count"] > 1 else ""
@@ -268,12 +272,12 @@ def print_functions(section: Mapping[str, Any], console: "Console", *, detail: b
                 escape(_bytes(c.get("bytes_per_call")) + runs),
                 f"[{style}]{origin}[/{style}]" if style else origin,
                 escape(_arrays(c)),
-                escape(_primitive(str(c.get("op_name") or ""))),
+                escape(arg or _primitive(op)),
                 _ms(c.get("timeline_ms")) if c.get("timeline_count") else "—",
             ]
             rows.append([cells[i] for i in keep])
-            if c.get("op_name"):
-                op_names.append(f"{c.get('name')}: {c.get('op_name')}")
+            if op:
+                op_names.append(f"{c.get('name')}: {arg or op}")
         t = _table([columns[i] for i in keep], rows, "array", console.width, pad_edge=False)
         console.print(t)
         for line in op_names:

@@ -44,8 +44,16 @@ def with_user_names(sharding: dict[str, Any] | None, args: Sequence[Any]) -> dic
         inputs.append({**leaf, "name": label})
     if not renamed and inputs == given:
         return sharding
+    # XLA names a collective that gathers an argument by that argument's path on newer JAX
+    # (``model.states[0][0]`` where older releases gave the consuming op): the user's name, too.
     collectives = [
-        {**c, "arrays": [renamed.get(a, a) for a in c.get("arrays") or ()]} if isinstance(c, dict) else c
+        {
+            **c,
+            "arrays": [renamed.get(a, a) for a in c.get("arrays") or ()],
+            **({"op_name": renamed[c["op_name"]]} if c.get("op_name") in renamed else {}),
+        }
+        if isinstance(c, dict)
+        else c
         for c in sharding.get("collectives") or ()
     ]
     return {**sharding, "inputs": inputs, "collectives": collectives}
