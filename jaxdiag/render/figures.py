@@ -30,6 +30,8 @@ COLORS = {
     "exposed collectives": "#F58518",
     "overlapped": "#54A24B",
     "compile": "#E45756",
+    "compile wait": "#E45756",
+    "in-execution gaps": "#D8B5A5",
     "idle": "#BAB0AC",
     "steady": "#4C78A8",
 }
@@ -79,13 +81,17 @@ def default_step(report: "Report") -> int | None:
 
 
 def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
-    """Stacked bars per step: device compute, exposed collectives, host wait by cause, compile, idle.
+    """Stacked bars per step: device compute, exposed collectives, host wait by cause, compile wait,
+    in-execution gaps, idle; disjoint parts that add up to the step's wall time.
 
-    Host waits are split by the causes of ``host_waits.by_step``; compile is its own
-    component (the step breakdown keeps compile time out of host waits). Idle is the
-    rest of the step's wall time. A button switches between milliseconds and shares
-    of each step. More than ``max_bars`` steps are averaged in groups of consecutive
-    steps, and the chart says so.
+    Host waits (``host_wait_ms``) are split by the causes of ``host_waits.by_step``; their
+    compile part is drawn as ``compile wait`` (``compile_wait_ms``: the device waiting for a
+    compile), never the host's ``compile_ms``, which may overlap device work. In-execution
+    gaps are device idle with an execution in flight, not host waits. Idle is the rest of
+    the step's wall time. A report without ``compile_wait_ms`` (before 1.4, whose
+    ``host_wait_ms`` left compiles out) draws its ``compile_ms`` as the compile wait. A
+    button switches between milliseconds and shares of each step. More than ``max_bars``
+    steps are averaged in groups of consecutive steps, and the chart says so.
     """
     go = _go()
     title = "Where each step's time went"
@@ -103,7 +109,7 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
     unknown = "host wait (cause unknown)"
     rows: dict[str, list[float]] = {"device compute": [], "exposed collectives": []}
     rows.update({f"host wait: {c}": [] for c in causes})
-    rows.update({unknown: [], "compile": [], "idle": []})
+    rows.update({unknown: [], "compile wait": [], "in-execution gaps": [], "idle": []})
     walls: list[float] = []
     for s in steps:
         wall, busy, exposed = _ms(s.get("wall_ms")), _ms(s.get("device_busy_ms")), _ms(s.get("exposed_collective_ms"))
@@ -112,8 +118,14 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
         rows["exposed collectives"].append(exposed)
         for c in causes:
             rows[f"host wait: {c}"].append((waits or {}).get(c, 0.0))
-        rows[unknown].append(_ms(s.get("host_wait_ms")) if waits is None else 0.0)
-        rows["compile"].append(_ms(s.get("compile_ms")))
+        if "compile_wait_ms" in s:  # 1.4: host_wait_ms holds the compile wait
+            compile_wait = _ms(s.get("compile_wait_ms"))
+            rows[unknown].append(max(_ms(s.get("host_wait_ms")) - compile_wait, 0.0) if waits is None else 0.0)
+        else:  # older reports: host_wait_ms left compiles out, compile_ms was their part
+            compile_wait = _ms(s.get("compile_ms"))
+            rows[unknown].append(_ms(s.get("host_wait_ms")) if waits is None else 0.0)
+        rows["compile wait"].append(compile_wait)
+        rows["in-execution gaps"].append(_ms(s.get("in_execution_gap_ms")))
         used = sum(r[-1] for name, r in rows.items() if name != "idle")
         rows["idle"].append(max(wall - used, 0.0))
         walls.append(wall)

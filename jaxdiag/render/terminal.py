@@ -153,8 +153,9 @@ def _steps(report: "Report", console: "Console") -> None:
         ("step", "step"),
         ("wall_ms", "wall"),
         ("device_busy_ms", "device busy"),
-        ("host_wait_ms", "host wait"),
-        ("compile_ms", "compile"),
+        ("host_wait_ms", "host wait"),  # compile waits included
+        ("compile_wait_ms", "of it compile"),
+        ("compile_ms", "host compile"),  # may overlap device work
         ("collective_ms", "collective"),
         ("exposed_collective_ms", "exposed coll."),
         ("tokens", count_unit(report)),

@@ -73,12 +73,16 @@ def test_step_breakdown_stacks_each_step_to_its_wall_time(cpu_report, cpu_trace_
     total = np.sum([np.asarray(t.y, dtype=float) for t in fig.data], axis=0)
     for i, step in enumerate(x):
         s = steps[step]
-        parts = s["device_busy_ms"] + s["host_wait_ms"] + s["compile_ms"]
+        # host_wait_ms holds the compile wait; compile_ms (host compile time) is no part of its own.
+        parts = s["device_busy_ms"] + s["host_wait_ms"] + s["in_execution_gap_ms"]
         # The idle part fills the step up to its wall time unless the parts overlap past it.
         assert total[i] == pytest.approx(max(s["wall_ms"], parts), rel=0.02, abs=0.05)
-    compile_ms = dict(zip(x, trace(fig, "compile").y))
-    assert compile_ms[cpu_trace_dir.recompile_step] > 1.0
-    assert all(v == 0 for k, v in compile_ms.items() if k < cpu_trace_dir.recompile_step)
+    compile_wait = dict(zip(x, trace(fig, "compile wait").y))
+    assert compile_wait == {k: pytest.approx(steps[k]["compile_wait_ms"]) for k in x}
+    assert compile_wait[cpu_trace_dir.recompile_step] > 1.0
+    assert all(v == 0 for k, v in compile_wait.items() if k < cpu_trace_dir.recompile_step)
+    gaps = dict(zip(x, trace(fig, "in-execution gaps").y))
+    assert gaps == {k: pytest.approx(steps[k]["in_execution_gap_ms"]) for k in x}
     load = dict(zip(x, trace(fig, "host wait: load_batch").y))
     for step in cpu_trace_dir.sleep_steps:
         assert load[step] > 0.8 * cpu_trace_dir.sleep_s * 1000
@@ -86,6 +90,19 @@ def test_step_breakdown_stacks_each_step_to_its_wall_time(cpu_report, cpu_trace_
     pct = fig.layout.updatemenus[0].buttons[1].args[0]["y"]
     assert len(pct) == len(fig.data)
     np.testing.assert_allclose(np.sum(pct, axis=0), 100 * total / [steps[s]["wall_ms"] for s in x], rtol=1e-6)
+
+
+def test_step_breakdown_draws_the_compile_wait_inside_the_host_wait_once():
+    step = {"step": 0, "wall_ms": 12.0, "device_busy_ms": 2.0, "host_wait_ms": 5.0, "compile_ms": 4.0}
+    fig = figures.step_breakdown(make_report(steps=[{**step, "compile_wait_ms": 3.0}], host_waits={}))
+    assert trace(fig, "host wait (cause unknown)").y[0] == pytest.approx(2.0)
+    assert trace(fig, "compile wait").y[0] == pytest.approx(3.0)
+    assert trace(fig, "idle").y[0] == pytest.approx(5.0)
+    # Before 1.4, host_wait_ms left compiles out and compile_ms was the compile's part.
+    old = figures.step_breakdown(make_report(steps=[step], host_waits={}))
+    assert trace(old, "host wait (cause unknown)").y[0] == pytest.approx(5.0)
+    assert trace(old, "compile wait").y[0] == pytest.approx(4.0)
+    assert trace(old, "idle").y[0] == pytest.approx(1.0)
 
 
 def test_step_breakdown_averages_groups_of_steps_beyond_max_bars():
@@ -278,9 +295,8 @@ def test_big_real_trace_timeline_stays_within_the_rectangle_budget(shared_fixtur
     fig = figures.step_timeline(report, 5)  # the 10 s recompile step, over ten thousand events
     assert sum(len(t.x) for t in fig.data) <= 3000
     assert any("events drawn as" in t for t in annotations(fig))
-    compile_ms = dict(
-        zip(trace(figures.step_breakdown(report), "compile").x, trace(figures.step_breakdown(report), "compile").y)
-    )
+    compile_wait = trace(figures.step_breakdown(report), "compile wait")
+    compile_ms = dict(zip(compile_wait.x, compile_wait.y))
     assert compile_ms[5] > 1000 and compile_ms[8] > 1000
 
 

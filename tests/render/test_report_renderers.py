@@ -54,3 +54,23 @@ def test_a_program_that_counted_samples_reads_samples_per_second(tmp_path):
     page = html.render(report)
     assert "steady samples/s" in page and "tokens/s" not in page
     assert figures.throughput(report).layout.yaxis.title.text == "samples/s"
+
+
+def test_terminal_step_table_tells_the_compile_wait_from_the_host_compile_time():
+    step = {
+        "step": 7,
+        "wall_ms": 50.0,
+        "device_busy_ms": 1.0,
+        "host_wait_ms": 40.0,
+        "compile_wait_ms": 30.0,
+        "compile_ms": 45.0,
+        "collective_ms": 0.0,
+        "exposed_collective_ms": 0.0,
+        "tokens": None,
+    }
+    text = terminal.render(make_report(steps=[step]), width=200)
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if "host wait" in line and "wall" in line)
+    assert re.search(r"host wait\W+of it compile\W+host compile", lines[header])
+    row = next(line for line in lines[header:] if line.split()[:1] == ["7"])
+    assert re.search(r"40\.0+\W+30\.0+\W+45\.0+", row)
