@@ -19,7 +19,8 @@ spent in a collective waiting for a later device of that host (``peer_waits``):
 it is ``waiting_for_devices_ms``, with the late device named in a
 ``collective_wait`` finding, and only the transfer itself (the shortest
 participant's duration) counts as communication. Advice names the flags of the
-platform the run used.
+platform the run used; the GPU and TPU flag advice is a guess, not applied by jaxdiag's tests (they run on CPU),
+and says so.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 SUGGESTION = (
-    "Let compute hide communication: turn on XLA's latency-hiding scheduler "
+    "A guess (not tested by jaxdiag on GPU): let compute hide communication: turn on XLA's latency-hiding scheduler "
     "(XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true), keep collectives "
     "asynchronous, and combine small ones (--xla_gpu_all_reduce_combine_threshold_bytes, "
     "--xla_gpu_all_gather_combine_threshold_bytes, --xla_gpu_reduce_scatter_combine_threshold_bytes) "
@@ -53,7 +54,7 @@ SUGGESTION = (
 SUGGESTIONS = {
     "gpu": SUGGESTION,
     "tpu": (
-        "Let compute hide communication: keep collectives asynchronous and fused with compute "
+        "A guess (not tested by jaxdiag on TPU): let compute hide communication: keep collectives asynchronous and fused with compute "
         "(LIBTPU_INIT_ARGS=--xla_tpu_enable_async_collective_fusion=true "
         "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
         "--xla_tpu_overlap_compute_collective_tc=true), and combine small collectives into fewer, larger ones."

@@ -2,11 +2,13 @@
 
 Truth comes from the trace through ``jax.profiler.ProfileData`` alone: XLA's compiles are the
 host's ``backend_compile`` events, device-to-host reads the host's ``np.asarray``/``ToLiteral``
-events, steps the ``StepTraceAnnotation`` events.
+events, steps the ``StepTraceAnnotation`` events, a stall in data loading the time inside the
+``load_batch`` annotation with no XLA:CPU execution in flight (``trace_truth``).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import jax
@@ -327,3 +329,93 @@ def test_batching_the_repeats_with_vmap_shrinks_the_small_ops(tmp_path):
         if f.kind == "small_ops" and f.evidence["module"] == "jit_per_row"
     ]
     assert not after or after[0].evidence["count"] < 0.25 * finding.evidence["count"]
+
+
+LOAD_SLEEP_S = 0.003
+
+
+def _loading(logdir: Path, prefetch: bool) -> Path:
+    """A training loop whose ``load_batch`` (a few ms of sleep, then numpy) runs each step, the loss read
+    each step; with ``prefetch``, the advice applied: a background thread prepares batch i+1 and puts it
+    on the device while step i runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    @jax.jit
+    def train_step(w, x):  # a few times longer on the device than a load: room to hide it
+        for _ in range(16):
+            x = jnp.tanh(x @ w)
+        return w + 1e-4 * x.mean(), (x**2).mean()
+
+    def load_batch(i: int):
+        with jax.profiler.TraceAnnotation("load_batch"):
+            time.sleep(LOAD_SLEEP_S)  # reading from disk, say
+            batch = np.full((384, 384), 1.0 / (i + 1), np.float32) + np.arange(384, dtype=np.float32)[:, None] * 1e-3
+            return jax.device_put(batch) if prefetch else batch
+
+    w = jnp.full((384, 384), 1e-3)
+    w, loss = train_step(w, jnp.ones((384, 384)))
+    float(loss)
+    steps = 11
+    with (
+        ThreadPoolExecutor(max_workers=1) as pool,
+        jaxdiag.capture(logdir, skip=1, take=steps - 1, run="prefetch" if prefetch else "inline") as cap,
+    ):
+        ahead = pool.submit(load_batch, 0) if prefetch else None
+        for i in range(steps):
+            with cap.step():
+                if ahead is not None:
+                    batch = ahead.result(timeout=60)
+                    ahead = pool.submit(load_batch, i + 1) if i + 1 < steps else None
+                else:
+                    batch = load_batch(i)
+                w, loss = train_step(w, batch)
+                float(loss)
+    return cap.run_dir
+
+
+def _load_stall_ns(run_dir: Path) -> tuple[int, int]:
+    """Time inside ``load_batch`` with no execution in flight, and how many ``load_batch`` spans lie inside
+    a ``train`` step (ProfileData alone, through ``trace_truth``)."""
+    from jax.profiler import ProfileData
+
+    from tests.analyses import trace_truth
+
+    (xplane,) = run_dir.glob("*.xplane.pb")
+    truth = trace_truth.read(xplane)
+    loads, steps = [], []
+    for plane in ProfileData.from_file(str(xplane)).planes:
+        for line in plane.lines:
+            for e in line.events:
+                span = (int(e.start_ns), int(e.start_ns + e.duration_ns))
+                if e.name == "load_batch":
+                    loads.append(span)
+                elif e.name == "train":
+                    steps.append(span)
+    inside = [(a, b) for a, b in loads if any(lo <= a < hi for lo, hi in steps)]
+    return sum(truth.nothing_in_flight_ns(a, b) for a, b in inside), len(inside)
+
+
+def _load_waits(run_dir: Path) -> list:
+    return [
+        f
+        for f in jaxdiag.report(run_dir).findings
+        if f.kind == "host_wait" and f.evidence["kind"] == "annotation" and f.evidence["cause"] == "load_batch"
+    ]
+
+
+def test_prefetching_the_batch_shrinks_the_load_batch_host_wait(tmp_path):
+    inline = _loading(tmp_path / "inline", prefetch=False)
+    stalled_ns, n_loads = _load_stall_ns(inline)
+    assert n_loads >= 9 and stalled_ns >= 0.5 * n_loads * LOAD_SLEEP_S * 1e9  # the device idled through the loads
+    (finding,) = _load_waits(inline)
+    assert "prefetch the next batch in a background thread" in finding.suggestion
+    assert "`jax.device_put`" in finding.suggestion
+    before_ms = finding.evidence["ms"]
+    assert before_ms == pytest.approx(stalled_ns / 1e6, rel=0.25)  # what the trace shows
+
+    prefetched = _loading(tmp_path / "prefetch", prefetch=True)  # the advice applied
+    after_ns, n_after = _load_stall_ns(prefetched)
+    assert n_after >= 9  # the loads still ran, on the background thread, inside the steps
+    assert after_ns < 0.5 * stalled_ns, (after_ns, stalled_ns)
+    after = _load_waits(prefetched)
+    assert not after or after[0].evidence["ms"] < 0.5 * before_ms, (after[0].evidence["ms"], before_ms)

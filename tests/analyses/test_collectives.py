@@ -117,6 +117,7 @@ def test_per_step_and_findings():
     assert "worst step 1" in f.message
     assert "--xla_gpu_enable_latency_hiding_scheduler=true" in f.suggestion
     assert "--xla_gpu_all_reduce_combine_threshold_bytes" in f.suggestion
+    assert f.suggestion.startswith("A guess (not tested by jaxdiag on GPU)")  # no GPU applies it in these tests
     d = r.to_dict()
     assert set(d) == {
         "overlap_fraction",
@@ -213,6 +214,9 @@ def test_synthetic_tpu_xspace(tmp_path):
     assert (k.kind, k.count) == ("all-reduce", 2)
     assert k.total_ms == pytest.approx(0.045)
     assert k.overlap_fraction == pytest.approx(0.0)
+    fine = collectives.analyze(AnalysisInputs(load(tmp_path), thresholds=Thresholds(min_finding_ms=0.01)))
+    (f,) = [f for f in fine.findings if f.kind == "exposed_collective"]
+    assert f.suggestion.startswith("A guess (not tested by jaxdiag on TPU)") and "LIBTPU_INIT_ARGS" in f.suggestion
 
 
 def test_collectives_outside_every_step_are_named_not_dropped():
