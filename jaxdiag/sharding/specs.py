@@ -67,8 +67,13 @@ def context_mesh(n_devices: int) -> Any:
     try:
         import jax
 
-        mesh = jax.sharding.get_mesh()
-    except Exception:  # a JAX without get_mesh, or no mesh set
+        get_mesh = getattr(jax.sharding, "get_mesh", None)
+        if get_mesh is None:  # JAX 0.8 keeps it private
+            from jax._src import mesh as mesh_lib
+
+            get_mesh = mesh_lib.get_concrete_mesh
+        mesh = get_mesh()
+    except Exception:  # a JAX without either, or no mesh set
         return None
     if mesh is None or not getattr(mesh, "axis_names", ()) or getattr(mesh, "devices", None) is None:
         return None
