@@ -53,7 +53,12 @@ _MAX_SITES = 2
 def call_site_text(record: CompileRecord) -> str:
     """``train.py:42 (train)``: the call site (relative to the working folder, else the file's
     name; JSON keeps the full path) and the function it is in."""
-    return _site_text(record.call_site, record.call_function, os.getcwd())
+    site, function = record.call_site, record.call_function
+    return _site_text(
+        site if site is None or isinstance(site, str) else str(site),  # a hand-edited log: any JSON value
+        function if function is None or isinstance(function, str) else str(function),
+        os.getcwd(),
+    )
 
 
 @functools.lru_cache(maxsize=4096)  # a long log repeats a few call sites a million times

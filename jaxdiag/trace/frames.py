@@ -31,7 +31,7 @@ FRAMEWORK_OP = "framework_op"  # tf_op / framework name scope, "" when unknown
 PROGRAM_ID = "program_id"  # int64 (unsigned ids keep their low 63 bits), -1 when unknown
 #: int64 id of one execution of a program (XLA:CPU's ``run_id`` op stat, a GPU kernel's where
 #: present), -1 when unknown: the ops of one execution share it.
-RUN_ID = "run_id"
+RUN_ID = "run_id"  # the execution an op belongs to: its XLA:CPU run_id mixed with its program id (host_plane.execution_id), -1 unknown
 STEP = "step"  # step number the event starts in, -1 outside every step
 CATEGORY = "category"  # one of CATEGORIES
 

@@ -278,9 +278,18 @@ def _add_cpu_op(cols: HostColumns, name: str, e: Any, no_hlo: set[str]) -> bool:
         "",
         program_id_of(stats.get("program_id")),
         "device",
-        run_id_of(stats.get("run_id")),
+        execution_id(run_id_of(stats.get("run_id")), program_id_of(stats.get("program_id"))),
     )
     return True
+
+
+def execution_id(run: int, program: int) -> int:
+    """One id per execution: XLA:CPU numbers runs per client, and JAX 0.8 starts a recompiled
+    program's run ids where the previous program's began, so a run id alone can name two
+    executions of two programs. Mixed with the program id (a multiplicative hash), it names one."""
+    if run < 0 or program < 0:
+        return run
+    return (run ^ (program * 0x9E3779B97F4A7C15)) & _INT63
 
 
 def program_id_of(value: Any) -> int:

