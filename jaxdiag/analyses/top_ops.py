@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -204,7 +204,7 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
             total_ms=float(sums[g]),
             per_step_ms=float(step_sums[g]) / counted if per_step and counted and step_sums[g] > 0 else None,
             share=float(sums[g]) / total if total > 0 else 0.0,
-            source=sources.get(function, ""),
+            source=sources(function, programs.get(g, ())),
             programs=programs.get(g, ()),
         )
 
@@ -323,14 +323,32 @@ def _device_records(frames: Any, host: str | None) -> list[dict[str, Any]]:
     return once(frames, ("device_records", host), records)
 
 
-def _function_sources(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Function name -> its source line (``file:line``), from compile records."""
-    out: dict[str, str] = {}
+def _function_sources(records: Iterable[Mapping[str, Any]]) -> Callable[[str, tuple[int, ...]], str]:
+    """The source line (``file:line``) of a function's program, from compile records.
+
+    Two jit objects may share a function name (and, when they lower to the same
+    program, JAX compiles once): a record whose ``program_id`` ran the op names
+    the line; without one, a name with one recorded line gives it, and a name
+    with several gives none rather than a guess.
+    """
+    by_program: dict[tuple[str, int], str] = {}
+    lines: dict[str, dict[str, None]] = {}
     for r in records:
-        name, source = r.get("function"), r.get("source")
-        if isinstance(name, str) and isinstance(source, str) and source:
-            out.setdefault(name, source)
-    return out
+        name, source, program = r.get("function"), r.get("source"), r.get("program_id")
+        if not (isinstance(name, str) and isinstance(source, str) and source):
+            continue
+        if isinstance(program, int):
+            by_program.setdefault((name, program), source)
+        lines.setdefault(name, {})[source] = None
+
+    def source(function: str, programs: tuple[int, ...]) -> str:
+        for p in programs:
+            if (function, p) in by_program:
+                return by_program[(function, p)]
+        known = lines.get(function, {})
+        return next(iter(known)) if len(known) == 1 else ""
+
+    return source
 
 
 # --- XProf's hlo_stats -------------------------------------------------------------

@@ -109,3 +109,16 @@ def test_h100_top_op_flops_against_cost_analysis(h100_mlp):
     assert row.flops == pytest.approx(expected, rel=0.05)  # the fusion also scales its input
     assert row.dtype == "float32" and row.bound == "memory" and row.source.endswith(".py:14")
     assert deep.ridge_point == pytest.approx(deep.peak_flops / deep.memory_bandwidth_bps)
+
+
+def test_a_function_name_shared_by_two_programs_takes_its_line_from_the_program_that_ran():
+    records = [
+        {"function": "step", "source": "a.py:1", "program_id": 11},
+        {"function": "step", "source": "b.py:2", "program_id": 12},
+        {"function": "loss", "source": "c.py:3"},
+    ]
+    source = top_ops._function_sources(records)
+    assert source("step", (12,)) == "b.py:2"
+    assert source("step", ()) == ""  # two lines, no program to tell them apart: no guess
+    assert source("loss", ()) == "c.py:3"
+    assert source("other", (11,)) == ""
