@@ -412,6 +412,8 @@ def _cached(key: _Key) -> _Traced | None:
 
 def _forget(key: _Key, traced: Any) -> None:
     """Drop ``key``'s entries if they are ``traced``'s (an id may be reused once it is)."""
+    if _cache_lock is None or _cache is None or _lent is None:  # interpreter exit cleared this module
+        return
     with _cache_lock:
         if traced is not None and _cache.get(key) is traced:
             del _cache[key]
@@ -433,18 +435,20 @@ def _lend(traced: _Traced, jitted: Any, holder: list[Any]) -> None:
         if _cached(key) is not traced:
             return
         try:
-            lent_to = weakref.ref(jitted, lambda ref: _give_back(key, traced, ref))
+            lent_to = weakref.ref(jitted, lambda ref, give_back=_give_back: give_back(key, traced, ref))
         except TypeError:
             return
         traced._lent_to[id(lent_to)] = lent_to  # by id: a jit object need not be hashable
         traced._holder = holder  # the newest, so it was made just before the newest jit object
         if _cache.get(key) is traced:
             del _cache[key]
-            _lent[key] = weakref.ref(traced, lambda ref: _forget(key, ref))
+            _lent[key] = weakref.ref(traced, lambda ref, forget=_forget: forget(key, ref))
 
 
 def _give_back(key: _Key, traced: _Traced, lent_to: Any) -> None:
     """A jit object of ``traced`` died: when it was the last, the cache holds ``traced`` again."""
+    if _cache_lock is None or _cache is None or _lent is None:  # interpreter exit cleared this module
+        return
     with _cache_lock:
         traced._lent_to.pop(id(lent_to), None)
         if traced._lent_to:
@@ -469,6 +473,8 @@ def _traced_for(fun: Any, max_compiles: int | None, on_exceed: str, analysis: bo
             return traced
         target = _Target(fun, max_compiles, on_exceed, analysis)
         traced = _Traced(fun, target)
-        traced._ref = weakref.ref(fun, lambda _, key=key, traced=weakref.ref(traced): _forget(key, traced()))
+        traced._ref = weakref.ref(
+            fun, lambda _, key=key, traced=weakref.ref(traced), forget=_forget: forget(key, traced())
+        )
         _cache[key] = traced
         return traced

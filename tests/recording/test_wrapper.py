@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -424,3 +427,31 @@ def test_grad_backward_inputs_are_not_named_after_the_functions_parameters():
     assert len(backward) == 2 and backward[1].explanation.changes
     assert all(a.label is None for r in backward for a in r.args)
     assert "w shape" not in backward[1].explanation.summary
+
+
+EXITING_PROGRAM = """
+import functools
+import jax, jax.numpy as jnp
+import jaxdiag
+
+@functools.partial(jaxdiag.jit, static_argnames=("mode",))
+def evaluate(w, mode):
+    return jnp.mean(w) if mode == "mean" else jnp.max(w)
+
+@jaxdiag.jit
+def normalize(batch):
+    return {k: v - v.mean() for k, v in batch.items()}
+
+for mode in ("mean", "max"):
+    evaluate(jnp.ones(3), mode)
+normalize({"a": jnp.ones(3)})
+print("done")
+"""
+
+
+def test_a_program_exits_as_quietly_as_with_jax_jit(tmp_path):
+    """Interpreter exit clears modules before the last weakref callbacks run: they stay silent."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAXDIAG_LOG_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", EXITING_PROGRAM], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout == "done\n"
+    assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr
