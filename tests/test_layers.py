@@ -2,7 +2,7 @@
 
 Layers, lowest first (each subpackage, or top-level module, in exactly one):
 
-0. foundation: ``errors``, ``files``, ``config`` (``Settings``), ``jax_internals`` (what JAX exposes).
+0. foundation: ``errors``, ``files``, ``processes`` (reading workers), ``config`` (``Settings``), ``jax_internals`` (what JAX exposes).
 1. recording and capture: ``recording``, ``capturing``, ``sharding`` (what a compile placed where),
    ``monitoring`` (a long run watched step by step).
 2. trace: ``trace`` (a capture read into frames).
@@ -32,7 +32,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxdiag"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "files", "config", "jax_internals"}),
+    frozenset({"errors", "files", "processes", "config", "jax_internals"}),
     frozenset({"recording", "capturing", "sharding", "monitoring"}),
     frozenset({"trace"}),
     frozenset({"analyses", "xprof_tools"}),

@@ -41,12 +41,11 @@ import mmap
 import multiprocessing
 import os
 import pickle
-import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from jaxdiag.errors import TraceFormatError
+from jaxdiag.processes import fork_is_safe, kill_workers
 from jaxdiag.trace import wire
 from jaxdiag.trace.discover import host_name
 from jaxdiag.trace.host_bytes import prepare_lines
@@ -163,7 +162,7 @@ def start(
         raise ValueError(f"start method {method!r}: expected one of {', '.join(METHODS)}")
     reading = Reading([_File(p) for p in paths], kind, include_python)
     if method in (None, "fork"):
-        method = "fork" if _fork_is_safe() else None
+        method = "fork" if fork_is_safe() else None
     if kind == "xplane" and not include_python and parallel is not False and method is not None:
         # This process reads too (``Reading.each``): with the workers, every core.
         reading._share(parallel is True, workers or max((os.cpu_count() or 1) - 1, 1), method)
@@ -333,26 +332,13 @@ class Reading:
         if pool is None:
             return
         if kill or not all(future.done() for future in self._futures):
-            _kill_workers(pool)
+            kill_workers(pool)
         pool.shutdown(wait=False, cancel_futures=True)
 
     def __del__(self) -> None:  # a reading dropped unfinished must not leave its workers behind
         try:
             self._stop()
         except Exception:
-            pass
-
-
-def _kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    """SIGKILL the pool's workers (``kill_workers`` from Python 3.14; its process table before)."""
-    kill = getattr(pool, "kill_workers", None)
-    if kill is not None:
-        kill()
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        try:
-            os.kill(process.pid, signal.SIGKILL)
-        except (OSError, TypeError):  # gone already, or never started
             pass
 
 
@@ -503,13 +489,3 @@ def _read_bytes(file: Path) -> bytes:
         return file.read_bytes()
     except OSError as exc:
         raise TraceFormatError(f"{file}: cannot read ({exc.strerror or exc})") from None
-
-
-def _fork_is_safe() -> bool:
-    """Linux, and this process runs a single thread (``/proc/self/task`` counts native threads too)."""
-    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
-        return False
-    try:
-        return len(os.listdir("/proc/self/task")) == 1
-    except OSError:
-        return False

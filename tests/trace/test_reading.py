@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from jaxdiag import processes
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import reading, wire
 from jaxdiag.trace.load import load
@@ -265,7 +266,7 @@ def test_no_worker_while_another_thread_runs(tmp_path: Path) -> None:
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert not reading._fork_is_safe()
+        assert not processes.fork_is_safe()
         pending = reading.start(files, "xplane", parallel=True)
         assert pending.workers == 0
         outcomes = pending.finish()
