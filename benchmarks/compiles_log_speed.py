@@ -4,8 +4,10 @@ A long run (or many runs appended to one folder) leaves a compile log of a
 million records. This makes one from real records: it runs a small program whose
 functions recompile for the usual reasons (a batch axis that changes, a Python
 scalar turned into an array, a static argument, a new dtype) under
-``jaxdiag.jit`` with ``JAXDIAG_LOG_DIR`` set, then repeats those records, with
-later times and higher compile indices, up to ``--records`` lines. It then runs
+``jaxdiag.jit`` with ``JAXDIAG_LOG_DIR`` set, then repeats those records up to
+``--records`` lines, each round as a restart of the program appended to the same
+log: later times, a new process id, compile indices as written (they count per
+process) and the explanations ``jaxdiag.jit`` wrote. It then runs
 ``jaxdiag compiles LOG`` in a child process and prints the wall time and the
 child's peak resident memory (``ru_maxrss``), and the same for a tenth of the
 log, the anchor: reading should grow linearly with the records.
@@ -43,7 +45,20 @@ def evaluate(w, x, mode):
 def normalize(batch):
     return {k: (v - v.mean()) / (v.std() + 1e-6) for k, v in batch.items()}
 
+@jaxdiag.jit
+def update(params, opt, x, y):
+    def loss(p):
+        h = jnp.tanh(x @ p["dense1"]["w"] + p["dense1"]["b"])
+        return jnp.mean((h @ p["dense2"]["w"] + p["dense2"]["b"] - y) ** 2)
+    g = jax.grad(loss)(params)
+    mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, opt["mu"], g)
+    nu = jax.tree.map(lambda v, g: 0.99 * v + 0.01 * g * g, opt["nu"], g)
+    params = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
+    return params, {"mu": mu, "nu": nu, "count": opt["count"] + 1}
+
 w = jnp.zeros((16, 4))
+params = {"dense1": {"w": jnp.zeros((16, 32)), "b": jnp.zeros(32)}, "dense2": {"w": jnp.zeros((32, 4)), "b": jnp.zeros(4)}}
+opt = {"mu": params, "nu": params, "count": jnp.zeros((), jnp.int32)}
 for batch in (32, 48, 32, 17, 64, 48):
     x, y = jnp.ones((batch, 16)), jnp.ones((batch, 4))
     w = train_step(w, x, y, 0.1)
@@ -53,6 +68,7 @@ for batch in (32, 48, 32, 17, 64, 48):
         evaluate(w, x, mode)
     normalize({"a": x, "b": y})
     normalize({"a": x, "b": y, "c": x[:, :2]})
+    params, opt = update(params, opt, x, y)
 """
 
 
@@ -67,13 +83,10 @@ def real_records(folder: Path) -> list[str]:
 
 
 def write_log(path: Path, lines: list[str], records: int) -> int:
-    """Repeat ``lines`` (each round later in time, with higher compile indices) up to ``records`` lines."""
+    """Repeat ``lines`` up to ``records`` lines, each round a restart: later in time, a new pid."""
     base = [json.loads(line) for line in lines]
     t0 = min(r["time_unix"] for r in base)
     span = max(r["time_unix"] for r in base) - t0 + 1.0
-    top: dict[str, int] = {}
-    for r in base:
-        top[r["qualname"]] = max(top.get(r["qualname"], 0), r["compile_index"])
     written = 0
     with open(path, "w", encoding="utf-8") as f:
         round_ = 0
@@ -83,7 +96,7 @@ def write_log(path: Path, lines: list[str], records: int) -> int:
                     break
                 r2 = dict(r)
                 r2["time_unix"] = r["time_unix"] + round_ * span
-                r2["compile_index"] = r["compile_index"] + round_ * top[r["qualname"]]
+                r2["pid"] = 100_000 + round_
                 f.write(json.dumps(r2) + "\n")
                 written += 1
             round_ += 1

@@ -334,21 +334,21 @@ def _function_sources(records: Iterable[Mapping[str, Any]]) -> Callable[[str, tu
     by_program: dict[tuple[str, int], str] = {}
     lines: dict[str, dict[str, None]] = {}
     for r in records:
-        name, source, program = r.get("function"), r.get("source"), r.get("program_id")
-        if not (isinstance(name, str) and isinstance(source, str) and source):
+        name, line, program = r.get("function"), r.get("source"), r.get("program_id")
+        if not (isinstance(name, str) and isinstance(line, str) and line):
             continue
         if isinstance(program, int):
-            by_program.setdefault((name, program), source)
-        lines.setdefault(name, {})[source] = None
+            by_program.setdefault((name, program), line)
+        lines.setdefault(name, {})[line] = None
 
-    def source(function: str, programs: tuple[int, ...]) -> str:
+    def source_of(function: str, programs: tuple[int, ...]) -> str:
         for p in programs:
             if (function, p) in by_program:
                 return by_program[(function, p)]
         known = lines.get(function, {})
         return next(iter(known)) if len(known) == 1 else ""
 
-    return source
+    return source_of
 
 
 # --- XProf's hlo_stats -------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 from pathlib import Path
 from typing import Any, Iterator
@@ -62,7 +63,7 @@ def read_compile_log(path: str | os.PathLike[str]) -> CompileLog:
         first = f"; first problem: line {skipped[0][1]}: {skipped[0][2]}" if skipped else ""
         raise CompileLogError(f"{where}: no valid compile record ({SCHEMA}){first}")
     # Files from several processes interleave in time; sorted() is stable within a file.
-    records.sort(key=lambda r: r.time_unix)
+    records.sort(key=operator.attrgetter("time_unix"))
     return CompileLog(tuple(records), tuple(str(f) for f in files), tuple(skipped))
 
 
@@ -87,26 +88,46 @@ MAX_LINE_BYTES = 16 * 2**20
 
 
 def _read_file(path: Path, skipped: list[tuple[str, int, str]]) -> list[CompileRecord]:
-    """The records of one JSONL file, read line by line (a long run's log is gigabytes)."""
-    from jaxdiag.files import open_regular
+    """The records of one JSONL file, read line by line (a long run's log is gigabytes).
 
-    handle, _size = open_regular(path, "a compile log (JSONL)", CompileLogError)
-    out: list[CompileRecord] = []
-    shared = _Shared()
+    A log past ``log_chunks.PARALLEL_MIN_BYTES`` is read in pieces by worker processes
+    as well (``log_chunks``), each piece by ``read_span`` as here.
+    """
+    from jaxdiag.files import open_regular
+    from jaxdiag.recording import log_chunks
+
+    handle, size = open_regular(path, "a compile log (JSONL)", CompileLogError)
     try:
         with handle:
-            for number, line, whole in _lines(handle):
-                if not whole:
-                    skipped.append((str(path), number, f"a line longer than {MAX_LINE_BYTES:,} bytes"))
-                    continue
-                if not line.strip():
-                    continue
-                record = _record(line, skipped, str(path), number, shared)
-                if record is not None:
-                    out.append(record)
+            chunked = log_chunks.read_chunked(path, size, skipped)
+            if chunked is not None:
+                return chunked
+            return read_span(handle, str(path), None, skipped, _Shared())[0]
     except OSError as exc:
         raise CompileLogError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return out
+
+
+def read_span(
+    handle: Any, source: str, end: int | None, skipped: list[tuple[str, int, str]], shared: "_Shared"
+) -> tuple[list[CompileRecord], int]:
+    """The records of the lines that begin before byte ``end`` (``None``: the file's end), from
+    ``handle``'s position, and how many lines there were; line numbers count from 1 at that position.
+
+    Raises:
+      OSError: the file cannot be read.
+    """
+    out: list[CompileRecord] = []
+    number = 0
+    for number, line, whole in _lines(handle, end):
+        if not whole:
+            skipped.append((source, number, f"a line longer than {MAX_LINE_BYTES:,} bytes"))
+            continue
+        if not line.strip():
+            continue
+        record = _record(line, skipped, source, number, shared)
+        if record is not None:
+            out.append(record)
+    return out, number
 
 
 class _Shared:
@@ -140,15 +161,18 @@ class _Shared:
         return built
 
     def record(self, d: dict[str, Any], args: Any, explanation: Any) -> CompileRecord:
-        kw = {k: v for k, v in d.items() if k in _RECORD_FIELDS}
-        for k, v in kw.items():
+        kw: dict[str, Any] = {}
+        for k, v in d.items():  # one pass: a long log reads a million lines
+            if k not in _RECORD_FIELDS:
+                continue
             if type(v) is str:
-                kw[k] = self._one(v)
+                v = self._one(v)
             elif type(v) is dict and k in _SMALL_DICTS:
                 try:
-                    kw[k] = self._built.setdefault(("dict", k, _key(v)), v)
+                    v = self._built.setdefault(("dict", k, _key(v) if v else "{}"), v)
                 except (RecursionError, ValueError):
                     pass
+            kw[k] = v
         kw["args"] = args
         kw["explanation"] = explanation
         return CompileRecord.from_fields(kw)
@@ -187,12 +211,12 @@ def _build(name: str, value: Any, one: Any) -> tuple[Any, str | None]:
         return None, f"not a compile record ({type(exc).__name__}: {exc})"
 
 
-def _lines(handle: Any) -> Iterator[tuple[int, bytes, bool]]:
-    """``(number, line, whole)`` for each line, numbered from 1; a line past ``MAX_LINE_BYTES`` is
-    skipped to its end and comes back empty with ``whole`` false. A last line without its newline
-    (a writer cut short) comes back without one."""
+def _lines(handle: Any, end: int | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """``(number, line, whole)`` for each line that begins before byte ``end``, numbered from 1; a
+    line past ``MAX_LINE_BYTES`` is skipped to its end and comes back empty with ``whole`` false.
+    A last line without its newline (a writer cut short) comes back without one."""
     number = 0
-    while True:
+    while end is None or handle.tell() < end:
         line = handle.readline(MAX_LINE_BYTES + 1)
         if not line:
             return

@@ -215,7 +215,11 @@ class CompileRecord:
     @property
     def compile_s(self) -> float:
         """Seconds spent tracing, lowering and compiling (known stages only)."""
-        return sum(x for x in (self.trace_s, self.lower_s, self.backend_compile_s) if x)
+        total: float = 0  # summed as ``sum`` would, without a generator: tables read it per record
+        for x in (self.trace_s, self.lower_s, self.backend_compile_s):
+            if x:
+                total += x
+        return total
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": SCHEMA}
@@ -244,9 +248,28 @@ class CompileRecord:
         for required in ("function", "qualname", "compile_index", "time_unix"):
             if required not in kw:
                 raise KeyError(required)
-        kw.setdefault("source", None)
-        kw.setdefault("call_site", None)
-        return cls(**kw)
+        if not kw.keys() <= _RECORD_FIELDS:
+            raise TypeError(f"unexpected fields {sorted(kw.keys() - _RECORD_FIELDS)}")
+        get = kw.get
+        return record_from_row(tuple([get(name, default) for name, default in _FIELD_DEFAULTS]))
+
+
+def record_row(rec: CompileRecord) -> tuple[Any, ...]:
+    """``rec``'s fields in order: a record crosses a process boundary as a plain tuple (cheap to pickle)."""
+    return tuple([getattr(rec, n) for n in _FIELD_NAMES])
+
+
+def record_from_row(row: tuple[Any, ...]) -> CompileRecord:
+    """``CompileRecord(*row)``, without the frozen ``__init__``'s ``object.__setattr__`` per field.
+
+    A long run's log holds a million records; building each through ``__init__``
+    costs a third of reading it. The fields are set through the class's slots, as
+    ``__init__`` would set them; nothing else differs.
+    """
+    rec = object.__new__(CompileRecord)
+    for set_field, value in zip(_SLOT_SETTERS, row, strict=True):
+        set_field(rec, value)
+    return rec
 
 
 def history_key(rec: CompileRecord) -> tuple[str, str | None, str]:
@@ -279,3 +302,8 @@ def history_variant(jit_options: str | None, transform: str | None, eager_site: 
 # Field names, computed once: reading a large log calls ``from_dict`` per line.
 _ARG_FIELDS = frozenset(f.name for f in dataclasses.fields(ArgSignature))
 _RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(CompileRecord))
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(CompileRecord))
+_FIELD_DEFAULTS = tuple(
+    (f.name, None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(CompileRecord)
+)
+_SLOT_SETTERS = tuple(CompileRecord.__dict__[n].__set__ for n in _FIELD_NAMES)

@@ -119,6 +119,8 @@ class FunctionRow:
     source: str | None
     records: tuple[CompileRecord, ...]
     causes: tuple[Cause, ...]
+    #: The records' compile seconds, summed once (a long log's rows are sorted and shown by it).
+    compile_s: float = 0.0
 
     @property
     def compiles(self) -> int:
@@ -127,10 +129,6 @@ class FunctionRow:
     @property
     def recompiles(self) -> int:
         return sum(r.compile_index > 1 for r in self.records)
-
-    @property
-    def compile_s(self) -> float:
-        return sum(r.compile_s for r in self.records)
 
 
 def function_rows(records: Sequence[CompileRecord]) -> list[FunctionRow]:
@@ -161,7 +159,7 @@ def function_rows(records: Sequence[CompileRecord]) -> list[FunctionRow]:
         if qualname == _JAX_INTERNAL:
             top = Counter(r.function for r in recs).most_common(3)
             name = "JAX internals: " + ", ".join(f"{n} {c}x" for n, c in top)
-        rows.append(FunctionRow(name, qualname, source, tuple(recs), causes))
+        rows.append(FunctionRow(name, qualname, source, tuple(recs), causes, sum(r.compile_s for r in recs)))
     rows.sort(key=lambda row: (-row.compile_s, -row.compiles, row.qualname))
     return rows
 

@@ -143,3 +143,78 @@ def test_causes_with_equal_counts_keep_the_explanations_order(tmp_path: Path, re
     tied = [c.path for c in row.causes if c.what == "shape"]
     assert len(tied) >= 2 and len({c.count for c in row.causes if c.what == "shape"}) == 1
     assert tied == list(dict.fromkeys(c.path for c in first.explanation.changes if c.what == "shape"))
+
+
+#: Reads the log given in pieces with worker processes (as ``jaxdiag compiles`` does with a long log) and
+#: line by line, in a fresh process (workers start only from a single-threaded one), and prints both.
+IN_PIECES = r"""
+import json, multiprocessing, os, sys, time
+from pathlib import Path
+from jaxdiag.recording import log_chunks, log_reader
+
+path, how, piece, longest, workers = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+log_chunks.PARALLEL_MIN_BYTES, log_chunks.PIECE_BYTES, log_reader.MAX_LINE_BYTES = 0, piece, longest
+here = os.getpid()
+read_piece = log_chunks.read_piece
+read_here = []
+
+
+def in_worker(path, index, count):
+    if os.getpid() == here:
+        read_here.append(index)
+    if os.getpid() != here and how == "a worker dies" and index == 2:
+        os._exit(3)
+    if os.getpid() != here and how == "workers are stuck":
+        time.sleep(3600)
+    return read_piece(path, index, count)
+
+
+log_chunks.read_piece, log_chunks.STUCK_AFTER_S = in_worker, 0.5
+skipped = []
+records = log_chunks.read_chunked(path, path.stat().st_size, skipped, workers=workers)
+assert records is not None, "read line by line"
+deadline = time.monotonic() + 60
+while multiprocessing.active_children() and time.monotonic() < deadline:
+    time.sleep(0.05)
+plain = []
+line_by_line = log_reader.read_span(open(path, "rb"), str(path), None, plain, log_reader._Shared())[0]
+print(json.dumps({
+    "pieces": [[r.to_dict() for r in records], skipped],
+    "lines": [[r.to_dict() for r in line_by_line], plain],
+    "workers_left": len(multiprocessing.active_children()),
+    "read_here": len(read_here),
+    "pieces_in_all": -(-path.stat().st_size // piece),
+}))
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("how", ["as planned", "a worker dies", "workers are stuck"])
+def test_a_log_read_in_pieces_by_workers_reads_as_line_by_line(
+    tmp_path: Path, real_lines: list[str], workers: int, how: str
+) -> None:
+    """Pieces cut at line starts, whatever lies on an edge: a line that begins on it, an over-long line
+    across it, a corrupt line, blank lines, a partial last line; a worker that dies or hangs leaves its
+    pieces to this process, and none is left running."""
+    lines = _repeated(real_lines, 6)
+    lines.insert(7, "{not json")
+    lines.insert(12, "")
+    long_record = {**json.loads(real_lines[0]), "in_tree": "x" * 30_000}
+    lines.insert(20, json.dumps(long_record))
+    text = "\n".join(lines) + "\n" + lines[3][: len(lines[3]) // 2]  # a writer cut short
+    path = tmp_path / "compiles.jsonl"
+    path.write_text(text)
+    piece = len("\n".join(lines[:10]).encode()) + 1  # line 11 begins exactly on the first edge
+    script = [sys.executable, "-c", IN_PIECES, str(path), how, str(piece), "20000", str(workers)]
+    out = json.loads(subprocess.run(script, capture_output=True, text=True, check=True, timeout=300).stdout)
+    assert out["pieces"] == out["lines"]
+    records, skipped = out["pieces"]
+    assert [(n, why) for _, n, why in skipped] == [
+        (8, "not valid JSON"),
+        (21, "a line longer than 20,000 bytes"),
+        (len(lines) + 1, "partial last line"),
+    ]
+    assert len(records) == len(lines) - 3 and records[10]["time_unix"] == json.loads(lines[11])["time_unix"]
+    assert out["workers_left"] == 0
+    if how == "as planned":  # the workers read some of it
+        assert out["read_here"] < out["pieces_in_all"]
