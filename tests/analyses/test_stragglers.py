@@ -159,12 +159,6 @@ def test_a_gather_the_program_asked_for_is_not_implicit_resharding(planted):
 
 
 def test_without_the_sleep_the_late_host_is_gone(balanced):
-    import jax
-
-    if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9):
-        # Open on the floor: with JAX 0.8 one process is reported about 14 ms late in most steps even
-        # without the sleep; whether that is the trace or the alignment is not yet known.
-        pytest.skip("JAX 0.8: a balanced run still shows one process ~14 ms late per step (under study)")
     # The advice applied (no slow input pipeline): on a shared machine a process may still come a few
     # ms late now and then (and step 0 compiles, on each process in its own time), never 30 ms a step.
     assert balanced.stragglers["alignment"]["aligned"]
