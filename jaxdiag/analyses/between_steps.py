@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
-from jaxdiag.analyses.booking import booked, dispatched_at, step_program
+from jaxdiag.analyses.booking import UNBOOKED, dispatched_at, queued_after, step_program
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import device_ops, executions_of, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
@@ -125,23 +125,23 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         execs = execs.loc[~own]  # the step's program runs in the steps, never between them
         e_start, e_end = execs[F.START_NS].to_numpy(np.int64), execs[END_NS].to_numpy(np.int64)
         dispatch = dispatched_at(frames, host, execs)
-        queued_after = _queued_after(frames, host, dispatch)
+        queued = queued_after(frames, host, dispatch)
         modules = execs[F.HLO_MODULE].to_numpy(object)
-        for module in set(modules[queued_after != _UNBOOKED].tolist()):  # work queued in most steps is theirs
-            queued_in = (modules == module) & (queued_after != _UNBOOKED)
-            if 2 * len(set(queued_after[queued_in].tolist())) >= len(steps):
-                queued_after[queued_in] = _IN_THE_STEPS
+        for module in set(modules[queued != UNBOOKED].tolist()):  # work queued in most steps is theirs
+            queued_in = (modules == module) & (queued != UNBOOKED)
+            if 2 * len(set(queued[queued_in].tolist())) >= len(steps):
+                queued[queued_in] = _IN_THE_STEPS
         spans = [(int(k), int(hi[k]), int(lo[k + 1])) for k in np.flatnonzero(lo[1:] > hi[:-1])]
         before = e_start < lo[0]
         if before.any() and frames.step_source == "module":  # the first step began at the host's first
             # event, so this is work cut out of it: queued before the loop, run once the trace began
             spans.insert(0, (-1, int(e_start[before].min()), int(lo[0])))
-        after = np.where(queued_after != _UNBOOKED, queued_after == steps[-1], e_start >= hi[-1])
+        after = np.where(queued != UNBOOKED, queued == steps[-1], e_start >= hi[-1])
         if after.any():
             spans.append((len(steps) - 1, int(hi[-1]), int(e_end[after].max())))
-        by_dispatch = bool((queued_after != _UNBOOKED).any())
+        by_dispatch = bool((queued != UNBOOKED).any())
         if by_dispatch:  # a row wherever work was dispatched between steps, whenever the device ran it
-            spans = _dispatched_spans(spans, steps, queued_after, e_start, e_end)
+            spans = _dispatched_spans(spans, steps, queued, e_start, e_end)
         if not spans:
             continue
         ops = device_ops(frames, host)
@@ -154,7 +154,7 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
                 continue
             # Booked by the dispatch that queued it where executions pair with dispatches: a host that
             # runs ahead queues the work between two steps long before the device runs it.
-            inside = np.where(queued_after != _UNBOOKED, queued_after == after_step, (e_start < b) & (e_end > a))
+            inside = np.where(queued != UNBOOKED, queued == after_step, (e_start < b) & (e_end > a))
             if not inside.any() and not by_dispatch:
                 inside = (e_start < b) & (e_end > a)
             if not inside.any():
@@ -187,7 +187,7 @@ def _dispatched_spans(
     without dispatches); otherwise the stretch is that work's own, wherever the device ran it."""
     position = {int(s): k for k, s in enumerate(steps.tolist())}
     gaps = {k: (a, b) for k, a, b in spans}
-    unbooked = queued_after == _UNBOOKED
+    unbooked = queued_after == UNBOOKED
     out: dict[int, tuple[int, int]] = {}
     for k, (a, b) in gaps.items():
         if (unbooked & (e_start < b) & (e_end > a)).any():
@@ -202,25 +202,8 @@ def _dispatched_spans(
     return [(k, a, b) for k, (a, b) in sorted(out.items())]
 
 
-#: ``_queued_after`` of an execution whose dispatch is not known.
-_UNBOOKED = -2
 #: Of a program queued in at least half of the steps: the steps' own work, never between them.
 _IN_THE_STEPS = -3
-
-
-def _queued_after(frames: Any, host: str, dispatch: np.ndarray) -> np.ndarray:
-    """For each dispatch time (-1: unpaired), the step whose execution of the step's program was the last
-    dispatched before it (-1: none, before the first), or ``_UNBOOKED`` where that cannot be told: the
-    dispatch is unpaired, or the step's program's executions do not all pair with dispatches."""
-    out = np.full(len(dispatch), _UNBOOKED, dtype=np.int64)
-    b = booked(frames, host)
-    if not len(b.dispatch) or (b.dispatch < 0).any() or (b.by_dispatch < 0).any():
-        return out
-    order = np.argsort(b.dispatch, kind="stable")
-    at = np.searchsorted(b.dispatch[order], dispatch, side="right") - 1
-    paired = dispatch >= 0
-    out[paired] = np.where(at[paired] >= 0, b.by_dispatch[order][np.maximum(at[paired], 0)], -1)
-    return out
 
 
 def _clear_of_the_steps(

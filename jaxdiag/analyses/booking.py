@@ -155,7 +155,7 @@ def _pair(dispatches: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def dispatched_at(frames: "TraceFrames", host: str, execs: "pd.DataFrame") -> np.ndarray:
     """When the dispatch that queued each of ``execs`` (rows of ``executions_of`` on ``host``) began, -1 where
     unpaired: each program's executions on each device paired in order with its ``PjitFunction`` spans (as
-    in the module docstring), where there are as many of each. Only where the trace tells executions apart (XLA:CPU run ids, TPU module
+    in the module docstring), where there are no more spans than executions. Only where the trace tells executions apart (XLA:CPU run ids, TPU module
     spans); elsewhere every row is unpaired."""
     from jaxdiag.trace.executions import SOURCE
 
@@ -171,8 +171,9 @@ def dispatched_at(frames: "TraceFrames", host: str, execs: "pd.DataFrame") -> np
             continue
         rows = rows[np.argsort(starts[rows], kind="stable")]
         spans = _dispatches(frames, host, str(module))
-        if len(spans) == len(rows):  # one dispatch each; more spans than runs (a nested call traced, not
-            # run, makes one too) or fewer (queued before the trace began) leave the pairing in doubt
+        if len(spans) <= len(rows):  # one dispatch each, but for runs queued before the trace began (the
+            # first ones: ``_pair``); more spans than runs (a nested call traced, not run, makes one too)
+            # leave the pairing in doubt
             out[rows] = _pair(spans[:, 0], starts[rows])
     return out
 
@@ -256,7 +257,7 @@ def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:
     needs it), not the
     step the device was in meanwhile. Other compiles, and unpaired executions: ``span.step``."""
     b = booked(frames, host)
-    if span.module != b.module or not len(b.starts) or (b.dispatch < 0).any():
+    if span.module != b.module or not (b.dispatch >= 0).any():
         return int(span.step)
     after = np.flatnonzero((b.dispatch >= 0) & (b.dispatch <= span.end_ns) & (b.dispatch_end >= span.start_ns))
     return int(b.by_dispatch[after[0]]) if len(after) else int(span.step)
@@ -288,7 +289,7 @@ def booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray,
     if frames.step_source == "module" or F.RUN_ID not in ops:
         return None
     b = booked(frames, host)
-    if not len(b.starts) or (b.dispatch < 0).any():
+    if not (b.dispatch >= 0).any():  # unpaired executions, queued before the trace began, are no step's
         return None
     runs = ops[F.RUN_ID].to_numpy(np.int64)
     rows = np.flatnonzero((ops[F.HLO_MODULE] == b.module).to_numpy() & (runs >= 0))
@@ -305,10 +306,32 @@ def booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray,
     return rows, b.by_dispatch[rank[inverse]]
 
 
+#: ``queued_after`` of an execution whose dispatch is not known.
+UNBOOKED = -2
+
+
+def queued_after(frames: Any, host: str, dispatch: np.ndarray) -> np.ndarray:
+    """For each dispatch time (-1: unpaired), the step whose execution of the step's program was the last
+    dispatched before it (-1: none, before the first), or ``UNBOOKED`` where that cannot be told: the
+    dispatch is unpaired, or the step's program's executions dispatched in the trace do not all pair."""
+    out = np.full(len(dispatch), UNBOOKED, dtype=np.int64)
+    b = booked(frames, host)
+    known = b.dispatch >= 0  # those queued before the trace began are not: they come first
+    if not known.any() or (b.by_dispatch[known] < 0).any():
+        return out
+    dispatches, steps = b.dispatch[known], b.by_dispatch[known]
+    order = np.argsort(dispatches, kind="stable")
+    at = np.searchsorted(dispatches[order], dispatch, side="right") - 1
+    paired = dispatch >= 0
+    out[paired] = np.where(at[paired] >= 0, steps[order][np.maximum(at[paired], 0)], -1)
+    return out
+
+
 def between_programs(frames: "TraceFrames", modules: np.ndarray, step: np.ndarray, counted: int) -> set[str]:
     """The programs that are work between steps, of ops with ``modules`` booked to ``step`` (``op_steps``,
     -1: none) over ``counted`` steps: other than the step's, with ops in fewer than half of the steps (as
-    ``trace.steps`` tells them apart). Their ops are no step's work, wherever they ran. None without steps."""
+    ``trace.steps`` tells them apart), or queued in fewer than half of them where their dispatches are known
+    (``queued_in_steps``). Their ops are no step's work, wherever they ran. None without steps."""
     if not counted:
         return set()
     import pandas as pd
@@ -318,4 +341,29 @@ def between_programs(frames: "TraceFrames", modules: np.ndarray, step: np.ndarra
     inside = (step >= 0) & (codes >= 0)
     pairs = np.unique(np.stack([codes[inside], step[inside]], axis=1), axis=0)
     steps_of = np.bincount(pairs[:, 0], minlength=len(names)) if len(pairs) else np.zeros(len(names), int)
-    return {str(m) for m, n in zip(names.tolist(), steps_of.tolist()) if m and m != main and 2 * n < counted}
+    queued = queued_in_steps(frames)  # by dispatch where known: a host that ran ahead ran them late
+    return {
+        str(m)
+        for m, n in zip(names.tolist(), steps_of.tolist())
+        if m and m != main and 2 * queued.get(str(m), n) < counted
+    }
+
+
+def queued_in_steps(frames: "TraceFrames") -> dict[str, int]:
+    """For each program other than the step's whose executions pair with dispatches (``dispatched_at``), in
+    how many steps it was queued (``queued_after``; before the first counts as one), at most over hosts."""
+    return once(frames, ("queued_in_steps",), lambda: _queued_in_steps(frames))
+
+
+def _queued_in_steps(frames: "TraceFrames") -> dict[str, int]:
+    main = step_program(frames)
+    execs = executions_of(frames)
+    out: dict[str, int] = {}
+    for host in execs[F.HOST].unique().tolist():
+        mine = execs.loc[(execs[F.HOST] == host) & (execs[F.HLO_MODULE] != main)]
+        after = queued_after(frames, str(host), dispatched_at(frames, str(host), mine))
+        modules = mine[F.HLO_MODULE].to_numpy(object)
+        for module in set(modules[after != UNBOOKED].tolist()):
+            n = len(set(after[(modules == module) & (after != UNBOOKED)].tolist()))
+            out[str(module)] = max(out.get(str(module), 0), n)
+    return out

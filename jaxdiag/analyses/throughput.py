@@ -225,8 +225,9 @@ def _holds_executions(frames: Any, host: str, lo: np.ndarray, hi: np.ndarray) ->
 
 def _waited_for_compile(b: Any, compiles: np.ndarray) -> np.ndarray | None:
     """Which executions waited for a compile: for each compile, the first whose dispatch overlaps it (a
-    compile runs inside the dispatch that needs it). ``None`` unless every execution is paired with its dispatch."""
-    if not len(b.starts) or (b.dispatch < 0).any():
+    compile runs inside the dispatch that needs it). ``None`` unless executions are paired with their dispatches
+    (but for the first ones, queued before the trace began: ``booking``)."""
+    if not (b.dispatch >= 0).any():
         return None
     waited = np.zeros(len(b.starts), dtype=bool)
     for cs, ce in compiles.tolist():
@@ -267,7 +268,7 @@ def _device_rate(b: Any, steady: set[int], holes: np.ndarray, waited: np.ndarray
         return None
     if not len(b.starts) or not steady:
         return None
-    step = np.where(b.by_dispatch >= 0, b.by_dispatch, b.by_time)
+    step = b.by_dispatch  # paired (``waited`` is known): those queued before the trace are no step's
     mine = np.isin(step, list(steady))
     if int(mine.sum()) != len(steady) or len(np.unique(step[mine])) != len(steady):
         return None

@@ -222,6 +222,26 @@ def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_pr
     assert finding.severity == severity_for(finding.time_lost_ms, basis)
 
 
+@pytest.mark.parametrize("pattern", ["annotated_eager_lr", "captured_eager_lr"])
+def test_eager_ops_every_step_and_work_queued_before_the_trace_are_the_steps_own(captures: Path, pattern: str) -> None:
+    # Each step computes its learning rate eagerly (two small programs of JAX's own) and the host never
+    # waits: the device runs them late, after the steps' marks. Warm-up steps may still be queued when
+    # the trace begins: their executions are no step's. Each step holds the execution it dispatched,
+    # the steady rate is the device's, and nothing is work between steps.
+    report, truth = _case(captures, pattern)
+    train = truth.of(TRAIN)
+    assert len(truth.of("jit_multiply")) >= len(report.steps) and len(train) >= len(report.steps)
+    mine = train[-len(report.steps) :]  # the first ones, if any, were queued before the trace began
+    for row, execution in zip(report.steps, mine):
+        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+    periods = [b.start_ns - a.start_ns for a, b in zip(mine, mine[1:])]
+    assert report.throughput["steady_from"].startswith("device executions")
+    assert report.throughput["steady_steps_per_s"] == pytest.approx(len(periods) / (sum(periods) / 1e9), rel=0.02)
+    assert report.section("between_steps")["rows"] == []
+    assert not [f for f in report.findings if f.kind == "between_steps"]
+    assert not report.top_ops["between_rows"]
+
+
 def test_the_work_between_steps_finding_states_its_share_as_graded_and_what_it_leaves_out(captures: Path) -> None:
     report, truth = _case(captures, "setup_then_eval")
     rows = report.section("between_steps")["rows"]

@@ -13,6 +13,11 @@ its training loop unless the pattern says so; the trace stops after the device i
 - ``annotated_no_read``: ``no_read`` with each step in a ``StepTraceAnnotation``.
 - ``annotated_eval_between``: annotated steps that never read (the host runs far ahead), two
   epochs, an evaluation of three batches read back once after each (queued behind the steps).
+- ``annotated_eager_lr``: annotated steps that never read, each computing its learning rate
+  eagerly (two small programs a step, a conversion and a multiply), with warm-up steps the host
+  never waited for still queued when the trace begins.
+- ``captured_eager_lr``: the same loop under ``jaxdiag.capture`` after six warm-up steps, the
+  steps marked by ``cap.step()`` (the capture waits for the device at its end).
 - ``setup_then_eval``: ``eval_between`` whose parameters are rescaled by another program, twice,
   inside the trace before the loop (work before step 0).
 - ``read_recompile``: reads the loss every step; one batch of a new size mid-run recompiles
@@ -221,6 +226,56 @@ def annotated_eval_between(logdir: str) -> None:
     jax.profiler.stop_trace()
 
 
+def _eager_lr_step():
+    import jax
+
+    _step, loss_fn, init = _mlp_step()
+
+    @jax.jit
+    def train_step(params, x, y, lr):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
+
+    return train_step, init
+
+
+def annotated_eager_lr(logdir: str) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    train_step, init = _eager_lr_step()
+    params = init(width=1024)
+    xs, ys = _batches(STEPS)
+    jax.block_until_ready(train_step(params, xs[0], ys[0], jnp.float32(0.01) * 0.99))
+    for i in range(8):  # a warm-up the host never waits for: still queued when the trace begins
+        params, _ = train_step(params, xs[i], ys[i], jnp.float32(0.01) * 0.99**i)
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            lr = jnp.float32(0.01) * 0.99**i  # eager: two programs of JAX's own, every step
+            params, _ = train_step(params, xs[i], ys[i], lr)
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
+def captured_eager_lr(logdir: str) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    import jaxdiag
+
+    train_step, init = _eager_lr_step()
+    params = init(width=1024)
+    xs, ys = _batches(STEPS)
+    jax.block_until_ready(train_step(params, xs[0], ys[0], jnp.float32(0.01) * 0.99))
+    with jaxdiag.capture(logdir, skip=6, take=STEPS - 6) as cap:  # the usual "after warm-up" window
+        for i in range(STEPS):
+            with cap.step():
+                lr = jnp.float32(0.01) * 0.99**i  # eager: two programs of JAX's own, every step
+                params, _ = train_step(params, xs[i], ys[i], lr)
+    jax.block_until_ready(params)
+
+
 def setup_then_eval(logdir: str) -> None:
     import jax
 
@@ -315,7 +370,7 @@ RECOMPILE_AT = 6
 
 #: The programs whose steps are inferred from executions.
 PATTERNS = {f.__name__: f for f in (no_read, eval_between, remainder, scan, nnx)}
-ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between)}
+ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between, annotated_eager_lr, captured_eager_lr)}
 #: Programs with work before the first step.
 SETUP = {f.__name__: f for f in (setup_then_eval,)}
 #: Programs that compile inside the capture outside the steady loop, or mid-run with nothing in flight.
