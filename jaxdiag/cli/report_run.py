@@ -1,7 +1,7 @@
 """``jaxdiag report`` without typer: its parameters, what it does, and the plain-arguments path.
 
 ``report_cmd`` declares the typer command from ``PARAMETERS`` and calls ``run``.
-``run_plain`` reads plain arguments with the same table and calls ``run`` itself,
+``plain_values`` reads plain arguments with the same table and ``run_values`` calls ``run``,
 which is how scripts and CI call the command: importing typer and click, and
 typer's pydantic conversion of every value, take longer than reading a small
 trace. Nothing here imports typer, unless it prints the tables.
@@ -14,7 +14,7 @@ import errno
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple
 
 from jaxdiag.cli.options import (
     CONFIG_HELP,
@@ -250,16 +250,6 @@ def _stdout_is_terminal() -> bool:
 
 
 # --- plain arguments ---------------------------------------------------------------
-
-
-def run_plain(args: Sequence[str]) -> int | None:
-    """Run ``report`` on ``args`` (after the command name) directly; ``None`` to leave them to typer.
-
-    Anything but plain use (help, an unknown, repeated or malformed option, a value
-    typer might read differently) is left to typer, which prints its usual messages.
-    """
-    values = plain_values(list(args))
-    return None if values is None else run_values(values)
 
 
 def run_values(values: dict[str, Any]) -> int:

@@ -25,12 +25,6 @@ TERMINAL_ROWS = 10
 # --- terminal ------------------------------------------------------------------------
 
 
-def print_sections(report: "Report", console: "Console") -> None:
-    """Top ops, MFU's basis and memory on ``console``; nothing for sections that are empty."""
-    terminal_top_ops(report, console)
-    terminal_memory(report, console)
-
-
 def terminal_top_ops(report: "Report", console: "Console") -> None:
     """The ``top_ops`` section, and where MFU's numbers came from, on ``console``."""
     _print_top_ops(report, console)
@@ -141,11 +135,6 @@ def _print_memory(report: "Report", console: "Console") -> None:
 
 
 # --- HTML ----------------------------------------------------------------------------
-
-
-def html_sections(report: "Report") -> str:
-    """The top-ops, MFU and memory tables as HTML (empty when the sections are)."""
-    return html_top_ops(report) + html_memory(report)
 
 
 def html_top_ops(report: "Report") -> str:
