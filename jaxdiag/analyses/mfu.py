@@ -38,28 +38,8 @@ from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.trace import frames as F
+from jaxdiag.trace.gpu_specs import gpu_spec
 
-#: Dense bf16 tensor-core FLOPs per SM per clock, by device-name fragment (first match wins).
-#: Checked against datasheet peaks: H100 SXM 132 SMs x 1.83 GHz x 4096 = 989 TFLOP/s;
-#: A100 108 x 1.41 GHz x 2048 = 312; V100 80 x 1.53 GHz x 1024 = 125; L4 58 x 2.04 GHz x 1024 = 121.
-_PER_SM_CLOCK = (
-    ("B200", 8192),
-    ("B100", 8192),
-    ("GB200", 8192),
-    ("H100", 4096),
-    ("H200", 4096),
-    ("H800", 4096),
-    ("GH200", 4096),
-    ("A100", 2048),
-    ("A800", 2048),
-    ("A30", 2048),
-    ("L40", 1024),
-    ("L4", 1024),
-    ("A10", 1024),
-    ("A40", 1024),
-    ("RTX", 1024),
-    ("V100", 1024),
-)
 _DTYPE_SCALE = {"bfloat16": 1.0, "float16": 1.0, "float32": 0.5, "tensorfloat32": 0.5}
 _ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -270,7 +250,7 @@ def _device_peak(row: Mapping[str, Any], dtype: str | None) -> tuple[float | Non
             scale = _DTYPE_SCALE[wanted]
         else:
             return None, f"unknown: no {wanted} peak for {name or 'this GPU'}"
-        per_sm = next((v for key, v in _PER_SM_CLOCK if key in name.upper()), None)
+        per_sm = gpu_spec(name)[0]
         cores, clock = _positive(row.get("core_count")), _positive(row.get("clock_hz"))
         how = {1.0: "bf16", 0.5: "TF32 (half of bf16) for f32", 2.0: "8-bit float (twice bf16)"}[scale]
         if per_sm and cores and clock:

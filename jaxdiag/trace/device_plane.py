@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any, Iterable
 
+from jaxdiag.trace.gpu_specs import gpu_spec
 from jaxdiag.trace.columns import HostColumns
 from jaxdiag.trace.device_bytes import DeviceEvents
 from jaxdiag.trace.host_plane import int_or, line_names, program_id_of, stats_of
@@ -43,19 +44,6 @@ _TPU_LINES = {
 _OFFLOAD_OP = re.compile(r"^(copy|dynamic-slice|dynamic-update-slice)-(start|done)(\.\d+)?$")
 _HOST_MEMORY = "S(5)"
 _MODULE_RUN = re.compile(r"^(.*)\((\d+)\)$")
-#: Dense bf16 tensor-core peak (flop/s) from vendor datasheets, by device-name substring; first match wins.
-_GPU_PEAK_FLOPS = (
-    ("H100 PCIE", 756e12),
-    ("H100 NVL", 835e12),
-    ("H100", 989e12),
-    ("H200", 989e12),
-    ("B200", 2250e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-    ("V100", 125e12),
-    ("MI300X", 1307e12),
-)
 NAN = math.nan
 
 
@@ -244,8 +232,8 @@ def device_row(host: str, plane: str, platform: str, ordinal: int, stats: dict[s
     )
     peak = _float(stats.get("peak_teraflops_per_second")) * 1e12
     if math.isnan(peak) and platform == "gpu":
-        upper = name.upper()
-        peak = next((flops for key, flops in _GPU_PEAK_FLOPS if key in upper), NAN)
+        datasheet = gpu_spec(name)[1]
+        peak = NAN if datasheet is None else datasheet
     bandwidth = _float(stats.get("memory_bandwidth"))
     if math.isnan(bandwidth):
         bandwidth = _float(stats.get("peak_hbm_bw_gigabytes_per_second")) * 1e9
