@@ -84,7 +84,7 @@ def _summary(report: "Report") -> str:
     parts.append("<h2>Findings, by time lost</h2>")
     findings = [f for f in report.findings if f.kind != "loader" or f.time_lost_ms > 0]
     if findings:
-        from jaxdiag.render.ops_memory import place_html
+        from jaxdiag.render.ops_memory_html import place_html
 
         parts.append(
             _table(

@@ -1,21 +1,20 @@
-"""Top ops, MFU's basis, memory and finding places, for the terminal, the HTML page and the figures.
+"""Top ops, MFU's basis and memory for the terminal and the roofline figure, and their number formats.
 
 Formatting only: every number comes from the report's ``top_ops``, ``memory``
-and ``throughput.mfu_basis`` sections and the findings' ``evidence["where"]``.
+and ``throughput.mfu_basis`` sections. The same sections as HTML, and the
+findings' places, are ``ops_memory_html``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jaxdiag.render.html import _e  # the HTML report's one escape
 from jaxdiag.render.terminal_text import esc  # the terminal's one escape
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
     from rich.console import Console
 
-    from jaxdiag.analyses.base import Finding
     from jaxdiag.reporting.model import Report
 
 #: Rows shown in the terminal (the JSON and HTML have every kept row).
@@ -46,7 +45,7 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
     ridge = top.get("ridge_point")
     console.print(
         "[bold]Top ops[/bold] by device time"
-        + (f"; ridge point {esc(_num(ridge))} FLOP/byte ({esc(top.get('roofline_source'))})" if ridge else "")
+        + (f"; ridge point {esc(number(ridge))} FLOP/byte ({esc(top.get('roofline_source'))})" if ridge else "")
         + ("" if top.get("deep") else "; FLOPs, bytes and bound with --deep")
     )
     per_step = bool(top.get("steps"))  # without steps the figure is each op's total
@@ -69,10 +68,10 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
             esc(r.get("id")),
             esc(r.get("name")),
             esc(r.get("function") or "—"),
-            _num(r.get("per_step_ms") if per_step else r.get("total_ms")),
-            _pct(r.get("share")),
-            esc(_scaled(flops, 1e9)),
-            esc(_num(r.get("intensity"))),
+            number(r.get("per_step_ms") if per_step else r.get("total_ms")),
+            percent(r.get("share")),
+            esc(scaled(flops, 1e9)),
+            esc(number(r.get("intensity"))),
             esc(r.get("bound") or "unknown"),
             esc(r.get("source") or "—"),
         )
@@ -91,8 +90,8 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
                 esc(r.get("id")),
                 esc(r.get("name")),
                 esc(r.get("function") or "—"),
-                _num(r.get("count")),
-                _num(r.get("total_ms")),
+                number(r.get("count")),
+                number(r.get("total_ms")),
             )
         console.print(b)
     console.print()
@@ -103,9 +102,9 @@ def _print_mfu_basis(report: "Report", console: "Console") -> None:
     if not basis:
         return
     mfu = (report.throughput or {}).get("mfu")
-    console.print(f"[bold]MFU[/bold] {_pct(mfu) if mfu is not None else 'unknown'}")
-    console.print(f"  FLOPs per step: {_big(basis.get('flops_per_step'))} ({esc(basis.get('flops_source'))})")
-    console.print(f"  peak: {_big(basis.get('peak_flops'))}/s ({esc(basis.get('peak_source'))})")
+    console.print(f"[bold]MFU[/bold] {percent(mfu) if mfu is not None else 'unknown'}")
+    console.print(f"  FLOPs per step: {big_number(basis.get('flops_per_step'))} ({esc(basis.get('flops_source'))})")
+    console.print(f"  peak: {big_number(basis.get('peak_flops'))}/s ({esc(basis.get('peak_source'))})")
     console.print(f"  dtype: {esc(basis.get('dtype') or 'unknown')} ({esc(basis.get('dtype_source'))})")
     console.print()
 
@@ -118,176 +117,20 @@ def _print_memory(report: "Report", console: "Console") -> None:
     if not compiles and not peaks:
         return
     cap = mem.get("capacity_bytes")
-    console.print(f"[bold]Memory[/bold] per device; capacity {_bytes(cap)} ({esc(mem.get('capacity_source'))})")
+    console.print(f"[bold]Memory[/bold] per device; capacity {byte_size(cap)} ({esc(mem.get('capacity_source'))})")
     if compiles:
         t = Table(show_edge=False)
-        for col in _MEMORY_COLUMNS:
+        for col in MEMORY_COLUMNS:
             t.add_column(col, justify="left" if col == "function" else "right")
         for c in compiles:
-            t.add_row(*map(esc, _memory_row(c)))
+            t.add_row(*map(esc, memory_row(c)))
         console.print(t)
     for p in peaks:
         console.print(
-            f"  measured peak {esc(p.get('host'))} {esc(p.get('allocator'))}: {_bytes(p.get('peak_bytes'))} "
-            f"of {_bytes(p.get('capacity_bytes'))} (XProf memory_profile)"
+            f"  measured peak {esc(p.get('host'))} {esc(p.get('allocator'))}: {byte_size(p.get('peak_bytes'))} "
+            f"of {byte_size(p.get('capacity_bytes'))} (XProf memory_profile)"
         )
     console.print()
-
-
-# --- HTML ----------------------------------------------------------------------------
-
-
-def html_top_ops(report: "Report") -> str:
-    """The top-ops table and MFU's basis as HTML (empty when the section is)."""
-    parts: list[str] = []
-    top = getattr(report, "top_ops", None) or {}
-    rows = top.get("rows") or []
-    if rows:
-        ridge = top.get("ridge_point")
-        parts.append(
-            "<h2>Top ops by device time</h2><p class='meta'>"
-            + (_e(f"ridge point {_num(ridge)} FLOP/byte ({top.get('roofline_source')})") if ridge else "")
-            + ("" if top.get("deep") else " · FLOPs, bytes and bound: jaxdiag report --deep")
-            + "</p>"
-        )
-        parts.append(
-            _table(
-                (
-                    "id",
-                    "op",
-                    "module",
-                    "function",
-                    "kind",
-                    "count",
-                    "ms/step",
-                    "share",
-                    "GFLOP",
-                    "MB",
-                    "FLOP/B",
-                    "bound",
-                    "XProf bound",
-                    "source",
-                ),
-                (
-                    [
-                        r.get("id"),
-                        r.get("name"),
-                        r.get("module"),
-                        r.get("function"),
-                        r.get("kind"),
-                        _num(r.get("count")),
-                        _num(r.get("per_step_ms")),
-                        _pct(r.get("share")),
-                        _scaled(r.get("flops"), 1e9),
-                        _scaled(r.get("bytes_accessed"), 1e6),
-                        _num(r.get("intensity")),
-                        r.get("bound"),
-                        r.get("xprof_bound_by") or "—",
-                        r.get("source") or "—",
-                    ]
-                    for r in rows
-                ),
-                row_ids=[f"jd-{r.get('id')}" for r in rows],
-            )
-        )
-    between = top.get("between_rows") or []
-    if between:
-        parts.append(
-            "<h3>Ops of work between steps</h3><p class='meta'>Programs run in fewer than half of the steps; "
-            "no step's time, so totals over the run, not per step.</p>"
-        )
-        parts.append(
-            _table(
-                ("id", "op", "module", "function", "kind", "count", "total ms", "share"),
-                (
-                    [
-                        r.get("id"),
-                        r.get("name"),
-                        r.get("module"),
-                        r.get("function"),
-                        r.get("kind"),
-                        _num(r.get("count")),
-                        _num(r.get("total_ms")),
-                        _pct(r.get("share")),
-                    ]
-                    for r in between
-                ),
-            )
-        )
-    basis = (report.throughput or {}).get("mfu_basis") or {}
-    if basis:
-        parts.append(
-            "<h2>MFU: where the numbers come from</h2><ul class='meta'>"
-            f"<li>FLOPs per step: {_e(_big(basis.get('flops_per_step')))} ({_e(basis.get('flops_source'))})</li>"
-            f"<li>peak: {_e(_big(basis.get('peak_flops')))}/s ({_e(basis.get('peak_source'))})</li>"
-            f"<li>dtype: {_e(basis.get('dtype') or 'unknown')} ({_e(basis.get('dtype_source'))})</li></ul>"
-        )
-    return "".join(parts)
-
-
-def html_memory(report: "Report") -> str:
-    """The memory tables as HTML (empty when the section is)."""
-    parts: list[str] = []
-    mem = getattr(report, "memory", None) or {}
-    if mem.get("compiles") or mem.get("peaks"):
-        parts.append(
-            f"<h2>Memory per device</h2><p class='meta'>capacity {_e(_bytes(mem.get('capacity_bytes')))} "
-            f"({_e(mem.get('capacity_source'))})</p>"
-        )
-        if mem.get("compiles"):
-            parts.append(_table(_MEMORY_COLUMNS, (_memory_row(c) for c in mem["compiles"])))
-        if mem.get("peaks"):
-            parts.append(
-                _table(
-                    ("host", "allocator", "measured peak", "capacity", "of capacity"),
-                    (
-                        [
-                            p.get("host"),
-                            p.get("allocator"),
-                            _bytes(p.get("peak_bytes")),
-                            _bytes(p.get("capacity_bytes")),
-                            _pct(p.get("share_of_capacity")),
-                        ]
-                        for p in mem["peaks"]
-                    ),
-                )
-            )
-    return "".join(parts)
-
-
-def place_html(report: "Report", finding: "Finding", number: int) -> str:
-    """Where a finding happened, the top-op rows it concerns, and how to open it in XProf."""
-    where = finding.evidence.get("where") if isinstance(finding.evidence, dict) else None
-    if not isinstance(where, dict):
-        return "—"
-    bits = [f"host {where.get('host')}"]
-    if where.get("step") is not None:
-        bits.append(f"step {where['step']}")
-    if where.get("start_ms") is not None:
-        bits.append(f"{_scaled(where['start_ms'], 1, '.1f')}–{_scaled(where.get('end_ms'), 1, '.1f')} ms")
-    text = _e(", ".join(bits))
-    rows = finding.evidence.get("top_op_rows") or []
-    if rows:
-        text += "<br>top ops: " + _e(", ".join(str(r) for r in rows[:6]))
-    run_dir = str(report.source.get("run_dir") or "")
-    command = f"jaxdiag open {run_dir} --finding {number}"
-    address = _live_address(run_dir, where)
-    # Addresses as text, not links: the page loads and links nothing (see render.html).
-    if address:
-        text += f"<br>timeline in XProf: <code class='jd-address'>{_e(address)}</code>"
-    return text + f"<br><code>{_e(command)}</code>"
-
-
-def _live_address(run_dir: str, where: dict[str, Any]) -> str | None:
-    """The trace-viewer address on the XProf server ``jaxdiag open`` left running for this run, if any."""
-    if not run_dir or not where.get("host"):
-        return None
-    from jaxdiag.xprof_tools.server import known_server
-
-    server = known_server(run_dir)
-    if server is None:
-        return None
-    return server.timeline(str(where.get("run")), str(where["host"]), where.get("start_ms"), where.get("end_ms"))
 
 
 # --- figure --------------------------------------------------------------------------
@@ -349,33 +192,24 @@ def roofline(report: "Report") -> "go.Figure":
 # --- helpers -------------------------------------------------------------------------
 
 
-def _table(header: Any, rows: Any, row_ids: list[str] | None = None) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = []
-    for i, row in enumerate(rows):
-        rid = f" id='{_e(row_ids[i])}'" if row_ids else ""
-        body.append(f"<tr{rid}>" + "".join(f"<td>{_e(c if c is not None else '—')}</td>" for c in row) + "</tr>")
-    return f"<table class='jd'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+MEMORY_COLUMNS = ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity")
 
 
-_MEMORY_COLUMNS = ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity")
-
-
-def _memory_row(c: Any) -> list[Any]:
+def memory_row(c: Any) -> list[Any]:
     """One compile's memory row (the terminal prints each cell as text; HTML shows a missing one as a dash)."""
     return [
         c.get("function"),
         c.get("compile_index"),
-        _bytes(c.get("argument_bytes")),
-        _bytes(c.get("output_bytes")),
-        _bytes(c.get("temp_bytes")),
-        _bytes(c.get("generated_code_bytes")),
-        _bytes(c.get("total_bytes")),
-        _pct(c.get("share_of_capacity")),
+        byte_size(c.get("argument_bytes")),
+        byte_size(c.get("output_bytes")),
+        byte_size(c.get("temp_bytes")),
+        byte_size(c.get("generated_code_bytes")),
+        byte_size(c.get("total_bytes")),
+        percent(c.get("share_of_capacity")),
     ]
 
 
-def _num(value: Any) -> str:
+def number(value: Any) -> str:
     if value is None:
         return "—"
     try:
@@ -385,7 +219,7 @@ def _num(value: Any) -> str:
     return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
-def _scaled(value: Any, scale: float, spec: str = ".3g") -> str:
+def scaled(value: Any, scale: float, spec: str = ".3g") -> str:
     """``value / scale`` formatted by ``spec``; ``—`` for none, the value as given when it is no number."""
     if value is None:
         return "—"
@@ -395,14 +229,14 @@ def _scaled(value: Any, scale: float, spec: str = ".3g") -> str:
         return str(value)
 
 
-def _pct(value: Any) -> str:
+def percent(value: Any) -> str:
     try:
         return f"{float(value):.1%}"
     except (TypeError, ValueError):
         return "—"
 
 
-def _big(value: Any) -> str:
+def big_number(value: Any) -> str:
     """FLOPs with an SI prefix: ``1.07 PFLOP``."""
     try:
         v = float(value)
@@ -414,7 +248,7 @@ def _big(value: Any) -> str:
     return f"{v:.3g} FLOP"
 
 
-def _bytes(value: Any) -> str:
+def byte_size(value: Any) -> str:
     try:
         v = float(value)
     except (TypeError, ValueError):

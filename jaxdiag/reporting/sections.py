@@ -77,7 +77,12 @@ class Section:
         return self.empty(), None
 
 
-_T, _H, _O = "jaxdiag.render.terminal", "jaxdiag.render.html", "jaxdiag.render.ops_memory"
+_T, _H, _O, _OH = (
+    "jaxdiag.render.terminal",
+    "jaxdiag.render.html",
+    "jaxdiag.render.ops_memory",
+    "jaxdiag.render.ops_memory_html",
+)
 
 #: Every section, in the order the JSON report, the terminal and the HTML report show them.
 SECTIONS: tuple[Section, ...] = (
@@ -151,10 +156,10 @@ SECTIONS: tuple[Section, ...] = (
         dict,
         analysis="top_ops",
         terminal=f"{_O}:terminal_top_ops",
-        html=f"{_O}:html_top_ops",
+        html=f"{_OH}:html_top_ops",
         figures=("roofline",),
     ),
-    Section("memory", "1.3", dict, analysis="memory", terminal=f"{_O}:terminal_memory", html=f"{_O}:html_memory"),
+    Section("memory", "1.3", dict, analysis="memory", terminal=f"{_O}:terminal_memory", html=f"{_OH}:html_memory"),
     Section("stragglers", "1.3", dict, analysis="stragglers", terminal=f"{_T}:_stragglers", html=f"{_H}:hosts_table"),
     Section("divergence", "1.3", dict, analysis="divergence"),
 )

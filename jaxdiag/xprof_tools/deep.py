@@ -43,16 +43,17 @@ def deepen(results: Mapping[str, Any], frames: Any, host: str | None = None) -> 
 
 def _join(out: dict[str, Any], frames: Any, xplanes: list[str], notes: list[str]) -> None:
     from jaxdiag.analyses import memory as M
-    from jaxdiag.analyses import top_ops as T
+    from jaxdiag.analyses.top_ops import TopOps
+    from jaxdiag.xprof_tools.top_ops_join import join_xprof
     from jaxdiag.trace.discover import host_name
 
     top = out.get("top_ops")
-    if isinstance(top, T.TopOps):
+    if isinstance(top, TopOps):
         try:
             hlo = table_rows(tool_data(xplanes, "hlo_stats", private=True))
             roof = tool_data(xplanes, "roofline_model", private=True)
             props = table_properties(roof[0] if isinstance(roof, list) and roof else roof)
-            top = T.join_xprof(top, hlo, props)
+            top = join_xprof(top, hlo, props)
             top = dataclasses.replace(top, rows=tuple(_with_kernels(top.rows, frames, xplanes, notes)))
             out["top_ops"] = top
         except XprofError as exc:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxdiag.analyses import top_ops
+from jaxdiag.xprof_tools import top_ops_join
 from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.trace import frames as F
 
@@ -60,7 +61,7 @@ def test_roofline_bound_from_intensity_and_ridge():
         },
         {"hlo_op_name": "fusion.1", "program_id": "8", "total_self_time": 5.0, "model_flop_rate": 1.0},
     ]
-    joined = top_ops.join_xprof(base, hlo)
+    joined = top_ops_join.join_xprof(base, hlo)
     row = joined.rows[0]
     assert row.flops == pytest.approx(50_000e9 * 1e-3)  # rate x time, program 8 left out
     assert row.bytes_accessed == pytest.approx(100.0 * 2**30 * 1e-3)
@@ -74,7 +75,7 @@ def test_unmatched_op_stays_unknown():
     base = top_ops.TopOps(
         (top_ops.OpRow("op1", "fusion.1", "jit_f", "f", "compute", 1, 1.0, 1.0, 1.0),), 1.0, 1, None, None, "unknown"
     )
-    row = top_ops.join_xprof(base, [{"hlo_op_name": "fusion.2", "program_id": "1"}]).rows[0]
+    row = top_ops_join.join_xprof(base, [{"hlo_op_name": "fusion.2", "program_id": "1"}]).rows[0]
     assert row.flops is None and row.bound == "unknown"
 
 
@@ -82,9 +83,9 @@ def test_function_and_dtype_names():
     assert top_ops.function_of("jit_train_step") == "train_step"
     assert top_ops.function_of("jit(step)") == "step"
     assert top_ops.function_of("custom") == "custom"
-    assert top_ops.output_dtype("%d = f32[128,1024]{1,0} dot(...)") == "float32"
-    assert top_ops.output_dtype("nonsense") == ""
-    assert top_ops.source_line("<div title='x.py:1'>x.py:1</div>") == "x.py:1"
+    assert top_ops_join.output_dtype("%d = f32[128,1024]{1,0} dot(...)") == "float32"
+    assert top_ops_join.output_dtype("nonsense") == ""
+    assert top_ops_join.source_line("<div title='x.py:1'>x.py:1</div>") == "x.py:1"
 
 
 def test_h100_top_op_flops_against_cost_analysis(h100_mlp):
@@ -101,7 +102,7 @@ def test_h100_top_op_flops_against_cost_analysis(h100_mlp):
     assert r.rows[0].total_ms == pytest.approx(_op_total_ms(frames, r.rows[0].name, r.rows[0].module), rel=0.01)
     files = list(frames.files)
     roof = tool_data(files, "roofline_model")
-    deep = top_ops.join_xprof(r, table_rows(tool_data(files, "hlo_stats")), table_properties(roof[0]))
+    deep = top_ops_join.join_xprof(r, table_rows(tool_data(files, "hlo_stats")), table_properties(roof[0]))
     row = next(x for x in deep.rows if x.name == "gemm_fusion_dot.1")
     # %gemm_fusion_dot.1 = f32[4096,1024] from f32[128,4096] and f32[128,1024]: a^T @ b, six runs (steps 0-5).
     dot = jax.jit(lambda a, b: a.T @ b).lower(jnp.ones((128, 4096)), jnp.ones((128, 1024))).compile()

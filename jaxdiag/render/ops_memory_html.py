@@ -1,0 +1,178 @@
+"""Top ops, MFU's basis, memory and finding places as HTML (the terminal's are ``ops_memory``).
+
+Formatting only: every number comes from the report's ``top_ops``, ``memory``
+and ``throughput.mfu_basis`` sections and the findings' ``evidence["where"]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from jaxdiag.render.html import _e  # the HTML report's one escape
+from jaxdiag.render.ops_memory import MEMORY_COLUMNS, big_number, byte_size, memory_row, number, percent, scaled
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.base import Finding
+    from jaxdiag.reporting.model import Report
+
+
+def html_top_ops(report: "Report") -> str:
+    """The top-ops table and MFU's basis as HTML (empty when the section is)."""
+    parts: list[str] = []
+    top = getattr(report, "top_ops", None) or {}
+    rows = top.get("rows") or []
+    if rows:
+        ridge = top.get("ridge_point")
+        parts.append(
+            "<h2>Top ops by device time</h2><p class='meta'>"
+            + (_e(f"ridge point {number(ridge)} FLOP/byte ({top.get('roofline_source')})") if ridge else "")
+            + ("" if top.get("deep") else " · FLOPs, bytes and bound: jaxdiag report --deep")
+            + "</p>"
+        )
+        parts.append(
+            _table(
+                (
+                    "id",
+                    "op",
+                    "module",
+                    "function",
+                    "kind",
+                    "count",
+                    "ms/step",
+                    "share",
+                    "GFLOP",
+                    "MB",
+                    "FLOP/B",
+                    "bound",
+                    "XProf bound",
+                    "source",
+                ),
+                (
+                    [
+                        r.get("id"),
+                        r.get("name"),
+                        r.get("module"),
+                        r.get("function"),
+                        r.get("kind"),
+                        number(r.get("count")),
+                        number(r.get("per_step_ms")),
+                        percent(r.get("share")),
+                        scaled(r.get("flops"), 1e9),
+                        scaled(r.get("bytes_accessed"), 1e6),
+                        number(r.get("intensity")),
+                        r.get("bound"),
+                        r.get("xprof_bound_by") or "—",
+                        r.get("source") or "—",
+                    ]
+                    for r in rows
+                ),
+                row_ids=[f"jd-{r.get('id')}" for r in rows],
+            )
+        )
+    between = top.get("between_rows") or []
+    if between:
+        parts.append(
+            "<h3>Ops of work between steps</h3><p class='meta'>Programs run in fewer than half of the steps; "
+            "no step's time, so totals over the run, not per step.</p>"
+        )
+        parts.append(
+            _table(
+                ("id", "op", "module", "function", "kind", "count", "total ms", "share"),
+                (
+                    [
+                        r.get("id"),
+                        r.get("name"),
+                        r.get("module"),
+                        r.get("function"),
+                        r.get("kind"),
+                        number(r.get("count")),
+                        number(r.get("total_ms")),
+                        percent(r.get("share")),
+                    ]
+                    for r in between
+                ),
+            )
+        )
+    basis = (report.throughput or {}).get("mfu_basis") or {}
+    if basis:
+        parts.append(
+            "<h2>MFU: where the numbers come from</h2><ul class='meta'>"
+            f"<li>FLOPs per step: {_e(big_number(basis.get('flops_per_step')))} ({_e(basis.get('flops_source'))})</li>"
+            f"<li>peak: {_e(big_number(basis.get('peak_flops')))}/s ({_e(basis.get('peak_source'))})</li>"
+            f"<li>dtype: {_e(basis.get('dtype') or 'unknown')} ({_e(basis.get('dtype_source'))})</li></ul>"
+        )
+    return "".join(parts)
+
+
+def html_memory(report: "Report") -> str:
+    """The memory tables as HTML (empty when the section is)."""
+    parts: list[str] = []
+    mem = getattr(report, "memory", None) or {}
+    if mem.get("compiles") or mem.get("peaks"):
+        parts.append(
+            f"<h2>Memory per device</h2><p class='meta'>capacity {_e(byte_size(mem.get('capacity_bytes')))} "
+            f"({_e(mem.get('capacity_source'))})</p>"
+        )
+        if mem.get("compiles"):
+            parts.append(_table(MEMORY_COLUMNS, (memory_row(c) for c in mem["compiles"])))
+        if mem.get("peaks"):
+            parts.append(
+                _table(
+                    ("host", "allocator", "measured peak", "capacity", "of capacity"),
+                    (
+                        [
+                            p.get("host"),
+                            p.get("allocator"),
+                            byte_size(p.get("peak_bytes")),
+                            byte_size(p.get("capacity_bytes")),
+                            percent(p.get("share_of_capacity")),
+                        ]
+                        for p in mem["peaks"]
+                    ),
+                )
+            )
+    return "".join(parts)
+
+
+def place_html(report: "Report", finding: "Finding", number: int) -> str:
+    """Where a finding happened, the top-op rows it concerns, and how to open it in XProf."""
+    where = finding.evidence.get("where") if isinstance(finding.evidence, dict) else None
+    if not isinstance(where, dict):
+        return "—"
+    bits = [f"host {where.get('host')}"]
+    if where.get("step") is not None:
+        bits.append(f"step {where['step']}")
+    if where.get("start_ms") is not None:
+        bits.append(f"{scaled(where['start_ms'], 1, '.1f')}–{scaled(where.get('end_ms'), 1, '.1f')} ms")
+    text = _e(", ".join(bits))
+    rows = finding.evidence.get("top_op_rows") or []
+    if rows:
+        text += "<br>top ops: " + _e(", ".join(str(r) for r in rows[:6]))
+    run_dir = str(report.source.get("run_dir") or "")
+    command = f"jaxdiag open {run_dir} --finding {number}"
+    address = _live_address(run_dir, where)
+    # Addresses as text, not links: the page loads and links nothing (see render.html).
+    if address:
+        text += f"<br>timeline in XProf: <code class='jd-address'>{_e(address)}</code>"
+    return text + f"<br><code>{_e(command)}</code>"
+
+
+def _live_address(run_dir: str, where: dict[str, Any]) -> str | None:
+    """The trace-viewer address on the XProf server ``jaxdiag open`` left running for this run, if any."""
+    if not run_dir or not where.get("host"):
+        return None
+    from jaxdiag.xprof_tools.server import known_server
+
+    server = known_server(run_dir)
+    if server is None:
+        return None
+    return server.timeline(str(where.get("run")), str(where["host"]), where.get("start_ms"), where.get("end_ms"))
+
+
+def _table(header: Any, rows: Any, row_ids: list[str] | None = None) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        rid = f" id='{_e(row_ids[i])}'" if row_ids else ""
+        body.append(f"<tr{rid}>" + "".join(f"<td>{_e(c if c is not None else '—')}</td>" for c in row) + "</tr>")
+    return f"<table class='jd'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
