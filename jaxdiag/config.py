@@ -8,6 +8,9 @@ own flags, or ``jaxdiag.report(..., settings=Settings(...))`` from Python.
 
 Code deep in an analysis that has no ``AnalysisInputs`` at hand reads
 ``current()``: the settings of the report being built (``using``), else the defaults.
+
+Settings, their table and their parsing from TOML, flags and the environment are one vocabulary kept
+in one place, which is why the module runs past 400 lines.
 """
 
 from __future__ import annotations

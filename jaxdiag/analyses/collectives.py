@@ -21,6 +21,9 @@ it is ``waiting_for_devices_ms``, with the late device named in a
 participant's duration) counts as communication. Advice names the flags of the
 platform the run used; the GPU and TPU flag advice is a guess, not applied by jaxdiag's tests (they run on CPU),
 and says so.
+
+It runs past 400 lines because exposure per device, the two waits it hands to other analyses and the
+platform's flag advice are one computation over one set of collective ops.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ decides, from numbers it already has, whether to capture the next steps
 times) runs on a background thread (``peers``), and a hang watchdog on another
 (``watchdog``): a step never waits on either.
 
-The module is longer than most: the step's path and the state the background
+The module runs past 400 lines: the step's path and the state the background
 threads read live in one object, so that a step touches one object's attributes.
 """
 

@@ -7,6 +7,9 @@ where the step took longest (user annotations on the host, nested ones a row
 lower, above every device stream), and merges neighbouring events of a row when a
 big trace would otherwise ask the browser for hundreds of thousands of
 rectangles. ``render.timeline`` draws them.
+
+Choosing, merging and encoding a step's rectangles are one format a saved report must read back,
+which is why the module runs past 400 lines.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ named, as long as another one can), builds one events table with categorical
 string columns, and finds the steps. Reading may go on in worker processes, or
 on a Dask cluster's workers (``trace.reading``), between ``start_load`` and
 ``PendingLoad.result``, and may start before the caller asks for it (``prefetch``).
+
+Building the events table (its categorical columns, the checks on impossible values) is the loader's
+one job beside finding the files, which is why the module runs past 400 lines.
 """
 
 from __future__ import annotations

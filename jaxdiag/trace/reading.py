@@ -30,6 +30,9 @@ Past one machine, ``scheduler`` names a Dask ``distributed`` scheduler
 a worker (``read_file``, which needs the path to be readable there) and only
 its columns, the per-host frames the analyses need, come back. Dask is
 imported only then.
+
+The pool, the work sharing and the bounded waits are one protocol between this process and its
+workers, which is why the module runs past 400 lines.
 """
 
 from __future__ import annotations
