@@ -3,7 +3,8 @@
 The probes of the capabilities that say which call a compile is for (``jit_call_frame``,
 ``pmap_call_frame``, ``aot_entry_points``, ``jit_info_fields``, the compile stages'
 events and exceptions, the transformed compiles, config states and jit's trace cache
-read through ``transforms``), and the reads of those frames.
+read through ``transforms``), the reads of those frames, and ``hide_frames`` (JAX's
+traceback exclusion, which keeps jaxdiag's wrapper out of the user's tracebacks).
 """
 
 from __future__ import annotations
