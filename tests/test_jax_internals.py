@@ -247,7 +247,7 @@ def test_xspace_reader(tmp_path):
 
 def test_xspace_reader_raises():
     # The probe says what a fresh process sees: an exception, or an abort (older jaxlib).
-    code = f"from jaxlib import _profile_data as p\ntry: p.ProfileData.from_serialized_xspace({J._CORRUPT_XSPACE!r})\nexcept RuntimeError: pass"
+    code = f"from jaxlib import _profile_data as p\ntry: p.ProfileData.from_serialized_xspace({J.profiler._CORRUPT_XSPACE!r})\nexcept RuntimeError: pass"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode in (0, -6), done.stderr[-2000:]  # -6: SIGABRT
     assert J.xspace_reader_raises() is (True if done.returncode == 0 else None)

@@ -3,7 +3,8 @@
 Low overhead by default (the Python tracer is off unless asked for); every
 ``jax.profiler.ProfileOptions`` field stays reachable through ``options``. On
 exit (normal or by exception) the trace is stopped and written, the sidecar is
-written beside it, and the user's exception propagates unchanged.
+written beside it, and the user's exception propagates unchanged. What the
+sidecar says of the process and of the compiles is gathered by ``sidecar_facts``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from jaxdiag.capturing import sidecar
+from jaxdiag.capturing import sidecar, sidecar_facts
 from jaxdiag.errors import CaptureError
 
 _ACTIVE_LOCK = threading.RLock()  # re-entered by the SIGTERM handler when the signal lands inside start or stop
@@ -91,9 +92,9 @@ class Capture:
                 raise CaptureError(f"cannot start the profiler: {exc}") from None
             self._started_unix = time.time()
             _active = self
-            self._analysis_was = _analysis_on()
+            self._analysis_was = sidecar_facts.analysis_on()
             if self.watch:
-                self._watch = _start_watch()
+                self._watch = sidecar_facts.start_watch()
             self._mark_started()
             self._stop_on_sigterm()
         return self
@@ -114,9 +115,9 @@ class Capture:
             _drain_devices()
             _active = None
             self._restore_sigterm()
-            records = _stop_watch(self._watch)
+            records = sidecar_facts.stop_watch(self._watch)
             self._watch = None
-            _restore_analysis(getattr(self, "_analysis_was", None))
+            sidecar_facts.restore_analysis(getattr(self, "_analysis_was", None))
             try:
                 jax.profiler.stop_trace()
             finally:
@@ -244,7 +245,7 @@ class Capture:
 
     def _write_sidecar(self, stopped_unix: float, records: list[dict[str, Any]] | None) -> None:
         try:
-            content = _describe_process(self.mesh)
+            content = sidecar_facts.describe_process(self.mesh)
             content.update(
                 process_index=self._process_index,
                 process_count=self._process_count,
@@ -252,10 +253,10 @@ class Capture:
                 stopped_unix=stopped_unix,
                 python_tracer=self.python_tracer,
                 steps={str(k): v for k, v in sorted(self.steps.items())},
-                compile_log=_with_earlier(
+                compile_log=sidecar_facts.with_earlier(
                     records
                     if records is not None
-                    else _compile_records_between(self._started_unix or 0.0, stopped_unix),
+                    else sidecar_facts.compile_records_between(self._started_unix or 0.0, stopped_unix),
                     self._started_unix or 0.0,
                 ),
                 tags=self.tags,
@@ -353,39 +354,6 @@ def _shared_run_name(process_count: int) -> str:
     return time.strftime("%Y_%m_%d_%H_%M_%S", time.gmtime(stamp))
 
 
-def _describe_process(mesh: Any | None) -> dict[str, Any]:
-    import jax
-    import jaxlib
-
-    devices = [
-        {
-            "id": d.id,
-            "platform": d.platform,
-            "kind": getattr(d, "device_kind", ""),
-            "process_index": getattr(d, "process_index", 0),
-        }
-        for d in jax.devices()
-    ]
-    backend = getattr(jax.devices()[0], "client", None)
-    described_mesh = None
-    if mesh is not None:
-        described_mesh = {
-            "axis_names": [str(a) for a in mesh.axis_names],
-            "shape": {str(k): int(v) for k, v in dict(mesh.shape).items()},
-        }
-    return {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "jax_version": jax.__version__,
-        "jaxlib_version": getattr(jaxlib, "__version__", None),
-        "backend": getattr(backend, "platform", None),
-        "platform_version": getattr(backend, "platform_version", None),
-        "devices": devices,
-        "mesh": described_mesh,
-        "env": sidecar.environment(),
-    }
-
-
 def _drain_devices() -> None:
     """Wait until the work queued on the devices has run (effects, then every live array).
 
@@ -404,92 +372,3 @@ def _drain_devices() -> None:
             array.block_until_ready()
         except Exception:  # noqa: BLE001
             pass
-
-
-def _analysis_on() -> Any:
-    """Record cost and memory of the window's compiles (for MFU and memory), unless chosen otherwise."""
-    try:
-        from jaxdiag.recording import compile_log
-
-        return compile_log.analysis_on_unless_chosen()
-    except Exception:  # noqa: BLE001 - instrumentation never stops the capture
-        return None
-
-
-def _restore_analysis(token: Any) -> None:
-    if token is None:
-        return
-    try:
-        from jaxdiag.recording import compile_log
-
-        compile_log.restore_analysis(token)
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def _start_watch() -> Any:
-    """Record every compile while the capture runs; ``None`` if recording cannot start."""
-    try:
-        from jaxdiag.recording.watch import watch
-
-        recorder = watch()
-        recorder.__enter__()
-        return recorder
-    except Exception as exc:  # instrumentation must never stop the capture
-        warnings.warn(f"jaxdiag: compiles during the capture are not recorded: {exc}", RuntimeWarning, stacklevel=4)
-        return None
-
-
-def _stop_watch(recorder: Any) -> list[dict[str, Any]] | None:
-    """Stop recording; the records of the window as dicts (``None`` if none were taken)."""
-    if recorder is None:
-        return None
-    try:
-        recorder.__exit__(None, None, None)
-        return [r.to_dict() for r in recorder.records]
-    except Exception as exc:
-        warnings.warn(f"jaxdiag: compiles during the capture are not recorded: {exc}", RuntimeWarning, stacklevel=4)
-        return None
-
-
-def _compile_records_between(start: float, stop: float) -> list[dict[str, Any]]:
-    try:
-        from jaxdiag.recording import compile_log
-    except ImportError:  # pragma: no cover
-        return []
-    return [r.to_dict() for r in compile_log.records() if start <= r.time_unix <= stop]
-
-
-#: Compiles made before the window that the sidecar carries, per jit object and in all.
-EARLIER_PER_HISTORY = 8
-EARLIER_TOTAL = 256
-
-
-def _with_earlier(window: list[dict[str, Any]], start: float) -> list[dict[str, Any]]:
-    """The window's records, after the compiles made before it (marked ``before_capture``).
-
-    A program compiled during warm-up and run in the window is known to the report
-    only through its record: its mesh, specs and collectives, its cost. The last
-    ``EARLIER_PER_HISTORY`` compiles of each jit object before the window (at most
-    ``EARLIER_TOTAL``) come along; analyses that count compiles leave them out.
-    """
-    try:
-        from jaxdiag.recording import compile_log
-        from jaxdiag.recording.records import history_key
-    except ImportError:  # pragma: no cover
-        return window
-    seen = {sidecar.record_key(r) for r in window}
-    per_history: dict[Any, int] = {}
-    earlier: list[dict[str, Any]] = []
-    for rec in reversed(compile_log.records()):
-        if rec.time_unix >= start or len(earlier) >= EARLIER_TOTAL:
-            continue
-        key = history_key(rec)
-        if per_history.get(key, 0) >= EARLIER_PER_HISTORY:
-            continue
-        d = rec.to_dict()
-        if sidecar.record_key(d) in seen:
-            continue
-        per_history[key] = per_history.get(key, 0) + 1
-        earlier.append({**d, sidecar.BEFORE_CAPTURE: True})
-    return earlier[::-1] + list(window)

@@ -19,14 +19,14 @@ SCRIPT = textwrap.dedent(
     from jaxdiag.trace import load, reading
 
     log = sys.argv[2]
-    asked = jax_internals._parses_in_child
+    asked = jax_internals.profiler._parses_in_child
 
     def logged(*args, **kwargs):  # forked workers inherit this, so their questions are logged too
         with open(log, "a") as f:
             f.write(f"{os.getpid()}\\n")
         return asked(*args, **kwargs)
 
-    jax_internals._parses_in_child = logged
+    jax_internals.profiler._parses_in_child = logged
     pending = load.start_load(sys.argv[1], parallel=True, workers=2)
     workers = pending._reading.workers
     frames = pending.result()

@@ -1,0 +1,165 @@
+"""The host-wait findings: one per cause of device-idle time that matters, with what to change.
+
+Split from ``host_waits`` (which finds the waits and attributes each to what the host
+was doing) to keep each module small; see that module's docstring for the causes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.collectives import platform_of
+from jaxdiag.analyses.host_waits import COMPILE, DISPATCH, SYNC, UNATTRIBUTED
+from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.host_waits import HostWaitsResult
+
+_SUGGESTIONS = {
+    "annotation": (
+        "Overlap `{name}` with device work: prefetch the next batch in a background thread "
+        "(or a data loader with prefetch) and move it to the device ahead of use with "
+        "`jax.device_put`, so step N+1's input is ready while step N runs."
+    ),
+    SYNC: (
+        "Avoid reading device values every step (`float(loss)`, `.item()`, `np.asarray`, "
+        "`jax.device_get`): keep metrics on the device and fetch them every N steps, or log "
+        "them asynchronously with `jax.debug.callback`. Each read drains the device queue, so "
+        "whatever the host does next runs with the device idle."
+    ),
+    DISPATCH: (
+        "The host takes longer to launch work than the device takes to run it: put more work "
+        "in each jitted call (one jit around the whole step, `lax.scan` over micro-steps), and "
+        "avoid many small jitted calls or eager jnp ops between steps."
+    ),
+    "one_off_dispatch": (
+        "Most of it is one step's launching ({share}), a one-off (moving or resharding data once, say), not a "
+        "per-step cost: putting more work in each jitted call would not help. A guess, if it recurs (each "
+        "epoch): do it before the timed loop, or in one jitted call rather than op by op."
+    ),
+    "sparse_sync": (
+        "Reads come only at some steps, not every step, so reading less often is not the change to make. "
+        "If this time matters, a guess: start each copy as soon as the value exists (`x.copy_to_host_async()`) "
+        "and read it after launching the next step, so the device has work queued while the host waits."
+    ),
+    UNATTRIBUTED: (
+        "Find what the host is doing: wrap suspect code in `jax.profiler.TraceAnnotation(...)` "
+        "and capture again, or keep the Python tracer on (the default) and look at this span."
+    ),
+}
+
+
+#: A dispatch wait is one step's one-off when that step holds at least this share of it.
+ONE_OFF_SHARE = 0.8
+
+
+def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -> tuple[Finding, ...]:
+    out = []
+    graded_against = r.steady_wall_ms if r.steady_wall_ms > 0 else r.wall_ms
+    per_step: dict[tuple[str, str], dict[int, float]] = {}
+    for w in r.waits:
+        d = per_step.setdefault((w.cause, w.kind), {})
+        d[w.step] = d.get(w.step, 0.0) + (w.end_ns - w.start_ns) / 1e6
+    compiled = {w.step for w in r.waits if w.kind == COMPILE}
+    for c in r.by_cause:
+        amounts = per_step.get((c.cause, c.kind), {})
+        ms, left_out = c.ms, []
+        if c.kind == DISPATCH:  # launching on a step that compiled is the compile's tracing, not dispatch overhead
+            left_out = sorted(s for s in amounts if s in compiled)
+            amounts = {s: v for s, v in amounts.items() if s not in compiled}
+            ms = sum(amounts.values())
+        if c.kind == COMPILE or ms < inputs.thresholds.min_finding_ms:
+            continue
+        what = {
+            "annotation": f"while the host ran `{c.cause}`",
+            SYNC: "while the host read results back from the device (a device-to-host sync)",
+            DISPATCH: "while the host was launching jitted work",
+            UNATTRIBUTED: "while the host ran Python outside any annotation",
+        }[c.kind]
+        evidence: dict[str, Any] = {
+            "cause": c.cause,
+            "kind": c.kind,
+            "steps": len(amounts) if left_out else c.steps,
+            "ms": round(ms, 3),
+            "per_step": {int(k): round(v, 3) for k, v in sorted(amounts.items())},
+        }
+        extra = ""
+        if len(inputs.frames.hosts) > 1:  # which host: with several, a wait on one of them is a straggler's cause
+            on = _by_host(r, c.cause)
+            what += (
+                " on " + ", ".join(f"{h} ({h_ms:.1f} ms)" for h, h_ms in on.items())
+                if len(on) > 1
+                else f" on {next(iter(on))}"
+            )
+            evidence["by_host"] = {h: round(h_ms, 3) for h, h_ms in on.items()}
+        if c.kind == SYNC:
+            drained = [o for o in r.by_cause if o.kind in ("annotation", DISPATCH, UNATTRIBUTED) and o.ms >= 0.1 * c.ms]
+            extra = f" Reads happened {describe_steps(r.sync_steps, all_steps)}"
+            if drained:
+                listed = ", ".join(f"{o.cause} {o.ms:.1f} ms" for o in drained[:3])
+                extra += (
+                    f"; each drains the device queue, so the host work after it ({listed}) cannot overlap device work"
+                )
+            extra += "."
+            evidence["sync_steps"] = list(r.sync_steps)
+        suggestion = _SUGGESTIONS[c.kind].format(name=c.cause)
+        if c.kind == SYNC and all_steps and len(r.sync_steps) < 0.5 * len(all_steps):
+            suggestion = _SUGGESTIONS["sparse_sync"]  # a read per epoch or per 100 steps is not the habit to drop
+        elif c.kind == SYNC and platform_of(inputs.frames) == "cpu":
+            suggestion += (
+                " On XLA:CPU the device's work runs on the host's own cores, so how much overlap this buys is a "
+                "guess: measure it."
+            )
+        if left_out:
+            extra += (
+                f" Not counted: step(s) {', '.join(map(str, left_out))}, which compiled (launching there is "
+                "tracing, part of the compile)."
+            )
+            evidence["left_out_compile_steps"] = left_out
+        if c.kind == DISPATCH and len(all_steps) >= 3 and amounts:
+            top_step, top_ms = max(amounts.items(), key=lambda kv: kv[1])
+            if top_ms >= ONE_OFF_SHARE * ms:  # one step's launching: no per-step habit to change
+                suggestion = _SUGGESTIONS["one_off_dispatch"].format(
+                    share=f"{top_ms:.1f} of {ms:.1f} ms at step {top_step}"
+                )
+                evidence["one_off_step"] = int(top_step)
+        if c.kind == DISPATCH:
+            by_fn = _dispatch_by_function(r)
+            evidence["by_function"] = by_fn
+            top = [f for f in by_fn if f]
+            if top:
+                what += f" (mostly {', '.join(top[:3])})"
+        out.append(
+            Finding(
+                kind="host_wait",
+                severity=severity_for(ms, graded_against),
+                time_lost_ms=ms,
+                message=(
+                    f"Devices sat idle {ms:.1f} ms {what}: {describe_amounts(amounts, all_steps)} "
+                    f"({ms / graded_against * 100 if graded_against > 0 else 0:.0f}% of step time outside compiles)."
+                    + extra
+                ),
+                suggestion=suggestion,
+                evidence=evidence,
+            )
+        )
+    return tuple(out)
+
+
+def _by_host(r: HostWaitsResult, cause: str) -> dict[str, float]:
+    """Wait given to ``cause`` per host, largest first."""
+    acc: dict[str, float] = {}
+    for w in r.waits:
+        if w.cause == cause:
+            acc[w.host] = acc.get(w.host, 0.0) + (w.end_ns - w.start_ns) / 1e6
+    return dict(sorted(acc.items(), key=lambda kv: -kv[1]))
+
+
+def _dispatch_by_function(r: HostWaitsResult) -> dict[str, float]:
+    """Dispatch wait per launched function, largest first."""
+    acc: dict[str, float] = {}
+    for w in r.waits:
+        if w.kind == DISPATCH:
+            acc[w.detail] = acc.get(w.detail, 0.0) + (w.end_ns - w.start_ns) / 1e6
+    return {k: round(v, 3) for k, v in sorted(acc.items(), key=lambda kv: -kv[1])}
