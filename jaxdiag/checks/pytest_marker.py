@@ -91,7 +91,7 @@ class _watching:
 
             listener.install()
             compile_log.apply_env()
-            self._previous = listener._watch
+            self._previous = listener.get_watch()
             listener.set_watch(_hooks_for_user_code)
         return self
 

@@ -264,6 +264,56 @@ def analyze_executable(executable: Any) -> tuple[dict[str, float] | None, dict[s
     return cost_out or None, memory or None
 
 
+# --- for the compiles ``transformed`` ties to a function ----------------------------
+
+
+def hooks_of(fun: Any) -> CompileHooks | None:
+    """The hooks recording ``fun`` (the callable given to ``jax.jit``): its own, else watch's; ``None`` if none."""
+    try:
+        hooks = getattr(fun, "__jaxdiag_hooks__", None)
+    except Exception:
+        hooks = None
+    if hooks is not None and hooks.owns(fun):
+        return hooks
+    return None if _watch is None or fun is None else _watch(fun)
+
+
+def aot_hooks(name: str) -> CompileHooks | None:
+    """Watch's hooks for an ahead-of-time compile named ``name`` (``jit(f)`` read as ``f``); ``None`` outside watch."""
+    aot = getattr(_watch, "aot", None)
+    return None if aot is None else aot(_strip_jit(name))
+
+
+def begin_compile(p: Pending, replacing: types.FrameType | None = None) -> Pending:
+    """Start recording ``p`` on this thread, and return it.
+
+    The jit options and config states of its cache key are read into it, it joins this
+    thread's compiles in flight (those whose frames have returned are dropped), and its
+    hooks' ``begin`` runs; if that raises, ``p`` leaves the compiles in flight again.
+    ``replacing`` is the user's call whose compile ``p`` takes over (the call traced,
+    then a transformed program compiled): its trace time and start carry over to ``p``.
+    """
+    pending = _pendings()
+    _drop_dead(pending)
+    _add_context(p)
+    if replacing is not None:
+        for q in list(pending):
+            if q.frame is replacing:
+                p.trace_s, p.start_unix = q.trace_s, q.start_unix
+                pending.remove(q)
+    pending.append(p)
+    _call(p.hooks.begin, p, on_error=lambda: pending.remove(p))
+    return p
+
+
+def is_jit_call(code: types.CodeType) -> bool:
+    """Whether ``code`` is jit's ``cache_miss`` (a jitted call missing the C++ cache); needs the frames mode."""
+    assert _internals is not None
+    cache_miss = _internals.cache_miss
+    # An unpickled jit object carries a copy of cache_miss (cloudpickle sends it by value).
+    return code is cache_miss or (code.co_name == "cache_miss" and code == cache_miss)
+
+
 # --- event handlers ------------------------------------------------------------------
 
 
@@ -383,10 +433,9 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
     if frame.f_code is _internals.aot_compile:
         return transformed.aot_pending(frame, start_unix)
     fun, args, kwargs, info = jax_internals.jit_call(frame)
-    hooks = _hooks_of(fun)
+    hooks = hooks_of(fun)
     if hooks is None:
         return None
-    _drop_dead(pending)
     transformed.remember_source(info, fun)
     p = Pending(
         hooks,
@@ -399,10 +448,7 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
         fun=fun,
         jit_info=info,
     )
-    _add_context(p)
-    pending.append(p)
-    _call(hooks.begin, p, on_error=lambda: pending.remove(p))
-    return p
+    return begin_compile(p)
 
 
 def _add_context(p: Pending) -> None:
@@ -420,23 +466,6 @@ def _drop_dead(pending: list[Pending]) -> None:
     pending[:] = [q for q in pending if q.frame is None or id(q.frame) in live]
 
 
-def _is_cache_miss(code: types.CodeType) -> bool:
-    assert _internals is not None
-    cache_miss = _internals.cache_miss
-    # An unpickled jit object carries a copy of cache_miss (cloudpickle sends it by value).
-    return code is cache_miss or (code.co_name == "cache_miss" and code == cache_miss)
-
-
-def _hooks_of(fun: Any) -> CompileHooks | None:
-    try:
-        hooks = getattr(fun, "__jaxdiag_hooks__", None)
-    except Exception:
-        hooks = None
-    if hooks is not None and hooks.owns(fun):
-        return hooks
-    return None if _watch is None or fun is None else _watch(fun)
-
-
 def _stack() -> Iterator[types.FrameType]:
     frame = sys._getframe(2)
     while frame is not None:
@@ -450,7 +479,7 @@ def _call_frame() -> types.FrameType | None:
     impl_miss = _internals.impl_miss
     for frame in _stack():
         code = frame.f_code
-        if code is impl_miss or _is_cache_miss(code):
+        if code is impl_miss or is_jit_call(code):
             return frame
         if frame.f_code in _internals.stoppers:
             # An ahead-of-time compile is the user's own request: a record only under watch.

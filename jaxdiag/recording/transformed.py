@@ -49,11 +49,9 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
     else:
         ref, info = _by_source.get(source or "", (lambda: None, None))
         fun = ref()
-    hooks = listener._hooks_of(fun)
+    hooks = listener.hooks_of(fun)
     if hooks is None:
         return None
-    pending = listener._pendings()
-    listener._drop_dead(pending)
     args: tuple[Any, ...] = tuple(flat)
     kwargs: dict[str, Any] = {}
     static: tuple[tuple[int, ...], tuple[str, ...]] = ((), ())
@@ -81,40 +79,30 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
         jit_info=info,
         user_args=user_args,
     )
-    listener._add_context(p)
     if transform == "vmap":
         dims = internals_reads.batch_dims(frame)
         if dims is not None and len(dims) == len(flat):
             p.batch_axes = {id(a): d for a, d in zip(flat, dims) if d is not None}
-    for q in list(pending):  # the user's call traced, then handed its compile to this one
-        if outer is not None and q.frame is outer:
-            p.trace_s, p.start_unix = q.trace_s, q.start_unix
-            pending.remove(q)
-    pending.append(p)
-    listener._call(hooks.begin, p, on_error=lambda: pending.remove(p))
-    return p
+    # The user's call (when still running) traced, then handed its compile to this one.
+    return listener.begin_compile(p, replacing=outer)
 
 
 def aot_pending(frame: types.FrameType, start_unix: float) -> listener.Pending | None:
     """An ahead-of-time ``.lower(...).compile()`` while ``watch`` records: named, not tied to a function."""
     call = internals_reads.aot_arguments(frame)
-    aot = getattr(listener._watch, "aot", None)
-    if call is None or aot is None:
+    if call is None:
         return None
     try:
         name = str(frame.f_locals["self"]._lowering._name)
     except Exception:
         name = "<lowered>"
-    hooks = aot(listener._strip_jit(name))
-    pending = listener._pendings()
-    listener._drop_dead(pending)
+    hooks = listener.aot_hooks(name)
+    if hooks is None:
+        return None
     p = listener.Pending(
         hooks, call[0], call[1], ((), ()), start_unix, threading.current_thread().name, frame=frame, transform="aot"
     )
-    listener._add_context(p)
-    pending.append(p)
-    listener._call(hooks.begin, p, on_error=lambda: pending.remove(p))
-    return p
+    return listener.begin_compile(p)
 
 
 def _with_leaves(
@@ -157,10 +145,9 @@ def remember_source(info: Any, fun: Any) -> None:
 
 def outer_call_frame(frame: types.FrameType) -> types.FrameType | None:
     """The user's ``cache_miss`` frame outward from ``frame``, if the call is still running."""
-    assert listener._internals is not None
     outer = frame.f_back
     while outer is not None:
-        if listener._is_cache_miss(outer.f_code):
+        if listener.is_jit_call(outer.f_code):
             return outer
         outer = outer.f_back
     return None
