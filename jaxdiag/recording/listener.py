@@ -40,7 +40,7 @@ from jaxdiag import jax_internals
 from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError, warn_once
 from jaxdiag.jax_internals import transforms as internals_reads
 from jaxdiag.recording import signature, transformed
-from jaxdiag.recording.explain import CONFIG_DEFAULTS
+from jaxdiag.recording.record_diff import CONFIG_DEFAULTS
 from jaxdiag.sharding.collect import collect as collect_sharding
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
