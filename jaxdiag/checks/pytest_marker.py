@@ -106,7 +106,7 @@ def _hooks_for_user_code(fun: Any) -> Any:
     """Compile hooks for ``fun``, or ``None`` for JAX's own jitted helpers."""
     import inspect
 
-    from jaxdiag.recording.wrapper import _Target
+    from jaxdiag.recording.target import Target
 
     try:
         module = getattr(inspect.unwrap(fun), "__module__", None) or ""
@@ -114,6 +114,6 @@ def _hooks_for_user_code(fun: Any) -> Any:
         module = ""
     if module == "jax" or module.startswith(_LIBRARY_PREFIXES):
         return None
-    target = _Target(fun, None, "warn", None)
+    target = Target(fun, None, "warn", None)
     target.origin = "watch"
     return target

@@ -53,7 +53,7 @@ _STAGE_FIELD = {TRACE_EVENT: "trace_s", LOWER_EVENT: "lower_s", COMPILE_EVENT: "
 
 
 class CompileHooks(Protocol):
-    """What the listener calls for a function it records; ``wrapper._Target`` is one."""
+    """What the listener calls for a function it records; ``target.Target`` is one."""
 
     name: str
 
@@ -561,15 +561,16 @@ def _find_internals() -> _Internals:
 
 
 def _hide_wrapper_frames() -> None:
-    """Leave jaxdiag's trace-time wrapper out of filtered tracebacks and source locations.
+    """Leave jaxdiag's trace-time wrapper, and its hooks, out of filtered tracebacks and source locations.
 
     Otherwise its frame would show in the user's tracebacks and in the debug
-    locations of the lowered module, where ``jax.jit`` has none.
+    locations of the lowered module, where ``jax.jit`` has none; the hooks' frames
+    (``target``) would show above a compile refused by ``on_exceed="raise"``.
     """
-    from jaxdiag.recording import wrapper
+    from jaxdiag.recording import target, wrapper
 
     try:
-        if not jax_internals.hide_frames(wrapper.__file__):
+        if not all([jax_internals.hide_frames(wrapper.__file__), jax_internals.hide_frames(target.__file__)]):
             jax_internals.warn_lost("traceback_exclusion")
     except Exception:
         pass

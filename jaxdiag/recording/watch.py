@@ -33,13 +33,14 @@ from typing import Any
 
 from jaxdiag import jax_internals
 from jaxdiag.errors import ConfigError
-from jaxdiag.recording import compile_log, host_check, listener, signature, wrapper
+from jaxdiag.recording import compile_log, host_check, listener, signature
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN,
     CompileRecord,
     Explanation,
 )
 from jaxdiag.recording.signature import signature_of as call_signature
+from jaxdiag.recording.target import Target
 
 WATCH_ORIGIN = "watch"
 _ADAPTER_DEPTH = 6  # frames searched outward from ``cache_miss`` for a library wrapper
@@ -189,7 +190,7 @@ class _Recorder:
         internal = _defined_in_jax(call.fun)
         if internal and not self.jax_internals:
             return
-        target = wrapper._Target(call.fun, origin=JAX_INTERNAL_ORIGIN if internal else WATCH_ORIGIN)
+        target = Target(call.fun, origin=JAX_INTERNAL_ORIGIN if internal else WATCH_ORIGIN)
         target.function_id = None if call.identity is None else compile_log.function_id(call.identity)
         args, tree = call_signature(
             call.args,
@@ -250,7 +251,7 @@ class _AheadOfTime:
         return compile_log.analysis_enabled()
 
     def end(self, pending: listener.Pending) -> None:
-        target = wrapper._Target(self, origin=WATCH_ORIGIN)
+        target = Target(self, origin=WATCH_ORIGIN)
         target.function_id = None
         args, tree = call_signature(pending.args, pending.kwargs)
         pending.context = (args, tree, signature.site_from(pending.frame))

@@ -23,6 +23,7 @@ from jaxdiag import errors
 from jaxdiag.errors import ConfigError, JaxdiagWarning
 from jaxdiag.recording import compile_log, listener, signature, wrapper
 from jaxdiag.recording.records import CompileRecord
+from jaxdiag.recording.target import Target
 
 
 def records(function=None) -> list[CompileRecord]:
@@ -378,7 +379,7 @@ def test_watch_flag_records_plain_jax_jit_functions():
     def plain(x):
         return x * 7
 
-    target = wrapper._Target(plain, origin="watch")
+    target = Target(plain, origin="watch")
     listener.set_watch(lambda fun: target if fun is plain else None)
     try:
         jax.jit(plain)(jnp.ones(2))
