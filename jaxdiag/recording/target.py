@@ -14,7 +14,7 @@ from typing import Any
 
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import warn_once
-from jaxdiag.recording import budget, compile_log, listener, signature
+from jaxdiag.recording import budget, call_site, compile_log, listener, signature
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN,
     CompileRecord,
@@ -49,9 +49,9 @@ class Target:
         analysis: bool | None = None,
         origin: str = "jit",
     ) -> None:
-        self.name = signature.fun_name(fun)
-        self.qualname = signature.qualname(fun)
-        self.source = signature.source(fun)
+        self.name = call_site.fun_name(fun)
+        self.qualname = call_site.qualname(fun)
+        self.source = call_site.source(fun)
         self.function_id = compile_log.function_id(fun)
         self.max_compiles, self.on_exceed, self.analysis = max_compiles, on_exceed, analysis
         self.origin = origin
@@ -84,7 +84,7 @@ class Target:
             )
         if pending.user_args:
             args = signature.with_labels(args, self._fun())
-        pending.context = (args, tree, signature.call_site_and_function())
+        pending.context = (args, tree, call_site.call_site_and_function())
         if self.max_compiles is not None and self.on_exceed == "raise":
             index, history = compile_log.LOG.peek(self.history_key(pending))
             budget.enforce(self._record(pending, index, history), self.max_compiles, self.on_exceed, starting=True)

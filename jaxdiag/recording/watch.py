@@ -33,7 +33,7 @@ from typing import Any
 
 from jaxdiag import jax_internals
 from jaxdiag.errors import ConfigError
-from jaxdiag.recording import compile_log, host_check, listener, signature
+from jaxdiag.recording import call_site, compile_log, host_check, listener, signature
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN,
     CompileRecord,
@@ -202,7 +202,7 @@ class _Recorder:
         )
         if pending.user_args:
             args = signature.with_labels(args, call.fun)
-        pending.context = (args, tree, signature.site_from(pending.frame, column=internal))
+        pending.context = (args, tree, call_site.site_from(pending.frame, column=internal))
         if (
             pending.transform is None
             and not internal  # JAX's cache holds an eager op's calls from every line: not comparable
@@ -254,7 +254,7 @@ class _AheadOfTime:
         target = Target(self, origin=WATCH_ORIGIN)
         target.function_id = None
         args, tree = call_signature(pending.args, pending.kwargs)
-        pending.context = (args, tree, signature.site_from(pending.frame))
+        pending.context = (args, tree, call_site.site_from(pending.frame))
         target.end(pending)
 
 
@@ -279,7 +279,7 @@ class _ByName:
                 function=self.name,
                 qualname=self.name,
                 source=None,
-                call_site=signature.site_from(sys._getframe(1))[0],
+                call_site=call_site.site_from(sys._getframe(1))[0],
                 call_function=None,
                 compile_index=index,
                 explanation=None if index == 1 else Explanation(f"{self.name}: {_UNKNOWN_CAUSE}"),
@@ -360,7 +360,7 @@ _ADAPTERS = {
 
 
 def _defined_in_jax(fun: Any) -> bool:
-    return signature.qualname(fun).partition(".")[0] in ("jax", "jaxlib")
+    return call_site.qualname(fun).partition(".")[0] in ("jax", "jaxlib")
 
 
 __all__ = ["watch", "watching", "is_jax_internal", "call_signature"]

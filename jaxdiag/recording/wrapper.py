@@ -19,7 +19,7 @@ from typing import Any, TypeVar, overload
 import jax
 
 from jaxdiag.errors import ConfigError
-from jaxdiag.recording import budget, compile_log, listener, signature
+from jaxdiag.recording import budget, call_site, compile_log, listener
 from jaxdiag.recording.target import Target
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -140,7 +140,7 @@ class _Traced:
         self._lent_to: dict[int, Any] = {}  # weak references to the live jit objects, by id
         self.__jaxdiag_hooks__ = target
         target._traced = weakref.ref(self)
-        name = signature.fun_name(fun)
+        name = call_site.fun_name(fun)
         self.__dict__.update(getattr(fun, "__dict__", {}))
         self.__dict__.update(
             __name__=name,
