@@ -1,6 +1,6 @@
 """What the listener calls for a function it records: the compile's record, written when the compile ends.
 
-A ``Target`` is one function's ``listener.CompileHooks``: at the start of a compile it
+A ``Target`` is one function's ``in_flight.CompileHooks``: at the start of a compile it
 reads the call's signature and site (and, with ``on_exceed="raise"``, refuses a compile
 past the budget); at the end it builds the ``CompileRecord``, explains it against the
 function's earlier compiles and adds it to the compile log. ``jaxdiag.jit`` makes one
@@ -14,7 +14,8 @@ from typing import Any
 
 from jaxdiag.config import DEFAULT_THRESHOLDS
 from jaxdiag.errors import warn_once
-from jaxdiag.recording import budget, call_site, compile_log, listener, signature
+from jaxdiag.recording import budget, call_site, compile_log, signature
+from jaxdiag.recording.in_flight import Pending
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN,
     CompileRecord,
@@ -26,7 +27,7 @@ from jaxdiag.sharding.names import with_user_names
 
 
 class Target:
-    """One ``jaxdiag.jit`` function as the listener sees it (a ``listener.CompileHooks``)."""
+    """One ``jaxdiag.jit`` function as the listener sees it (an ``in_flight.CompileHooks``)."""
 
     __slots__ = (
         "name",
@@ -61,7 +62,7 @@ class Target:
     def key(self) -> tuple[str, str | None]:
         return self.qualname, self.source
 
-    def history_key(self, pending: listener.Pending) -> tuple[str, str | None, str]:
+    def history_key(self, pending: Pending) -> tuple[str, str | None, str]:
         """A jit object's compiles: this function with these jit options (see ``history_key``)."""
         site = pending.context[2][0] if self.origin == JAX_INTERNAL_ORIGIN else None
         return self.qualname, self.source, history_variant(pending.jit_options, pending.transform, site)
@@ -74,7 +75,7 @@ class Target:
     def wants_executable(self) -> bool:
         return self.analysis if self.analysis is not None else compile_log.analysis_enabled()
 
-    def begin(self, pending: listener.Pending) -> None:
+    def begin(self, pending: Pending) -> None:
         max_repr = DEFAULT_THRESHOLDS.max_static_repr
         if pending.static is None:
             args, tree = signature.traced_signature(pending.args, pending.kwargs, max_repr)
@@ -93,12 +94,12 @@ class Target:
         traced = self._traced() if self._traced is not None else None
         return None if traced is None else traced._ref()
 
-    def end(self, pending: listener.Pending) -> None:
+    def end(self, pending: Pending) -> None:
         index, history = compile_log.LOG.reserve(self.history_key(pending))
         record = self._record(pending, index, history)
         if pending.executable is not None:
             try:
-                cost, memory = listener.analyze_executable(pending.executable)
+                cost, memory = analyze_executable(pending.executable)
                 record = dataclasses.replace(record, cost=cost, memory=memory)
             except Exception as exc:
                 warn_once("analysis", f"jaxdiag: no cost/memory analysis ({exc})")
@@ -110,7 +111,7 @@ class Target:
         compile_log.LOG.append(record)
         budget.enforce(record, self.max_compiles, self.on_exceed, starting=False)
 
-    def _record(self, p: listener.Pending, index: int, history: list[CompileRecord]) -> CompileRecord:
+    def _record(self, p: Pending, index: int, history: list[CompileRecord]) -> CompileRecord:
         args, tree, (site, site_function) = p.context
         record = CompileRecord(
             function=self.name,
@@ -175,7 +176,7 @@ def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(dataclasses.replace(a, sharding=None, memory_kind=None, placement=None) for a in args)
 
 
-def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:
+def _earlier_unseen(p: Pending, record: CompileRecord) -> int | None:
     """For a first compile seen by a late ``watch``: how many traces JAX already held, if any."""
     if any(r.qualname == record.qualname and r.source == record.source for r in compile_log.LOG.records()):
         return None  # the same function with other jit options: seen, a sibling history
@@ -212,3 +213,27 @@ def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation
     except Exception as exc:
         warn_once("explain", f"jaxdiag could not explain a recompile: {type(exc).__name__}: {exc}")
         return None
+
+
+def analyze_executable(executable: Any) -> tuple[dict[str, float] | None, dict[str, int] | None]:
+    """Cost (flops, bytes accessed) and memory figures of a compiled executable."""
+    cost = executable.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    cost_out = {
+        k: float(cost[src])
+        for k, src in (("flops", "flops"), ("bytes_accessed", "bytes accessed"))
+        if src in (cost or {})
+    }
+    stats = executable.get_compiled_memory_stats()
+    memory = {
+        k: int(getattr(stats, src))
+        for k, src in (
+            ("argument_bytes", "argument_size_in_bytes"),
+            ("output_bytes", "output_size_in_bytes"),
+            ("temp_bytes", "temp_size_in_bytes"),
+            ("generated_code_bytes", "generated_code_size_in_bytes"),
+        )
+        if hasattr(stats, src)
+    }
+    return cost_out or None, memory or None

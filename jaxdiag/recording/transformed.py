@@ -21,6 +21,7 @@ import jax
 from jaxdiag import jax_internals
 from jaxdiag.jax_internals import transforms as internals_reads
 from jaxdiag.recording import listener
+from jaxdiag.recording.in_flight import Pending
 
 _MAX_SOURCES = 1024
 # ``jit_info.fun_sourceinfo`` -> (the jitted callable, its jit_info), for the backward
@@ -28,7 +29,7 @@ _MAX_SOURCES = 1024
 _by_source: dict[str, Any] = {}
 
 
-def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending | None:
+def impl_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
     """A compile of a transformed ``jit_p`` (grad's forward and backward, vmap's batched).
 
     Its arguments are what the compiled program receives: the user's argument tree
@@ -65,7 +66,7 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
             args, kwargs = tree
             static = jax_internals.jit_static(info)
             user_args = True
-    p = listener.Pending(
+    p = Pending(
         hooks,
         args,
         kwargs,
@@ -87,7 +88,7 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
     return listener.begin_compile(p, replacing=outer)
 
 
-def aot_pending(frame: types.FrameType, start_unix: float) -> listener.Pending | None:
+def aot_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
     """An ahead-of-time ``.lower(...).compile()`` while ``watch`` records: named, not tied to a function."""
     call = internals_reads.aot_arguments(frame)
     if call is None:
@@ -99,7 +100,7 @@ def aot_pending(frame: types.FrameType, start_unix: float) -> listener.Pending |
     hooks = listener.aot_hooks(name)
     if hooks is None:
         return None
-    p = listener.Pending(
+    p = Pending(
         hooks, call[0], call[1], ((), ()), start_unix, threading.current_thread().name, frame=frame, transform="aot"
     )
     return listener.begin_compile(p)

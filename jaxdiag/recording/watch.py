@@ -34,6 +34,7 @@ from typing import Any
 from jaxdiag import jax_internals
 from jaxdiag.errors import ConfigError
 from jaxdiag.recording import call_site, compile_log, host_check, listener, signature
+from jaxdiag.recording.in_flight import Pending
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN,
     CompileRecord,
@@ -180,10 +181,10 @@ class _Recorder:
     def wants_executable(self) -> bool:
         return compile_log.analysis_enabled()
 
-    def begin(self, pending: listener.Pending) -> None:
+    def begin(self, pending: Pending) -> None:
         pass
 
-    def end(self, pending: listener.Pending) -> None:
+    def end(self, pending: Pending) -> None:
         if pending.frame is None:
             return
         call = _resolve(pending)
@@ -216,11 +217,11 @@ class _Recorder:
 _RECORDERS = {True: _Recorder(True), False: _Recorder(False)}
 
 
-def p_fun(pending: listener.Pending) -> Any:
+def p_fun(pending: Pending) -> Any:
     return pending.fun
 
 
-def _earlier_calls(pending: listener.Pending, call: "_Call") -> list[tuple[Any, str]]:
+def _earlier_calls(pending: Pending, call: "_Call") -> list[tuple[Any, str]]:
     """Signatures of the calls JAX traced before this first compile recording saw."""
     from jaxdiag.jax_internals import transforms as internals_reads
 
@@ -250,7 +251,7 @@ class _AheadOfTime:
     def wants_executable(self) -> bool:
         return compile_log.analysis_enabled()
 
-    def end(self, pending: listener.Pending) -> None:
+    def end(self, pending: Pending) -> None:
         target = Target(self, origin=WATCH_ORIGIN)
         target.function_id = None
         args, tree = call_signature(pending.args, pending.kwargs)
@@ -272,7 +273,7 @@ class _ByName:
     def wants_executable(self) -> bool:
         return False
 
-    def end(self, p: listener.Pending) -> None:
+    def end(self, p: Pending) -> None:
         index, _ = compile_log.LOG.reserve((self.name, None, ""))
         compile_log.LOG.append(
             CompileRecord(
@@ -311,7 +312,7 @@ class _Call:
     static_leaves: bool = False
 
 
-def _resolve(p: listener.Pending) -> _Call:
+def _resolve(p: Pending) -> _Call:
     """The user's call behind the compile: a library wrapper's (nearest first), or JAX's own."""
     base = _Call(p.fun, p.fun, p.args, p.kwargs, *(p.static or ((), ())))
     if p.transform is not None:  # a library's frames hold the untransformed call: JAX's view
