@@ -38,7 +38,7 @@ class Target:
         "on_exceed",
         "analysis",
         "origin",
-        "_traced",
+        "traced",
         "__weakref__",
     )
 
@@ -56,7 +56,9 @@ class Target:
         self.function_id = compile_log.function_id(fun)
         self.max_compiles, self.on_exceed, self.analysis = max_compiles, on_exceed, analysis
         self.origin = origin
-        self._traced: Any = None
+        #: A weak reference to the ``wrapper._Traced`` that ``jaxdiag.jit`` hands JAX for this
+        #: function, set by it; ``None`` for watch's targets, which own whatever they match.
+        self.traced: Any = None
 
     @property
     def key(self) -> tuple[str, str | None]:
@@ -70,7 +72,7 @@ class Target:
     def owns(self, fun: Any) -> bool:
         """Whether ``fun`` is this target's ``_Traced`` (for ``origin="watch"``, any ``fun``
         the watch factory matched)."""
-        return self._traced is None or self._traced() is fun
+        return self.traced is None or self.traced() is fun
 
     def wants_executable(self) -> bool:
         return self.analysis if self.analysis is not None else compile_log.analysis_enabled()
@@ -91,7 +93,7 @@ class Target:
             budget.enforce(self._record(pending, index, history), self.max_compiles, self.on_exceed, starting=True)
 
     def _fun(self) -> Any:
-        traced = self._traced() if self._traced is not None else None
+        traced = self.traced() if self.traced is not None else None
         return None if traced is None else traced._ref()
 
     def end(self, pending: Pending) -> None:

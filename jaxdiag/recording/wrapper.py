@@ -139,7 +139,7 @@ class _Traced:
         self._holder: list[Any] | None = None  # [function] while a jit object of it lives
         self._lent_to: dict[int, Any] = {}  # weak references to the live jit objects, by id
         self.__jaxdiag_hooks__ = target
-        target._traced = weakref.ref(self)
+        target.traced = weakref.ref(self)
         name = call_site.fun_name(fun)
         self.__dict__.update(getattr(fun, "__dict__", {}))
         self.__dict__.update(
