@@ -9,7 +9,7 @@ import pytest
 import jaxdiag
 from jaxdiag import errors
 from jaxdiag.errors import JaxdiagWarning
-from jaxdiag.recording import signature
+from jaxdiag.recording import call_site
 from tests import compile_count
 
 
@@ -63,7 +63,7 @@ def test_a_compile_without_its_record_is_a_mismatch_naming_the_function(monkeypa
     def broken(*args, **kwargs):
         raise RuntimeError("planted failure")
 
-    monkeypatch.setattr(signature, "call_site_and_function", broken)
+    monkeypatch.setattr(call_site, "call_site_and_function", broken)
     monkeypatch.setattr(errors, "_warned", set())
 
     @jaxdiag.jit

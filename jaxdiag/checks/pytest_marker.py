@@ -91,7 +91,7 @@ class _watching:
 
             listener.install()
             compile_log.apply_env()
-            self._previous = listener._watch
+            self._previous = listener.get_watch()
             listener.set_watch(_hooks_for_user_code)
         return self
 
@@ -106,7 +106,7 @@ def _hooks_for_user_code(fun: Any) -> Any:
     """Compile hooks for ``fun``, or ``None`` for JAX's own jitted helpers."""
     import inspect
 
-    from jaxdiag.recording.wrapper import _Target
+    from jaxdiag.recording.target import Target
 
     try:
         module = getattr(inspect.unwrap(fun), "__module__", None) or ""
@@ -114,6 +114,6 @@ def _hooks_for_user_code(fun: Any) -> Any:
         module = ""
     if module == "jax" or module.startswith(_LIBRARY_PREFIXES):
         return None
-    target = _Target(fun, None, "warn", None)
+    target = Target(fun, None, "warn", None)
     target.origin = "watch"
     return target

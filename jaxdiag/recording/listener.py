@@ -12,7 +12,9 @@ tracing, is caught the same way.
 
 Compiles of a transformed call (grad's forward and backward, vmap) and ahead-of-time
 compiles under ``watch`` come through other frames, which ``transformed`` turns into
-compiles of the user's function.
+compiles of the user's function through this module's public functions (``hooks_of``,
+``aot_hooks``, ``begin_compile``, ``is_jit_call``). ``Pending`` and the hooks' protocol
+are ``in_flight``'s.
 
 The private JAX internals it reads are found by ``jaxdiag.jax_internals`` (and, for
 transformed calls, jit options and config states, by the small functions of
@@ -26,13 +28,12 @@ it: JAX's C++ fast path dispatches without emitting events.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import threading
 import time
 import types
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from jax import monitoring
 
@@ -40,7 +41,8 @@ from jaxdiag import jax_internals
 from jaxdiag.errors import CompileBudgetExceeded, CompileBudgetWarning, HostDivergenceError, warn_once
 from jaxdiag.jax_internals import transforms as internals_reads
 from jaxdiag.recording import signature, transformed
-from jaxdiag.recording.explain import CONFIG_DEFAULTS
+from jaxdiag.recording.in_flight import CompileHooks, Pending
+from jaxdiag.recording.record_diff import CONFIG_DEFAULTS
 from jaxdiag.sharding.collect import collect as collect_sharding
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
@@ -50,86 +52,6 @@ CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 CACHE_REQUEST_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 _MAX_NAMED_PENDING = 32
 _STAGE_FIELD = {TRACE_EVENT: "trace_s", LOWER_EVENT: "lower_s", COMPILE_EVENT: "backend_compile_s"}
-
-
-class CompileHooks(Protocol):
-    """What the listener calls for a function it records; ``wrapper._Target`` is one."""
-
-    name: str
-
-    def owns(self, fun: Any) -> bool:
-        """Whether ``fun`` (the callable given to ``jax.jit``) is this function's."""
-
-    def wants_executable(self) -> bool:
-        """Whether ``end`` needs the compiled executable (for cost and memory analysis)."""
-
-    def begin(self, pending: Pending) -> None:
-        """A compile starts; may raise ``CompileBudgetExceeded`` to stop it."""
-
-    def end(self, pending: Pending) -> None:
-        """A compile finished; ``pending`` holds its stage durations."""
-
-
-@dataclasses.dataclass(eq=False, slots=True)
-class Pending:
-    """One compile in flight: the call's arguments and the stage facts gathered so far.
-
-    ``static`` is ``(static_argnums, static_argnames)`` when ``args`` are the call's own
-    arguments, ``None`` when they are the tracers seen at trace time.
-    """
-
-    hooks: CompileHooks
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    static: tuple[tuple[int, ...], tuple[str, ...]] | None
-    start_unix: float
-    thread: str
-    frame: types.FrameType | None = None
-    fun: Any = None  # the callable given to ``jax.jit`` (frames mode only)
-    trace_s: float | None = None
-    lower_s: float | None = None
-    backend_compile_s: float | None = None
-    persistent_cache_hit: bool | None = None
-    executable: Any = None
-    context: Any = None
-    sharding: dict[str, Any] | None = None
-    #: ``jax_internals.program_id`` of the executable, read where sharding facts are.
-    program_id: int | None = None
-    #: ``"vmap"``, ``"grad-forward"``, ``"grad-backward"``, ``"jvp"``, ``"transformed"``:
-    #: a compile of a transformed ``jit_p`` (``frame`` is then ``call_impl_cache_miss``).
-    transform: str | None = None
-    #: ``id`` of a flat argument -> its vmapped axis (``transform == "vmap"``).
-    batch_axes: dict[int, int] | None = None
-    #: The ``cache_miss`` frame of the user's call, when it differs from ``frame``.
-    user_frame: types.FrameType | None = None
-    #: ``jit_info`` of the call, when known (its options name the cache it fills).
-    jit_info: Any = None
-    #: ``internals_reads.jit_options`` of ``jit_info``.
-    jit_options: str | None = None
-    #: Each leaf of the ``in_shardings``/``out_shardings``/layouts the user gave, by path, as text.
-    jit_leaves: dict[str, str] | None = None
-    #: The jax config states in the jit cache key that differ from ``CONFIG_DEFAULTS``.
-    config: dict[str, str] | None = None
-    #: ``(args, in_tree)`` signatures of calls JAX traced before recording started (late watch).
-    earlier: list[tuple[Any, str]] | None = None
-    #: Whether ``args`` are the user's arguments; not for a transformed program's flat inputs
-    #: (grad's backward: residuals and cotangents), which the parameters' names would misname.
-    user_args: bool = True
-
-    def stage_fields(self) -> dict[str, Any]:
-        """The ``CompileRecord`` fields every recorder fills from the compile itself: when, where, each stage."""
-        return {
-            "time_unix": self.start_unix,
-            "lowered": self.lower_s is not None,
-            "compiled": self.backend_compile_s is not None,
-            "trace_s": self.trace_s,
-            "lower_s": self.lower_s,
-            "backend_compile_s": self.backend_compile_s,
-            "persistent_cache_hit": self.persistent_cache_hit,
-            "pid": os.getpid(),
-            "thread": self.thread,
-            "program_id": self.program_id,
-        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -240,28 +162,54 @@ def trace_failed(p: Pending) -> None:
         pending.remove(p)
 
 
-def analyze_executable(executable: Any) -> tuple[dict[str, float] | None, dict[str, int] | None]:
-    """Cost (flops, bytes accessed) and memory figures of a compiled executable."""
-    cost = executable.cost_analysis()
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0] if cost else {}
-    cost_out = {
-        k: float(cost[src])
-        for k, src in (("flops", "flops"), ("bytes_accessed", "bytes accessed"))
-        if src in (cost or {})
-    }
-    stats = executable.get_compiled_memory_stats()
-    memory = {
-        k: int(getattr(stats, src))
-        for k, src in (
-            ("argument_bytes", "argument_size_in_bytes"),
-            ("output_bytes", "output_size_in_bytes"),
-            ("temp_bytes", "temp_size_in_bytes"),
-            ("generated_code_bytes", "generated_code_size_in_bytes"),
-        )
-        if hasattr(stats, src)
-    }
-    return cost_out or None, memory or None
+# --- for the compiles ``transformed`` ties to a function ----------------------------
+
+
+def hooks_of(fun: Any) -> CompileHooks | None:
+    """The hooks recording ``fun`` (the callable given to ``jax.jit``): its own, else watch's; ``None`` if none."""
+    try:
+        hooks = getattr(fun, "__jaxdiag_hooks__", None)
+    except Exception:
+        hooks = None
+    if hooks is not None and hooks.owns(fun):
+        return hooks
+    return None if _watch is None or fun is None else _watch(fun)
+
+
+def aot_hooks(name: str) -> CompileHooks | None:
+    """Watch's hooks for an ahead-of-time compile named ``name`` (``jit(f)`` read as ``f``); ``None`` outside watch."""
+    aot = getattr(_watch, "aot", None)
+    return None if aot is None else aot(_strip_jit(name))
+
+
+def begin_compile(p: Pending, replacing: types.FrameType | None = None) -> Pending:
+    """Start recording ``p`` on this thread, and return it.
+
+    The jit options and config states of its cache key are read into it, it joins this
+    thread's compiles in flight (those whose frames have returned are dropped), and its
+    hooks' ``begin`` runs; if that raises, ``p`` leaves the compiles in flight again.
+    ``replacing`` is the user's call whose compile ``p`` takes over (the call traced,
+    then a transformed program compiled): its trace time and start carry over to ``p``.
+    """
+    pending = _pendings()
+    _drop_dead(pending)
+    _add_context(p)
+    if replacing is not None:
+        for q in list(pending):
+            if q.frame is replacing:
+                p.trace_s, p.start_unix = q.trace_s, q.start_unix
+                pending.remove(q)
+    pending.append(p)
+    _call(p.hooks.begin, p, on_error=lambda: pending.remove(p))
+    return p
+
+
+def is_jit_call(code: types.CodeType) -> bool:
+    """Whether ``code`` is jit's ``cache_miss`` (a jitted call missing the C++ cache); needs the frames mode."""
+    assert _internals is not None
+    cache_miss = _internals.cache_miss
+    # An unpickled jit object carries a copy of cache_miss (cloudpickle sends it by value).
+    return code is cache_miss or (code.co_name == "cache_miss" and code == cache_miss)
 
 
 # --- event handlers ------------------------------------------------------------------
@@ -383,10 +331,9 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
     if frame.f_code is _internals.aot_compile:
         return transformed.aot_pending(frame, start_unix)
     fun, args, kwargs, info = jax_internals.jit_call(frame)
-    hooks = _hooks_of(fun)
+    hooks = hooks_of(fun)
     if hooks is None:
         return None
-    _drop_dead(pending)
     transformed.remember_source(info, fun)
     p = Pending(
         hooks,
@@ -399,10 +346,7 @@ def _pending_for(frame: types.FrameType, *, create: bool, start_unix: float) -> 
         fun=fun,
         jit_info=info,
     )
-    _add_context(p)
-    pending.append(p)
-    _call(hooks.begin, p, on_error=lambda: pending.remove(p))
-    return p
+    return begin_compile(p)
 
 
 def _add_context(p: Pending) -> None:
@@ -420,23 +364,6 @@ def _drop_dead(pending: list[Pending]) -> None:
     pending[:] = [q for q in pending if q.frame is None or id(q.frame) in live]
 
 
-def _is_cache_miss(code: types.CodeType) -> bool:
-    assert _internals is not None
-    cache_miss = _internals.cache_miss
-    # An unpickled jit object carries a copy of cache_miss (cloudpickle sends it by value).
-    return code is cache_miss or (code.co_name == "cache_miss" and code == cache_miss)
-
-
-def _hooks_of(fun: Any) -> CompileHooks | None:
-    try:
-        hooks = getattr(fun, "__jaxdiag_hooks__", None)
-    except Exception:
-        hooks = None
-    if hooks is not None and hooks.owns(fun):
-        return hooks
-    return None if _watch is None or fun is None else _watch(fun)
-
-
 def _stack() -> Iterator[types.FrameType]:
     frame = sys._getframe(2)
     while frame is not None:
@@ -450,7 +377,7 @@ def _call_frame() -> types.FrameType | None:
     impl_miss = _internals.impl_miss
     for frame in _stack():
         code = frame.f_code
-        if code is impl_miss or _is_cache_miss(code):
+        if code is impl_miss or is_jit_call(code):
             return frame
         if frame.f_code in _internals.stoppers:
             # An ahead-of-time compile is the user's own request: a record only under watch.
@@ -532,15 +459,16 @@ def _find_internals() -> _Internals:
 
 
 def _hide_wrapper_frames() -> None:
-    """Leave jaxdiag's trace-time wrapper out of filtered tracebacks and source locations.
+    """Leave jaxdiag's trace-time wrapper, and its hooks, out of filtered tracebacks and source locations.
 
     Otherwise its frame would show in the user's tracebacks and in the debug
-    locations of the lowered module, where ``jax.jit`` has none.
+    locations of the lowered module, where ``jax.jit`` has none; the hooks' frames
+    (``target``) would show above a compile refused by ``on_exceed="raise"``.
     """
-    from jaxdiag.recording import wrapper
+    from jaxdiag.recording import target, wrapper
 
     try:
-        if not jax_internals.hide_frames(wrapper.__file__):
+        if not all([jax_internals.hide_frames(wrapper.__file__), jax_internals.hide_frames(target.__file__)]):
             jax_internals.warn_lost("traceback_exclusion")
     except Exception:
         pass

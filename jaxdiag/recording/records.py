@@ -209,7 +209,7 @@ class CompileRecord:
     jit_options: str | None = None
     config: dict[str, str] | None = None
     jit_leaves: dict[str, str] | None = None
-    earlier_unseen: bool | None = None
+    earlier_unseen: int | None = None
     program_id: int | None = None
 
     @property

@@ -21,6 +21,7 @@ import jax
 from jaxdiag import jax_internals
 from jaxdiag.jax_internals import transforms as internals_reads
 from jaxdiag.recording import listener
+from jaxdiag.recording.in_flight import Pending
 
 _MAX_SOURCES = 1024
 # ``jit_info.fun_sourceinfo`` -> (the jitted callable, its jit_info), for the backward
@@ -28,7 +29,7 @@ _MAX_SOURCES = 1024
 _by_source: dict[str, Any] = {}
 
 
-def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending | None:
+def impl_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
     """A compile of a transformed ``jit_p`` (grad's forward and backward, vmap's batched).
 
     Its arguments are what the compiled program receives: the user's argument tree
@@ -49,11 +50,9 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
     else:
         ref, info = _by_source.get(source or "", (lambda: None, None))
         fun = ref()
-    hooks = listener._hooks_of(fun)
+    hooks = listener.hooks_of(fun)
     if hooks is None:
         return None
-    pending = listener._pendings()
-    listener._drop_dead(pending)
     args: tuple[Any, ...] = tuple(flat)
     kwargs: dict[str, Any] = {}
     static: tuple[tuple[int, ...], tuple[str, ...]] = ((), ())
@@ -67,7 +66,7 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
             args, kwargs = tree
             static = jax_internals.jit_static(info)
             user_args = True
-    p = listener.Pending(
+    p = Pending(
         hooks,
         args,
         kwargs,
@@ -81,40 +80,30 @@ def impl_pending(frame: types.FrameType, start_unix: float) -> listener.Pending 
         jit_info=info,
         user_args=user_args,
     )
-    listener._add_context(p)
     if transform == "vmap":
         dims = internals_reads.batch_dims(frame)
         if dims is not None and len(dims) == len(flat):
             p.batch_axes = {id(a): d for a, d in zip(flat, dims) if d is not None}
-    for q in list(pending):  # the user's call traced, then handed its compile to this one
-        if outer is not None and q.frame is outer:
-            p.trace_s, p.start_unix = q.trace_s, q.start_unix
-            pending.remove(q)
-    pending.append(p)
-    listener._call(hooks.begin, p, on_error=lambda: pending.remove(p))
-    return p
+    # The user's call (when still running) traced, then handed its compile to this one.
+    return listener.begin_compile(p, replacing=outer)
 
 
-def aot_pending(frame: types.FrameType, start_unix: float) -> listener.Pending | None:
+def aot_pending(frame: types.FrameType, start_unix: float) -> Pending | None:
     """An ahead-of-time ``.lower(...).compile()`` while ``watch`` records: named, not tied to a function."""
     call = internals_reads.aot_arguments(frame)
-    aot = getattr(listener._watch, "aot", None)
-    if call is None or aot is None:
+    if call is None:
         return None
     try:
         name = str(frame.f_locals["self"]._lowering._name)
     except Exception:
         name = "<lowered>"
-    hooks = aot(listener._strip_jit(name))
-    pending = listener._pendings()
-    listener._drop_dead(pending)
-    p = listener.Pending(
+    hooks = listener.aot_hooks(name)
+    if hooks is None:
+        return None
+    p = Pending(
         hooks, call[0], call[1], ((), ()), start_unix, threading.current_thread().name, frame=frame, transform="aot"
     )
-    listener._add_context(p)
-    pending.append(p)
-    listener._call(hooks.begin, p, on_error=lambda: pending.remove(p))
-    return p
+    return listener.begin_compile(p)
 
 
 def _with_leaves(
@@ -157,10 +146,9 @@ def remember_source(info: Any, fun: Any) -> None:
 
 def outer_call_frame(frame: types.FrameType) -> types.FrameType | None:
     """The user's ``cache_miss`` frame outward from ``frame``, if the call is still running."""
-    assert listener._internals is not None
     outer = frame.f_back
     while outer is not None:
-        if listener._is_cache_miss(outer.f_code):
+        if listener.is_jit_call(outer.f_code):
             return outer
         outer = outer.f_back
     return None

@@ -33,13 +33,15 @@ from typing import Any
 
 from jaxdiag import jax_internals
 from jaxdiag.errors import ConfigError
-from jaxdiag.recording import compile_log, host_check, listener, signature, wrapper
+from jaxdiag.recording import call_site, compile_log, host_check, listener, signature
+from jaxdiag.recording.in_flight import Pending
 from jaxdiag.recording.records import (
     JAX_INTERNAL_ORIGIN,
     CompileRecord,
     Explanation,
 )
 from jaxdiag.recording.signature import signature_of as call_signature
+from jaxdiag.recording.target import Target
 
 WATCH_ORIGIN = "watch"
 _ADAPTER_DEPTH = 6  # frames searched outward from ``cache_miss`` for a library wrapper
@@ -179,17 +181,17 @@ class _Recorder:
     def wants_executable(self) -> bool:
         return compile_log.analysis_enabled()
 
-    def begin(self, pending: listener.Pending) -> None:
+    def begin(self, pending: Pending) -> None:
         pass
 
-    def end(self, pending: listener.Pending) -> None:
+    def end(self, pending: Pending) -> None:
         if pending.frame is None:
             return
         call = _resolve(pending)
         internal = _defined_in_jax(call.fun)
         if internal and not self.jax_internals:
             return
-        target = wrapper._Target(call.fun, origin=JAX_INTERNAL_ORIGIN if internal else WATCH_ORIGIN)
+        target = Target(call.fun, origin=JAX_INTERNAL_ORIGIN if internal else WATCH_ORIGIN)
         target.function_id = None if call.identity is None else compile_log.function_id(call.identity)
         args, tree = call_signature(
             call.args,
@@ -201,7 +203,7 @@ class _Recorder:
         )
         if pending.user_args:
             args = signature.with_labels(args, call.fun)
-        pending.context = (args, tree, signature.site_from(pending.frame, column=internal))
+        pending.context = (args, tree, call_site.site_from(pending.frame, column=internal))
         if (
             pending.transform is None
             and not internal  # JAX's cache holds an eager op's calls from every line: not comparable
@@ -215,11 +217,11 @@ class _Recorder:
 _RECORDERS = {True: _Recorder(True), False: _Recorder(False)}
 
 
-def p_fun(pending: listener.Pending) -> Any:
+def p_fun(pending: Pending) -> Any:
     return pending.fun
 
 
-def _earlier_calls(pending: listener.Pending, call: "_Call") -> list[tuple[Any, str]]:
+def _earlier_calls(pending: Pending, call: "_Call") -> list[tuple[Any, str]]:
     """Signatures of the calls JAX traced before this first compile recording saw."""
     from jaxdiag.jax_internals import transforms as internals_reads
 
@@ -249,11 +251,11 @@ class _AheadOfTime:
     def wants_executable(self) -> bool:
         return compile_log.analysis_enabled()
 
-    def end(self, pending: listener.Pending) -> None:
-        target = wrapper._Target(self, origin=WATCH_ORIGIN)
+    def end(self, pending: Pending) -> None:
+        target = Target(self, origin=WATCH_ORIGIN)
         target.function_id = None
         args, tree = call_signature(pending.args, pending.kwargs)
-        pending.context = (args, tree, signature.site_from(pending.frame))
+        pending.context = (args, tree, call_site.site_from(pending.frame))
         target.end(pending)
 
 
@@ -271,14 +273,14 @@ class _ByName:
     def wants_executable(self) -> bool:
         return False
 
-    def end(self, p: listener.Pending) -> None:
+    def end(self, p: Pending) -> None:
         index, _ = compile_log.LOG.reserve((self.name, None, ""))
         compile_log.LOG.append(
             CompileRecord(
                 function=self.name,
                 qualname=self.name,
                 source=None,
-                call_site=signature.site_from(sys._getframe(1))[0],
+                call_site=call_site.site_from(sys._getframe(1))[0],
                 call_function=None,
                 compile_index=index,
                 explanation=None if index == 1 else Explanation(f"{self.name}: {_UNKNOWN_CAUSE}"),
@@ -310,7 +312,7 @@ class _Call:
     static_leaves: bool = False
 
 
-def _resolve(p: listener.Pending) -> _Call:
+def _resolve(p: Pending) -> _Call:
     """The user's call behind the compile: a library wrapper's (nearest first), or JAX's own."""
     base = _Call(p.fun, p.fun, p.args, p.kwargs, *(p.static or ((), ())))
     if p.transform is not None:  # a library's frames hold the untransformed call: JAX's view
@@ -359,7 +361,7 @@ _ADAPTERS = {
 
 
 def _defined_in_jax(fun: Any) -> bool:
-    return signature.qualname(fun).partition(".")[0] in ("jax", "jaxlib")
+    return call_site.qualname(fun).partition(".")[0] in ("jax", "jaxlib")
 
 
 __all__ = ["watch", "watching", "is_jax_internal", "call_signature"]

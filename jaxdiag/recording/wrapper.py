@@ -3,12 +3,12 @@
 It returns the real ``jax.jit`` object, jitting a thin wrapper of the user's
 function that runs only while JAX traces. Calls that hit JAX's caches never
 enter Python, so they cost exactly what they cost under ``jax.jit``; compiles
-are seen through ``jax.monitoring`` (see ``listener``).
+are seen through ``jax.monitoring`` (see ``listener``), and each becomes a record
+through the function's ``target.Target``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import threading
@@ -18,17 +18,9 @@ from typing import Any, TypeVar, overload
 
 import jax
 
-from jaxdiag.config import DEFAULT_THRESHOLDS
-from jaxdiag.errors import ConfigError, warn_once
-from jaxdiag.recording import budget, compile_log, listener, signature
-from jaxdiag.recording.records import (
-    JAX_INTERNAL_ORIGIN,
-    CompileRecord,
-    Explanation,
-    history_key,
-    history_variant,
-)
-from jaxdiag.sharding.names import with_user_names
+from jaxdiag.errors import ConfigError
+from jaxdiag.recording import budget, call_site, compile_log, listener
+from jaxdiag.recording.target import Target
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NOT_GIVEN: Any = object()
@@ -124,195 +116,6 @@ def _weakly_referenceable(fun: Any) -> bool:
     return True
 
 
-class _Target:
-    """One ``jaxdiag.jit`` function as the listener sees it (a ``listener.CompileHooks``)."""
-
-    __slots__ = (
-        "name",
-        "qualname",
-        "source",
-        "function_id",
-        "max_compiles",
-        "on_exceed",
-        "analysis",
-        "origin",
-        "_traced",
-        "__weakref__",
-    )
-
-    def __init__(
-        self,
-        fun: Any,
-        max_compiles: int | None = None,
-        on_exceed: str = "warn",
-        analysis: bool | None = None,
-        origin: str = "jit",
-    ) -> None:
-        self.name = signature.fun_name(fun)
-        self.qualname = signature.qualname(fun)
-        self.source = signature.source(fun)
-        self.function_id = compile_log.function_id(fun)
-        self.max_compiles, self.on_exceed, self.analysis = max_compiles, on_exceed, analysis
-        self.origin = origin
-        self._traced: Any = None
-
-    @property
-    def key(self) -> tuple[str, str | None]:
-        return self.qualname, self.source
-
-    def history_key(self, pending: listener.Pending) -> tuple[str, str | None, str]:
-        """A jit object's compiles: this function with these jit options (see ``history_key``)."""
-        site = pending.context[2][0] if self.origin == JAX_INTERNAL_ORIGIN else None
-        return self.qualname, self.source, history_variant(pending.jit_options, pending.transform, site)
-
-    def owns(self, fun: Any) -> bool:
-        """Whether ``fun`` is this target's ``_Traced`` (for ``origin="watch"``, any ``fun``
-        the watch factory matched)."""
-        return self._traced is None or self._traced() is fun
-
-    def wants_executable(self) -> bool:
-        return self.analysis if self.analysis is not None else compile_log.analysis_enabled()
-
-    def begin(self, pending: listener.Pending) -> None:
-        max_repr = DEFAULT_THRESHOLDS.max_static_repr
-        if pending.static is None:
-            args, tree = signature.traced_signature(pending.args, pending.kwargs, max_repr)
-        else:
-            args, tree = signature.signature_of(
-                pending.args, pending.kwargs, *pending.static, max_static_repr=max_repr, batch_axes=pending.batch_axes
-            )
-        if pending.user_args:
-            args = signature.with_labels(args, self._fun())
-        pending.context = (args, tree, signature.call_site_and_function())
-        if self.max_compiles is not None and self.on_exceed == "raise":
-            index, history = compile_log.LOG.peek(self.history_key(pending))
-            budget.enforce(self._record(pending, index, history), self.max_compiles, self.on_exceed, starting=True)
-
-    def _fun(self) -> Any:
-        traced = self._traced() if self._traced is not None else None
-        return None if traced is None else traced._ref()
-
-    def end(self, pending: listener.Pending) -> None:
-        index, history = compile_log.LOG.reserve(self.history_key(pending))
-        record = self._record(pending, index, history)
-        if pending.executable is not None:
-            try:
-                cost, memory = listener.analyze_executable(pending.executable)
-                record = dataclasses.replace(record, cost=cost, memory=memory)
-            except Exception as exc:
-                warn_once("analysis", f"jaxdiag: no cost/memory analysis ({exc})")
-        elif self.wants_executable():
-            warn_once(
-                "analysis",
-                "jaxdiag: cost/memory analysis needs JAX internals this JAX lacks; records carry no cost or memory",
-            )
-        compile_log.LOG.append(record)
-        budget.enforce(record, self.max_compiles, self.on_exceed, starting=False)
-
-    def _record(self, p: listener.Pending, index: int, history: list[CompileRecord]) -> CompileRecord:
-        args, tree, (site, site_function) = p.context
-        record = CompileRecord(
-            function=self.name,
-            qualname=self.qualname,
-            source=self.source,
-            call_site=site,
-            compile_index=index,
-            traced=p.trace_s is not None or p.static is None,
-            args=args,
-            in_tree=tree,
-            function_id=self.function_id,
-            origin=self.origin,
-            sharding=with_user_names(p.sharding, args),
-            call_function=site_function,
-            transform=p.transform,
-            jit_options=p.jit_options,
-            jit_leaves=p.jit_leaves,
-            config=p.config,
-            **p.stage_fields(),
-        )
-        if index == 1 and p.transform is None and self.origin != "jit":
-            record = dataclasses.replace(record, earlier_unseen=_earlier_unseen(p, record))
-            if record.earlier_unseen and p.earlier:
-                return dataclasses.replace(record, explanation=_explain_unseen(p.earlier, record))
-        if index > 1 or p.jit_options is not None:
-            record = dataclasses.replace(record, explanation=_explain(history, record))
-        return record
-
-
-def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Explanation | None:
-    """A late watch's first compile, diffed against the calls JAX traced before recording."""
-    try:
-        from jaxdiag.recording.explain import explain
-    except ImportError:
-        return None
-    stand_ins = [
-        dataclasses.replace(
-            record, args=args, in_tree=tree, compile_index=0, explanation=None, call_site=None, config=None
-        )
-        for args, tree in earlier
-        if (args, tree) != (_types_only(record.args), record.in_tree)
-    ]  # not this trace
-    if not stand_ins:
-        return None
-    try:
-        found = explain(stand_ins, record)
-    except Exception:
-        return None
-    if found is None or not found.changes:
-        return None
-    return dataclasses.replace(
-        found,
-        compared_to=None,
-        summary=f"first compile seen (JAX already held {record.earlier_unseen} trace(s) of this function "
-        f"from before recording started); against the closest of them: "
-        f"{found.summary.split(': ', 1)[-1]}",
-    )
-
-
-def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Signatures without placement: what a trace cache key holds of them."""
-    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None, placement=None) for a in args)
-
-
-def _earlier_unseen(p: listener.Pending, record: CompileRecord) -> int | None:
-    """For a first compile seen by a late ``watch``: how many traces JAX already held, if any."""
-    if any(r.qualname == record.qualname and r.source == record.source for r in compile_log.LOG.records()):
-        return None  # the same function with other jit options: seen, a sibling history
-    from jaxdiag.jax_internals import transforms as internals_reads
-
-    held = internals_reads.earlier_traces(p.fun)
-    if held is not None and p.trace_s is not None:
-        held -= 1  # the trace this compile made
-    if p.trace_s is None and p.static is not None:
-        held = max(held or 0, 1)  # lowered from a trace made before recording started
-    return held
-
-
-def _explain(history: list[CompileRecord], record: CompileRecord) -> Explanation | None:
-    try:
-        from jaxdiag.recording.explain import explain
-    except ImportError:
-        return None
-    try:
-        if record.compile_index == 1:  # a new history: say what sets it apart from the others
-            if record.origin == JAX_INTERNAL_ORIGIN:
-                return None  # the first call from this line
-            key = history_key(record)
-            others = [
-                r
-                for r in compile_log.LOG.records()
-                if (r.qualname, r.source) == (record.qualname, record.source) and history_key(r) != key
-            ]
-            siblings = [r for r in others if (r.jit_options or "") != (record.jit_options or "")]
-            if siblings:  # a new jit object: compared as if of this transformation, options differ
-                return explain([dataclasses.replace(r, transform=record.transform) for r in siblings], record)
-            return explain(others, record) if others else None  # a transformation's first
-        return explain(history, record)
-    except Exception as exc:
-        warn_once("explain", f"jaxdiag could not explain a recompile: {type(exc).__name__}: {exc}")
-        return None
-
-
 class _Traced:
     """The callable handed to ``jax.jit``: calls the user's function; runs only while JAX traces.
 
@@ -330,14 +133,14 @@ class _Traced:
 
     __slots__ = ("_ref", "_held", "_holder", "_lent_to", "__jaxdiag_hooks__", "__dict__", "__weakref__")
 
-    def __init__(self, fun: Any, target: _Target, on_death: Any = None) -> None:
+    def __init__(self, fun: Any, target: Target, on_death: Any = None) -> None:
         self._ref = weakref.ref(fun, on_death)
         self._held: Any = None  # the function itself, for a copy made by unpickling
         self._holder: list[Any] | None = None  # [function] while a jit object of it lives
         self._lent_to: dict[int, Any] = {}  # weak references to the live jit objects, by id
         self.__jaxdiag_hooks__ = target
-        target._traced = weakref.ref(self)
-        name = signature.fun_name(fun)
+        target.traced = weakref.ref(self)
+        name = call_site.fun_name(fun)
         self.__dict__.update(getattr(fun, "__dict__", {}))
         self.__dict__.update(
             __name__=name,
@@ -392,7 +195,7 @@ def _unpickled(fun: Any, max_compiles: int | None, on_exceed: str, analysis: boo
         traced = _cached(key)
     if traced is not None and traced._ref() is fun:
         return traced
-    traced = _Traced(fun, _Target(fun, max_compiles, on_exceed, analysis))
+    traced = _Traced(fun, Target(fun, max_compiles, on_exceed, analysis))
     traced._held = fun
     return traced
 
@@ -471,7 +274,7 @@ def _traced_for(fun: Any, max_compiles: int | None, on_exceed: str, analysis: bo
         traced = _cached(key)
         if traced is not None and traced._ref() is fun:
             return traced
-        target = _Target(fun, max_compiles, on_exceed, analysis)
+        target = Target(fun, max_compiles, on_exceed, analysis)
         traced = _Traced(fun, target)
         traced._ref = weakref.ref(
             fun, lambda _, key=key, traced=weakref.ref(traced), forget=_forget: forget(key, traced())

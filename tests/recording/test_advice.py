@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxdiag.config import DEFAULT_THRESHOLDS
-from jaxdiag.recording import advice
+from jaxdiag.recording import advice_rules
 from jaxdiag.recording.advice import (
     Advice,
     advise,
@@ -197,5 +197,5 @@ def test_bucket_counts_leave_out_compiles_other_changes_caused() -> None:
 
 
 def test_sharding_advice_never_names_in_shardings() -> None:
-    for rule in advice._RULES.values():
+    for rule in advice_rules.RULES.values():
         assert "in_shardings" not in rule[2]

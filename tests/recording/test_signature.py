@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxdiag.recording import signature
+from jaxdiag.recording import call_site, signature
 from jaxdiag.recording.records import ArgSignature
 
 
@@ -177,15 +177,15 @@ def test_names_qualnames_and_sources():
         "builtin": (len, "len", "builtins.len", None),
     }
     for what, (fun, name, qualname, source) in cases.items():
-        assert (signature.fun_name(fun), signature.qualname(fun), signature.source(fun)) == (name, qualname, source), (
+        assert (call_site.fun_name(fun), call_site.qualname(fun), call_site.source(fun)) == (name, qualname, source), (
             what
         )
 
 
 def test_lambdas_from_one_line_share_a_qualname_and_source():
     funs = [lambda x: x + i for i in range(2)]
-    assert signature.qualname(funs[0]) == signature.qualname(funs[1])
-    assert signature.source(funs[0]) == signature.source(funs[1])
+    assert call_site.qualname(funs[0]) == call_site.qualname(funs[1])
+    assert call_site.source(funs[0]) == call_site.source(funs[1])
 
 
 def test_call_site_skips_jax_functools_and_jaxdiag_frames():
@@ -193,7 +193,7 @@ def test_call_site_skips_jax_functools_and_jaxdiag_frames():
 
     @functools.singledispatch  # its dispatching wrapper is a frame in functools.py
     def f(x):
-        sites.append(signature.call_site(skip=2))  # skip f itself: report who called it
+        sites.append(call_site.call_site(skip=2))  # skip f itself: report who called it
         return x
 
     line = inspect.currentframe().f_lineno
@@ -214,4 +214,4 @@ def test_a_wrapper_library_frame_is_never_the_call_site_of_a_jit_function():
     shim["call"](f, jnp.ones(2))
     (record,) = compile_log.records(f)
     assert record.call_site == f"{__file__}:{line + 1}"
-    assert signature.site_from(None) == (None, None)
+    assert call_site.site_from(None) == (None, None)

@@ -21,8 +21,9 @@ from jax.sharding import PartitionSpec as P
 import jaxdiag
 from jaxdiag import errors
 from jaxdiag.errors import ConfigError, JaxdiagWarning
-from jaxdiag.recording import compile_log, listener, signature, wrapper
+from jaxdiag.recording import call_site, compile_log, listener, wrapper
 from jaxdiag.recording.records import CompileRecord
+from jaxdiag.recording.target import Target
 
 
 def records(function=None) -> list[CompileRecord]:
@@ -286,7 +287,7 @@ def test_listener_failure_warns_once_and_the_call_proceeds(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("planted failure")
 
-    monkeypatch.setattr(signature, "call_site_and_function", broken)
+    monkeypatch.setattr(call_site, "call_site_and_function", broken)
     monkeypatch.setattr(errors, "_warned", set())
     f = jaxdiag.jit(lambda x: x - 1)
     with pytest.warns(JaxdiagWarning, match="planted failure"):
@@ -360,7 +361,7 @@ def test_internal_failure_never_fails_the_call_even_under_warnings_as_errors(mon
     def broken(*args, **kwargs):
         raise RuntimeError("planted failure")
 
-    monkeypatch.setattr(signature, "call_site_and_function", broken)
+    monkeypatch.setattr(call_site, "call_site_and_function", broken)
     monkeypatch.setattr(errors, "_warned", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -378,7 +379,7 @@ def test_watch_flag_records_plain_jax_jit_functions():
     def plain(x):
         return x * 7
 
-    target = wrapper._Target(plain, origin="watch")
+    target = Target(plain, origin="watch")
     listener.set_watch(lambda fun: target if fun is plain else None)
     try:
         jax.jit(plain)(jnp.ones(2))
