@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import jaxdiag
+from tests.jax_release import jax_before
 
 BATCH = 32
 
@@ -223,9 +224,7 @@ def _one_off(logdir: Path, at: int | None) -> Path:
 
 
 def test_a_one_off_launch_burst_gets_no_put_more_work_in_each_call_advice(tmp_path):
-    import jax
-
-    if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9):
+    if jax_before(0, 9):
         # Known gap: on JAX 0.8 the eager burst's launching is booked as unattributed host time (0.24 ms
         # of dispatch at the burst's step, against 20 ms and more on 0.10 and 0.12), so no one-off is seen.
         pytest.skip("JAX 0.8's eager launches are not told apart as dispatch; the one-off advice needs them")

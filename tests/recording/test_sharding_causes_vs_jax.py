@@ -29,6 +29,7 @@ from jaxdiag.recording.advice import advise
 from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN, CompileRecord
 from tests.recording import test_causes_vs_jax as side_by_side
 from tests.recording.test_causes_vs_jax import _jax_summary, _Log
+from tests.jax_release import jax_before
 
 jax_explainer = side_by_side.jax_explainer  # the same fixture: JAX's explainer on, its log captured
 
@@ -250,7 +251,7 @@ def test_committed_sharding_change_and_its_advice_applied(jax_explainer: _Log) -
 
 
 def test_call_outside_set_mesh_gets_advice_that_works(jax_explainer: _Log) -> None:
-    if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9):
+    if jax_before(0, 9):
         pytest.skip("JAX 0.8 names no config states, so the mesh in context is not seen to change (README)")
     mesh = mesh_2x4(AxisType.Explicit)
 
