@@ -133,7 +133,7 @@ class _Pieces:
                     self._futures[self._submitted] = self._pool.submit(
                         _worker_piece, self._path, self._submitted, self._count
                     )
-                except RuntimeError:  # the pool broke (a worker died): the rest is read here
+                except (OSError, RuntimeError):  # no worker could start, or the pool broke: the rest is read here
                     self.stop(kill=True)
                     return
             self._submitted += 1
