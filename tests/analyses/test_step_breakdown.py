@@ -159,8 +159,10 @@ def test_cpu_capture(cpu_frames):
         assert 0 < r.device_busy_ms <= r.wall_ms
         assert r.device_idle_ms == pytest.approx(r.wall_ms - r.device_busy_ms)
         # Host waits are idle time outside compiles; a compile may overlap device work
-        # still running asynchronously, so compile time is not all idle.
-        assert r.host_wait_ms <= r.device_idle_ms + 1e-9
+        # still running asynchronously, so compile time is not all idle. Busy time is booked
+        # by dispatch: the tail of a step's own execution may run just past its window (seen on
+        # JAX 0.8, tens of microseconds), which that window's idle time does not hold.
+        assert r.host_wait_ms <= r.device_idle_ms + 0.1
         assert r.compile_ms <= r.wall_ms
         if r.step in truth.sleep_steps:
             assert r.host_wait_ms >= 0.8 * truth.sleep_s * 1000  # see test_host_waits
