@@ -231,8 +231,11 @@ def test_eager_ops_every_step_and_work_queued_before_the_trace_are_the_steps_own
     train = truth.of(TRAIN)
     assert len(truth.of("jit_multiply")) >= len(report.steps) and len(train) >= len(report.steps)
     mine = train[-len(report.steps) :]  # the first ones, if any, were queued before the trace began
+    # Other programs' ops go by time (``booking.op_steps``): a step's window may also hold eager ops' device time.
+    eager_ms = sum(e.busy_ns for m in ("jit_convert_element_type", "jit_multiply") for e in truth.of(m)) / 1e6
     for row, execution in zip(report.steps, mine):
-        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+        own = execution.busy_ns / 1e6
+        assert own * 0.95 - 0.02 <= row["device_busy_ms"] <= own * 1.05 + 0.02 + eager_ms
     periods = [b.start_ns - a.start_ns for a, b in zip(mine, mine[1:])]
     assert report.throughput["steady_from"].startswith("device executions")
     assert report.throughput["steady_steps_per_s"] == pytest.approx(len(periods) / (sum(periods) / 1e9), rel=0.02)
