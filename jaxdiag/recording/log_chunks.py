@@ -155,7 +155,7 @@ def read_piece(path: str, index: int, count: int) -> Piece:
     Raises:
       OSError: the file cannot be read.
     """
-    from jaxdiag.recording.log_reader import MAX_LINE_BYTES, _Shared, read_span
+    from jaxdiag.recording.log_reader import MAX_LINE_BYTES, LineValues, read_span
 
     skipped: list[tuple[str, int, str]] = []
     with open(path, "rb") as handle:
@@ -165,7 +165,7 @@ def read_piece(path: str, index: int, count: int) -> Piece:
             while line and not line.endswith(b"\n"):  # the rest of a line begun in an earlier piece
                 line = handle.readline(MAX_LINE_BYTES)
         end = (index + 1) * PIECE_BYTES if index + 1 < count else None
-        records, lines = read_span(handle, path, end, skipped, _Shared())
+        records, lines = read_span(handle, path, end, skipped, LineValues())
     return records, skipped, lines
 
 

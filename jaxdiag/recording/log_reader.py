@@ -102,13 +102,13 @@ def _read_file(path: Path, skipped: list[tuple[str, int, str]]) -> list[CompileR
             chunked = log_chunks.read_chunked(path, size, skipped)
             if chunked is not None:
                 return chunked
-            return read_span(handle, str(path), None, skipped, _Shared())[0]
+            return read_span(handle, str(path), None, skipped, LineValues())[0]
     except OSError as exc:
         raise CompileLogError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def read_span(
-    handle: Any, source: str, end: int | None, skipped: list[tuple[str, int, str]], shared: "_Shared"
+    handle: Any, source: str, end: int | None, skipped: list[tuple[str, int, str]], shared: "LineValues"
 ) -> tuple[list[CompileRecord], int]:
     """The records of the lines that begin before byte ``end`` (``None``: the file's end), from
     ``handle``'s position, and how many lines there were; line numbers count from 1 at that position.
@@ -130,7 +130,7 @@ def read_span(
     return out, number
 
 
-class _Shared:
+class LineValues:
     """One object for each argument list, explanation, name and small dict met in a file.
 
     A long run's log repeats them (the same signatures recompile in every restart and
@@ -234,7 +234,7 @@ def _unknown(_constant: str) -> None:
 
 
 def _record(
-    line: bytes, skipped: list[tuple[str, int, str]], source: str, number: int, shared: _Shared
+    line: bytes, skipped: list[tuple[str, int, str]], source: str, number: int, shared: LineValues
 ) -> CompileRecord | None:
     """The record on ``line``, or ``None`` with the reason added to ``skipped``."""
     try:  # json's own recursion guard bounds nesting: nothing below walks a record recursively

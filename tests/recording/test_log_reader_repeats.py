@@ -177,7 +177,7 @@ deadline = time.monotonic() + 60
 while multiprocessing.active_children() and time.monotonic() < deadline:
     time.sleep(0.05)
 plain = []
-line_by_line = log_reader.read_span(open(path, "rb"), str(path), None, plain, log_reader._Shared())[0]
+line_by_line = log_reader.read_span(open(path, "rb"), str(path), None, plain, log_reader.LineValues())[0]
 print(json.dumps({
     "pieces": [[r.to_dict() for r in records], skipped],
     "lines": [[r.to_dict() for r in line_by_line], plain],
