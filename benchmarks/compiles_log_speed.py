@@ -13,7 +13,7 @@ child's peak resident memory (``ru_maxrss``), and the same for a tenth of the
 log, the anchor: reading should grow linearly with the records.
 
 Usage:
-  python benchmarks/compiles_log_speed.py [--records 1000000] [--keep DIR]
+  python benchmarks/compiles_log_speed.py [--records 1000000] [--record-bytes 2950] [--json] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -82,9 +82,21 @@ def real_records(folder: Path) -> list[str]:
     return lines
 
 
-def write_log(path: Path, lines: list[str], records: int) -> int:
+def padded(record: dict, record_bytes: int) -> dict:
+    """``record`` with more argument leaves (as an optimizer's moments of its arguments) until
+    its line is at least ``record_bytes`` long: a larger model's records."""
+    args = list(record.get("args") or [])
+    extra: list[dict] = []
+    while args and len(json.dumps({**record, "args": args + extra})) < record_bytes:
+        leaf = dict(args[len(extra) % len(args)])
+        leaf["path"] += f".moment{len(extra)}"
+        extra.append(leaf)
+    return {**record, "args": args + extra}
+
+
+def write_log(path: Path, lines: list[str], records: int, record_bytes: int = 0) -> int:
     """Repeat ``lines`` up to ``records`` lines, each round a restart: later in time, a new pid."""
-    base = [json.loads(line) for line in lines]
+    base = [padded(json.loads(line), record_bytes) for line in lines]
     t0 = min(r["time_unix"] for r in base)
     span = max(r["time_unix"] for r in base) - t0 + 1.0
     written = 0
@@ -103,12 +115,13 @@ def write_log(path: Path, lines: list[str], records: int) -> int:
     return path.stat().st_size
 
 
-def measure(log: Path) -> tuple[float, float]:
-    """Wall seconds and peak resident MB of ``jaxdiag compiles LOG`` in a fresh child."""
+def measure(log: Path, json_out: bool = False) -> tuple[float, float]:
+    """Wall seconds and peak resident MB of ``jaxdiag compiles LOG`` (or ``--json``) in a fresh child."""
+    how = "'--json'" if json_out else "'--width', '120'"
     code = (
         "import resource, subprocess, sys, time\n"
         "t = time.perf_counter()\n"
-        "p = subprocess.run([sys.executable, '-m', 'jaxdiag', 'compiles', sys.argv[1], '--width', '120'],"
+        f"p = subprocess.run([sys.executable, '-m', 'jaxdiag', 'compiles', sys.argv[1], {how}],"
         " stdout=subprocess.DEVNULL)\n"
         "wall = time.perf_counter() - t\n"
         "print(p.returncode, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
@@ -124,6 +137,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keep", type=Path, default=None, help="write the logs here and keep them")
+    parser.add_argument(
+        "--record-bytes", type=int, default=0, help="pad each record's arguments to at least this many bytes"
+    )
+    parser.add_argument("--json", action="store_true", help="time --json as well")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
@@ -132,9 +149,15 @@ def main() -> None:
         print(f"{len(lines)} real records from jaxdiag.jit, {sum(map(len, lines)) / len(lines):,.0f} bytes each")
         for records in (args.records // 10, args.records):
             log = root / f"compiles-{records}.jsonl"
-            size = write_log(log, lines, records)
-            wall, rss = measure(log)
-            print(f"{records:>9,} records  {size / 2**20:8,.0f} MiB  {wall:7.1f} s  peak RSS {rss:7,.0f} MiB")
+            size = write_log(log, lines, records, args.record_bytes)
+            for json_out in (False, True) if args.json else (False,):
+                wall, rss = measure(log, json_out)
+                print(
+                    f"{records:>9,} records  {size / records:6,.0f} B each  {size / 2**20:8,.0f} MiB"
+                    f"  {'--json' if json_out else 'table '}  {wall:7.1f} s  peak RSS {rss:7,.0f} MiB"
+                )
+            if args.keep is None:
+                log.unlink()
 
 
 if __name__ == "__main__":

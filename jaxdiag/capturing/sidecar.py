@@ -140,7 +140,7 @@ def read_sidecars(run_dir: str | Path) -> RunFacts | None:
 
 def merge(docs: Iterable[Mapping[str, Any]], files: tuple[str, ...] = ()) -> RunFacts:
     """Merge sidecar documents of several processes into one ``RunFacts``."""
-    from jaxdiag.recording.log_reader import record_problem
+    from jaxdiag.recording.record_checks import record_problem
 
     totals: dict[int, dict[str, float | None]] = {}
     records: list[dict[str, Any]] = []

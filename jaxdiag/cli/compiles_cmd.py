@@ -9,7 +9,7 @@ A record in both (a log written into the run folder) is shown once.
 from __future__ import annotations
 
 import dataclasses
-import json
+
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -56,10 +56,10 @@ def compiles_command(
             raise CompileLogError(f"{log_path}: no compiles of function {function!r}; functions in the log: {shown}")
     log = dataclasses.replace(log, records=records)
     advice = advise(records)
-    from jaxdiag.render.compiles_table import render, to_json
+    from jaxdiag.render.compiles_table import render, write_json
 
     if json_out:
-        typer.echo(json.dumps(to_json(log, advice), indent=2))
+        write_json(log, advice, sys.stdout.write)
         return
     color = sys.stdout.isatty()
     typer.echo(render(log, advice, width=width, color=color), nl=False, color=color)

@@ -12,13 +12,22 @@ import dataclasses
 import json
 import operator
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 from jaxdiag.errors import CompileLogError
-from jaxdiag.recording.records import _RECORD_FIELDS, SCHEMA, ArgSignature, CompileRecord, Explanation
+from jaxdiag.recording.record_checks import args_problem, explanation_problem, fields_problem, record_problem
+from jaxdiag.recording.records import (
+    _FIELD_DEFAULTS,
+    _FIELD_NAMES,
+    SCHEMA,
+    ArgSignature,
+    CompileRecord,
+    Explanation,
+    record_from_row,
+)
 
-_SCHEMA_FAMILY, _, _SCHEMA_MAJOR = SCHEMA.rpartition("/")
 #: In a folder, files matching this are the compile log; other ``*.jsonl`` are read only if none do.
 LOG_GLOB = "compiles*.jsonl"
 
@@ -136,12 +145,19 @@ class LineValues:
     A long run's log repeats them (the same signatures recompile in every restart and
     process): held once, a million records fit in memory. Each distinct argument list
     and explanation is also checked and built once, keyed by its exact JSON content
-    (types included, so ``1`` and ``1.0`` or ``true`` stay apart).
+    (types included, so ``1`` and ``1.0`` or ``true`` stay apart). An argument list is
+    most of a line, so it is also known by its text (``decode``), as is an explanation:
+    a line whose values were met before decodes only the rest.
     """
 
     def __init__(self) -> None:
         self._seen: dict[Any, Any] = {}
         self._built: dict[Any, Any] = {}
+        self._texts: dict[tuple[str, str], tuple[Any, str | None]] = {}
+        # Put in place of a value's text: no log holds them (128 random bits), so finding one as the
+        # record's ``args`` or ``explanation`` proves the place held the record's own value.
+        self._slots = {name: f"\x00jaxdiag {name} {uuid.uuid4().hex}" for name, *_ in _CUT}
+        self._slot_texts = {name: json.dumps(slot) for name, slot in self._slots.items()}
 
     def _one(self, value: Any) -> Any:
         try:
@@ -149,33 +165,92 @@ class LineValues:
         except TypeError:  # an unhashable value in a hand-edited record: kept as it is
             return value
 
+    def _keep(self, cache: dict[Any, Any], key: Any, value: Any) -> Any:
+        if len(cache) < CACHE_ENTRIES:  # past it (every record unlike the others) built each time
+            cache[key] = value
+        return value
+
+    def decode(self, text: str) -> tuple[Any, dict[str, tuple[Any, str | None]]]:
+        """``text``'s JSON value, and those of its ``args`` and ``explanation`` that were read apart
+        from the rest, checked and built (``name -> (built, problem)``; read the others with ``part``).
+
+        The writer puts ``"in_tree"`` right after ``"args"`` and ``"cost"`` right after
+        ``"explanation"``; lines written otherwise, and any whose cut does not give the
+        record's own values, are decoded whole.
+
+        Raises:
+          ValueError, RecursionError: ``text`` is not JSON, or is nested too deeply.
+        """
+        pieces: list[str] = []
+        cut: list[tuple[str, str]] = []
+        at = 0
+        for name, before, after, opener in _CUT:
+            start = text.find(before, at)
+            begin = start + len(before)
+            end = text.find(after, begin) if start >= 0 else -1
+            if end > 0 and text[begin] == opener:
+                pieces += (text[at:begin], self._slot_texts[name])
+                cut.append((name, text[begin:end]))
+                at = end
+        if cut:
+            try:
+                d = _JSON.decode("".join(pieces) + text[at:])
+                if type(d) is dict and all(d.get(name) == self._slots[name] for name, _ in cut):
+                    return d, {name: self._part_text(name, raw) for name, raw in cut}
+            except (ValueError, RecursionError):  # cut in the wrong place: decoded whole below
+                pass
+        return _JSON.decode(text), {}
+
+    def _part_text(self, name: str, raw: str) -> tuple[Any, str | None]:
+        """``part`` of the value whose JSON text is ``raw``, once per distinct text.
+
+        Raises:
+          ValueError, RecursionError: ``raw`` is not one JSON value (the line is then decoded whole).
+        """
+        built = self._texts.get((name, raw))
+        if built is None:
+            # A whole JSON value that begins where the record's value begins is that value.
+            built = self._keep(self._texts, (name, raw), self.part(name, _JSON.decode(raw)))
+        return built
+
     def part(self, name: str, value: Any) -> tuple[Any, str | None]:
         """``value`` (the record's ``args`` or ``explanation``) checked and built, or the problem with it."""
         try:
-            key = (name, _key(value))
+            key = (name, "null" if value is None else _key(value))
         except (RecursionError, ValueError):  # nested too deeply to re-encode: checked and built each time
             return _build(name, value, self._one)
         built = self._built.get(key)
         if built is None:
-            built = self._built[key] = _build(name, value, self._one)
+            built = self._keep(self._built, key, _build(name, value, self._one))
         return built
 
     def record(self, d: dict[str, Any], args: Any, explanation: Any) -> CompileRecord:
-        kw: dict[str, Any] = {}
-        for k, v in d.items():  # one pass: a long log reads a million lines
-            if k not in _RECORD_FIELDS:
-                continue
+        """The record of a line that passed ``fields_problem`` (so its required fields are there)."""
+        row = []
+        get, seen, built = d.get, self._seen, self._built
+        for name, default in _FIELD_DEFAULTS:  # one pass: a long log reads a million lines
+            v = get(name, default)
             if type(v) is str:
-                v = self._one(v)
-            elif type(v) is dict and k in _SMALL_DICTS:
+                v = seen.setdefault(v, v)
+            elif type(v) is dict and name in _SMALL_DICTS:
                 try:
-                    v = self._built.setdefault(("dict", k, _key(v) if v else "{}"), v)
+                    v = built.setdefault(("dict", name, _key(v) if v else "{}"), v)
                 except (RecursionError, ValueError):
                     pass
-            kw[k] = v
-        kw["args"] = args
-        kw["explanation"] = explanation
-        return CompileRecord.from_fields(kw)
+            row.append(v)
+        row[_ARGS_AT_ROW] = args
+        row[_EXPLANATION_AT_ROW] = explanation
+        return record_from_row(tuple(row))
+
+
+#: Distinct argument lists and explanations kept built per file; a log whose every record
+#: differs builds the rest each time rather than hold them all twice.
+CACHE_ENTRIES = 1 << 16
+_ARGS_AT_ROW = _FIELD_NAMES.index("args")
+_EXPLANATION_AT_ROW = _FIELD_NAMES.index("explanation")
+#: ``(field, the text before its value, the text after it, the value's first character)`` for the
+#: values most of a line is made of, as the writer puts them.
+_CUT = (("args", '"args": ', ', "in_tree": ', "["), ("explanation", '"explanation": ', ', "cost": ', "{"))
 
 
 #: Per-record dicts of scalars that repeat across a log (cost and memory analyses, config states).
@@ -193,14 +268,14 @@ def _key(value: Any) -> str:
 def _build(name: str, value: Any, one: Any) -> tuple[Any, str | None]:
     """``(built, None)`` for a valid ``args`` list or ``explanation``, else ``(None, problem)``."""
     if name == "args":
-        problem = _args_problem(value)
+        problem = args_problem(value)
         if problem is not None:
             return None, problem
         try:
             return one(tuple(one(ArgSignature.from_dict(a)) for a in value or ())), None
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             return None, f"not a compile record ({type(exc).__name__}: {exc})"
-    problem = _explanation_problem(value)
+    problem = explanation_problem(value)
     if problem is not None:
         return None, problem
     if value is None:
@@ -233,14 +308,18 @@ def _unknown(_constant: str) -> None:
     return None
 
 
+# NaN and Infinity (Python's json writes them for a cost analysis' unknown figures) read as
+# unknown: no count, size or shape is infinite. One decoder for every line (``json.loads`` with
+# an argument makes one per call).
+_JSON = json.JSONDecoder(parse_constant=_unknown)
+
+
 def _record(
     line: bytes, skipped: list[tuple[str, int, str]], source: str, number: int, shared: LineValues
 ) -> CompileRecord | None:
     """The record on ``line``, or ``None`` with the reason added to ``skipped``."""
     try:  # json's own recursion guard bounds nesting: nothing below walks a record recursively
-        # NaN and Infinity (Python's json writes them for a cost analysis' unknown figures) read as
-        # unknown: no count, size or shape is infinite.
-        d = json.loads(line.decode("utf-8", errors="replace"), parse_constant=_unknown)
+        d, built = shared.decode(line.decode("utf-8", errors="replace"))
     except RecursionError:
         skipped.append((source, number, "nested too deeply to be a compile record"))
         return None
@@ -248,12 +327,12 @@ def _record(
         reason = "partial last line" if not line.endswith(b"\n") else "not valid JSON"
         skipped.append((source, number, reason))
         return None
-    problem = _fields_problem(d)
+    problem = fields_problem(d)
     args = explanation = None
     if problem is None:
-        args, problem = shared.part("args", d.get("args"))
+        args, problem = built.get("args") or shared.part("args", d.get("args"))
     if problem is None:
-        explanation, problem = shared.part("explanation", d.get("explanation"))
+        explanation, problem = built.get("explanation") or shared.part("explanation", d.get("explanation"))
     if problem is not None:
         skipped.append((source, number, problem))
         return None
@@ -264,88 +343,13 @@ def _record(
     return None
 
 
-def _problem(d: Any) -> str | None:
-    """Why ``d`` is not a readable compile record, or ``None``.
-
-    Checks the types the readers rely on, so a hand-edited line fails here, named,
-    rather than later in a table.
-    """
-    return _fields_problem(d) or _args_problem(d.get("args")) or _explanation_problem(d.get("explanation"))
-
-
-def _fields_problem(d: Any) -> str | None:
-    """``_problem`` for everything but ``args`` and ``explanation``."""
-    if not isinstance(d, dict):
-        return f"not a compile record (a JSON {type(d).__name__})"
-    schema = d.get("schema")
-    if schema is not None:
-        family, _, version = str(schema).rpartition("/")
-        if family != _SCHEMA_FAMILY or version.split(".")[0] != _SCHEMA_MAJOR:
-            return f"schema {schema!r} is not {SCHEMA}"
-    for name in ("function", "qualname"):
-        if not isinstance(d.get(name), str):
-            return f"not a compile record (field {name!r} missing or not text)"
-    if not _is_int(d.get("compile_index")):
-        return "not a compile record (field 'compile_index' missing or not an integer)"
-    if not _is_number(d.get("time_unix")):
-        return "not a compile record (field 'time_unix' missing or not a number)"
-    for name in ("trace_s", "lower_s", "backend_compile_s"):
-        if d.get(name) is not None and not _is_number(d[name]):
-            return f"field {name!r} is not a number"
-    for name, kind in _OPTIONAL_FIELDS.items():
-        value = d.get(name)
-        if value is not None and not (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
-            return f"field {name!r} is not {_KIND_NAMES[kind]}"
-    return None
-
-
-def _args_problem(args: Any) -> str | None:
-    args = args or []
-    if not isinstance(args, list):
-        return "field 'args' is not a list"
-    for a in args:
-        if not isinstance(a, dict) or not isinstance(a.get("path"), str):
-            return "an entry of 'args' has no text 'path'"
-        for name in ("kind", "dtype", "sharding", "memory_kind", "value"):
-            if a.get(name) is not None and not isinstance(a[name], str):
-                return f"args {a['path']!r}: {name!r} is not text"
-        shape = a.get("shape")
-        if shape is not None and not (isinstance(shape, list) and all(type(x) is int for x in shape)):
-            return f"args {a['path']!r}: 'shape' is not a list of integers"
-    return None
-
-
-def _explanation_problem(exp: Any) -> str | None:
-    if exp is not None and not (isinstance(exp, dict) and isinstance(exp.get("changes", []), list)):
-        return "field 'explanation' is not an object with a 'changes' list"
-    if exp is not None and exp.get("compared_to") is not None and not _is_int(exp["compared_to"]):
-        return "field 'explanation.compared_to' is not an integer"
-    if exp is not None and not isinstance(exp.get("summary", ""), str):
-        return "field 'explanation.summary' is not text"
-    for change in (exp or {}).get("changes") or ():
-        if not (
-            isinstance(change, dict)
-            and isinstance(change.get("what"), str)
-            and isinstance(change.get("path"), str)
-            and all(change.get(k) is None or isinstance(change[k], str) for k in ("old", "new"))
-            and (change.get("axis") is None or _is_int(change["axis"]))
-        ):
-            return "not a compile record (an entry of 'explanation.changes' lacks text 'what' and 'path')"
-    return None
-
-
-def record_problem(d: Any) -> str | None:
-    """Why the dict ``d`` is not a readable compile record, or ``None`` (what the reader checks per line)."""
-    return _problem(d)
-
-
 def records_from_dicts(dicts: Any, source: str) -> tuple[list[CompileRecord], list[tuple[str, int, str]]]:
     """Compile records from dicts (a capture sidecar's ``compile_log``), and ``(source, index, reason)``
     for each that is not one (indices count from 1)."""
     out: list[CompileRecord] = []
     skipped: list[tuple[str, int, str]] = []
     for number, d in enumerate(dicts if isinstance(dicts, (list, tuple)) else (), start=1):
-        problem = _problem(d)
+        problem = record_problem(d)
         if problem is None:
             try:
                 out.append(CompileRecord.from_dict(d))
@@ -354,32 +358,3 @@ def records_from_dicts(dicts: Any, source: str) -> tuple[list[CompileRecord], li
                 problem = f"not a compile record ({type(exc).__name__}: {exc})"
         skipped.append((source, number, problem))
     return out, skipped
-
-
-#: Fields a record may leave out, and the JSON type each has when present.
-_OPTIONAL_FIELDS: dict[str, type] = {
-    "source": str,
-    "call_site": str,
-    "in_tree": str,
-    "origin": str,
-    "thread": str,
-    "function_id": int,
-    "pid": int,
-    "traced": bool,
-    "lowered": bool,
-    "compiled": bool,
-    "persistent_cache_hit": bool,
-    "cost": dict,
-    "memory": dict,
-    "sharding": dict,
-    "program_id": int,
-}
-_KIND_NAMES = {str: "text", int: "an integer", bool: "true or false", dict: "an object"}
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -124,16 +124,22 @@ def padding_advice(qualname: str, recs: list[CompileRecord], max_buckets: int, c
         for c in changes or ():
             if c.what == "shape" and c.axis is not None:
                 due_by_leaf[(c.path, c.axis)] += 1
-    # (path, rank) -> (record index, shape) of every record holding that leaf
-    seen: dict[tuple[str, int], list[tuple[int, tuple[int, ...]]]] = defaultdict(list)
+    # Records with one argument list share its shapes: a log reader holds each distinct list once,
+    # so a long log's records fall into a few of these.
+    sharing: dict[int, list[int]] = {}
     for idx, rec in enumerate(recs):
-        for a in rec.args:
+        sharing.setdefault(id(rec.args), []).append(idx)
+    members = list(sharing.values())
+    # (path, rank) -> (member group, shape) of every group holding that leaf
+    seen: dict[tuple[str, int], list[tuple[int, tuple[int, ...]]]] = defaultdict(list)
+    for group, indices in enumerate(members):
+        for a in recs[indices[0]].args:
             if a.kind == "array" and a.shape:
-                seen[(a.path, len(a.shape))].append((idx, a.shape))
+                seen[(a.path, len(a.shape))].append((group, a.shape))
     groups: dict[tuple[tuple[int, int], ...], list[tuple[str, int]]] = {}
     for (path, rank), shapes in seen.items():
         for axis in range(rank):
-            series = tuple((idx, shape[axis]) for idx, shape in shapes)
+            series = tuple((group, shape[axis]) for group, shape in shapes)
             if len({s for _, s in series}) >= current().min_distinct_values:
                 # Leaves sharing one varying axis (tokens and their mask) get one piece of advice.
                 groups.setdefault(series, []).append((path, axis))
@@ -141,7 +147,9 @@ def padding_advice(qualname: str, recs: list[CompileRecord], max_buckets: int, c
     out = []
     for series, where in groups.items():
         path, axis = where[0]
-        counts = Counter(s for _, s in series)
+        counts: Counter[int] = Counter()
+        for group, size in series:
+            counts[size] += len(members[group])
         # Fewer buckets than sizes, or the advice would save nothing.
         plans = padding_plans(counts, min(max_buckets, len(counts) - 1))
         plan = least_padding(plans)
@@ -171,7 +179,7 @@ def padding_advice(qualname: str, recs: list[CompileRecord], max_buckets: int, c
                 message,
                 suggestion,
                 involved,
-                sum(recs[i].compile_s for i, _ in series),
+                sum(recs[i].compile_s for group, _ in series for i in members[group]),
                 {
                     "path": path,
                     "axis": axis,

@@ -3,7 +3,7 @@
 Formatting only: causes come from the records' explanations and advice from
 ``jaxdiag.recording.advice``; nothing here diffs signatures.
 
-JSON (``to_json``), schema ``jaxdiag.compiles/1``:
+JSON (``to_json``; ``write_json`` writes it, one record a line), schema ``jaxdiag.compiles/1``:
 
 - ``schema_version``: ``"jaxdiag.compiles/1"``; a new major number means a renamed or
   removed field.
@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jaxdiag.recording.explain import function_key
 from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN, Change, CompileRecord
@@ -142,17 +143,21 @@ def function_rows(records: Sequence[CompileRecord]) -> list[FunctionRow]:
     for (qualname, source), recs in groups.items():
         counts: Counter[tuple[str, str, int | None]] = Counter()
         names: dict[tuple[str, str, int | None], str] = {}
+        # A log reader holds each distinct explanation once: count them, then their causes.
+        explained: dict[int, list[Any]] = {}
         for r in recs:
-            if r.explanation is None:
-                continue
-            changes: Sequence[Change] = r.explanation.changes
-            if not changes and "unknown" in r.explanation.summary:
-                counts[(UNKNOWN_CAUSE, "", None)] += 1
+            if r.explanation is not None:
+                explained.setdefault(id(r.explanation), [r.explanation, 0])[1] += 1
+        for explanation, times in explained.values():
+            changes: Sequence[Change] = explanation.changes
+            if not changes and "unknown" in explanation.summary:
+                counts[(UNKNOWN_CAUSE, "", None)] += times
             elif not changes:
-                counts[(SAME_SIGNATURE, "", None)] += 1
+                counts[(SAME_SIGNATURE, "", None)] += times
             # Several axes of one leaf, or one leaf in several fields, count once per kind; in the
             # explanation's order, so that causes with equal counts keep one order from run to run.
-            counts.update(dict.fromkeys((c.what, c.path, c.axis) for c in changes).keys())
+            for key in dict.fromkeys((c.what, c.path, c.axis) for c in changes):
+                counts[key] += times
             names.update({(c.what, c.path, c.axis): c.label for c in changes if c.label})
         causes = tuple(Cause(w, p, a, n, names.get((w, p, a))) for (w, p, a), n in counts.most_common())
         name = recs[0].function
@@ -245,7 +250,13 @@ def _display_names(rows: list[FunctionRow]) -> list[str]:
 
 def to_json(log: "CompileLog", advice: Sequence["Advice"]) -> dict[str, Any]:
     """The compile log, per-function causes and advice as plain JSON data (schema above)."""
-    rows = function_rows(log.records)
+    return _document(log, advice, function_rows(log.records))
+
+
+def _document(
+    log: "CompileLog", advice: Sequence["Advice"], rows: list[FunctionRow], records: Sequence[Any] | None = None
+) -> dict[str, Any]:
+    """``to_json``'s document; ``records``: what stands for each function's records (default: them)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "files": list(log.files),
@@ -256,12 +267,56 @@ def to_json(log: "CompileLog", advice: Sequence["Advice"]) -> dict[str, Any]:
             "functions": len(rows),
             "compile_s": round(sum(row.compile_s for row in rows), 6),
         },
-        "functions": [_function_json(row) for row in rows],
+        "functions": [_function_json(row, None if records is None else records[i]) for i, row in enumerate(rows)],
         "advice": [a.to_dict() for a in advice],
     }
 
 
-def _function_json(row: FunctionRow) -> dict[str, Any]:
+def write_json(log: "CompileLog", advice: Sequence["Advice"], write: Callable[[str], Any]) -> None:
+    """``to_json``'s document as text, a part at a time: indented as ``json.dumps(indent=2)``
+    indents it, but each compile record on one line.
+
+    A long run's log holds a million records: indented, they would be a hundred
+    million lines written by ``json``'s pure-Python encoder, and the whole text held
+    at once. Here each record goes through ``json``'s C encoder and is written as made.
+    """
+    rows = function_rows(log.records)
+    doc = _document(log, advice, rows, [_RECORDS.format(i) for i in range(len(rows))])
+    text = json.dumps(doc, indent=2)
+    explained: dict[int, tuple[Any, str]] = {}  # each distinct explanation's text (a log reader holds each once)
+    for i, row in enumerate(rows):
+        head, _, text = text.partition(json.dumps(_RECORDS.format(i)))
+        write(head)
+        if not row.records:
+            write("[]")
+            continue
+        write("[")
+        last = len(row.records) - 1
+        lines: list[str] = []
+        for n, r in enumerate(row.records):
+            explanation = r.explanation
+            known = explained.get(id(explanation))
+            if known is None or known[0] is not explanation:
+                text_of = "null" if explanation is None else _COMPACT(explanation.to_dict())
+                known = explained[id(explanation)] = (explanation, text_of)
+            fields = _COMPACT(_record_fields(r))
+            lines.append(f'{_ITEM_INDENT}{fields[:-1]}, "explanation": {known[1]}}}' + ("," if n < last else ""))
+            if len(lines) == 1000 or n == last:
+                write("\n" + "\n".join(lines))
+                lines = []
+        write("\n" + _CLOSE_INDENT + "]")
+    write(text + "\n")
+
+
+#: Where each function's records go in the text (a NUL never appears in a name: unique).
+_RECORDS = "\x00records {}"
+_COMPACT = json.JSONEncoder(separators=(", ", ": ")).encode
+#: A function's records sit at depth 3 of the document (functions, a function, its records).
+_ITEM_INDENT = " " * 8
+_CLOSE_INDENT = " " * 6
+
+
+def _function_json(row: FunctionRow, records: Any = None) -> dict[str, Any]:
     return {
         "function": row.function,
         "qualname": row.qualname,
@@ -272,22 +327,27 @@ def _function_json(row: FunctionRow) -> dict[str, Any]:
         "causes": [
             {"what": c.what, "path": c.path, "axis": c.axis, "label": c.label, "count": c.count} for c in row.causes
         ],
-        "records": [
-            {
-                "compile_index": r.compile_index,
-                "time_unix": r.time_unix,
-                "call_site": r.call_site,
-                "call_function": r.call_function,
-                "transform": r.transform,
-                "jit_options": r.jit_options,
-                "compile_s": round(r.compile_s, 6),
-                "trace_s": r.trace_s,
-                "lower_s": r.lower_s,
-                "backend_compile_s": r.backend_compile_s,
-                "persistent_cache_hit": r.persistent_cache_hit,
-                "pid": r.pid,
-                "explanation": None if r.explanation is None else r.explanation.to_dict(),
-            }
-            for r in row.records
-        ],
+        "records": [_record_json(r) for r in row.records] if records is None else records,
+    }
+
+
+def _record_json(r: CompileRecord) -> dict[str, Any]:
+    return {**_record_fields(r), "explanation": None if r.explanation is None else r.explanation.to_dict()}
+
+
+def _record_fields(r: CompileRecord) -> dict[str, Any]:
+    """``_record_json`` but its last entry, ``explanation``."""
+    return {
+        "compile_index": r.compile_index,
+        "time_unix": r.time_unix,
+        "call_site": r.call_site,
+        "call_function": r.call_function,
+        "transform": r.transform,
+        "jit_options": r.jit_options,
+        "compile_s": round(r.compile_s, 6),
+        "trace_s": r.trace_s,
+        "lower_s": r.lower_s,
+        "backend_compile_s": r.backend_compile_s,
+        "persistent_cache_hit": r.persistent_cache_hit,
+        "pid": r.pid,
     }

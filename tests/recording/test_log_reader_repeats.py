@@ -133,6 +133,61 @@ def test_a_bad_copy_of_a_signature_already_read_is_still_refused(
     assert [(n, why) for _, n, why in log.skipped_lines] == [(2, f"args 'args[9]': {reason}")]
 
 
+def _variants(base: dict) -> list[str]:
+    """Lines whose argument list a reader that cuts it out of the text could misplace."""
+    args = base["args"]
+    text = json.dumps(base)
+    other = json.dumps([{**args[0], "shape": [99, 1]}])
+    rest = json.dumps({k: v for k, v in base.items() if k != "args"})
+    return [
+        text,
+        text,  # the same list again: read from what the first gave
+        text[:-1] + f', "args": {other}}}',  # a second "args" key: the later one counts
+        '{"note": {"args": ' + other + ', "in_tree": "y"}, ' + text[1:],  # a nested "args" first
+        '{"note\\"args": ' + other + ', "in_tree": "y", ' + rest[1:],  # a key ending in an escaped quote
+        '{"note\\"args": ' + other + ', "in_tree": "y", ' + text[1:],
+        text.replace(', "in_tree": ', ', "x": ' + json.dumps({"in_tree": "z"}) + ', "in_tree": ', 1),
+        json.dumps({**base, "args": [{**args[0], "in_tree": "z"}, *args[1:]]}),  # "in_tree" inside the list
+        json.dumps({**base, "args": [{**args[0], "label": 'x", "in_tree": "'}]}),
+        json.dumps(base, separators=(",", ":")),  # no space after the colon: not cut
+        rest[:-1] + ', "args": ' + json.dumps(args) + "}",  # the list last
+        json.dumps({**base, "args": {"path": "args[0]"}}),  # not a list
+        json.dumps({**base, "args": [{**args[0], "shape": [4.0, 1]}]}),
+        json.dumps({**base, "args": [{**args[0], "shape": [4.0, 1]}]}),
+        json.dumps({**base, "args": [{**args[0], "shape": [4, 1]}]}),
+        text.replace('"args": [', '"args": [ ', 1),  # the same list, written with a space
+        text.replace('"args": [', '"args": [NaN, ', 1),
+        text.replace('"args": [', '"args": [[', 1),  # not JSON
+        text[: text.index(', "in_tree": ')],  # cut short
+    ]
+
+
+def test_lines_read_as_each_line_decoded_whole_gives_them(tmp_path: Path, real_lines: list[str]) -> None:
+    """An argument list is read apart from its line when it was met before; whatever the line holds
+    (duplicate keys, an escaped quote, "in_tree" inside the list, no space, NaN), the records and
+    the refusals are those of each line decoded whole and checked as a sidecar's records are."""
+    from jaxdiag.recording.log_reader import records_from_dicts
+
+    base = next(json.loads(ln) for ln in real_lines if json.loads(ln)["args"])
+    lines = _variants(base)
+    path = tmp_path / "compiles.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_compile_log(path)
+    expected, refused = [], []
+    for number, line in enumerate(lines, start=1):
+        try:
+            d = json.loads(line, parse_constant=lambda _: None)
+        except ValueError:
+            refused.append(number)
+            continue
+        got, bad = records_from_dicts([d], "x")
+        expected += got
+        refused += [number for _ in bad]
+    assert sorted(n for _, n, _ in log.skipped_lines) == refused
+    assert sorted(log.records, key=repr) == sorted(expected, key=repr)
+    assert len(log.records) >= 10 and len(refused) >= 4
+
+
 def test_causes_with_equal_counts_keep_the_explanations_order(tmp_path: Path, real_lines: list[str]) -> None:
     """x and y change size together: the two causes tie, and come in the explanation's order every time."""
     records = with_explanations(_plain(real_lines).records)
