@@ -17,7 +17,10 @@ from jaxdiag.sharding.tiles import Spec
 def spec_entries(spec: Any, ndim: int | None = None) -> Spec:
     """A ``PartitionSpec`` as plain entries, one per dimension (``()`` when replicated)."""
     out: list[None | str | tuple[str, ...]] = []
-    for entry in tuple(spec)[: ndim if ndim is not None else None]:
+    # A spec with unreduced or reduced axes refuses to be iterated (JAX 0.10 on): its entries
+    # per dimension are ``partitions``.
+    entries = spec.partitions if hasattr(spec, "partitions") else tuple(spec)
+    for entry in tuple(entries)[: ndim if ndim is not None else None]:
         if entry is None or isinstance(entry, str):
             out.append(entry)
         else:

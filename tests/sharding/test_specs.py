@@ -131,6 +131,35 @@ def test_multi_device_compiles_record_sharding_by_default():
     assert CompileRecord.from_dict(line).sharding is None
 
 
+def test_an_input_with_unreduced_axes_has_its_facts_recorded():
+    """An einsum's unreduced output (partial sums over ``model``) passed to another jit: JAX refuses
+    ``*spec`` for such a spec, which once cost the second compile its sharding facts (with a warning)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType
+    from jax.sharding import PartitionSpec as P
+
+    import jaxdiag
+    from jaxdiag.recording import compile_log
+
+    try:
+        unreduced = P("data", None, unreduced={"model"})
+    except TypeError:
+        pytest.skip("this JAX has no unreduced axes in a PartitionSpec")
+    m = jax.make_mesh(MESH_2X4[0], MESH_2X4[1], axis_types=(AxisType.Explicit,) * 2)
+    with jax.set_mesh(m), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a JaxdiagWarning fails the test
+        x = jax.device_put(np.arange(64.0).reshape(16, 4), P("data", "model"))
+        y = jax.device_put(np.arange(64.0).reshape(4, 16), P("model", None))
+        out = jaxdiag.jit(lambda x, y: jnp.einsum("xy,yz->xz", x, y, out_sharding=unreduced))(x, y)
+        doubled = jaxdiag.jit(lambda a: jax.sharding.reshard(a + a, P("data", None)))(out)
+    np.testing.assert_allclose(np.asarray(doubled), 2 * np.arange(64.0).reshape(16, 4) @ np.arange(64.0).reshape(4, 16))
+    sharding = compile_log.records()[-1].sharding
+    assert sharding is not None
+    assert [leaf["spec"] for leaf in sharding["inputs"]] == [["data", None]]
+
+
 def test_jit_in_and_out_shardings_count_as_the_users_choice():
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
