@@ -202,8 +202,14 @@ class Report:
 
     def __repr__(self) -> str:
         n = len(self.steps)
-        lost = sum(f.time_lost_ms for f in self.findings)
-        return f"<jaxdiag.Report: {n} steps, {len(self.findings)} findings, {lost:.1f} ms lost>"
+        if not self.findings:
+            return f"<jaxdiag.Report: {n} steps, no findings>"
+        # Findings overlap (a compile's wait is also a host wait): their times are not summed.
+        top = max(self.findings, key=lambda f: f.time_lost_ms)
+        return (
+            f"<jaxdiag.Report: {n} steps, {len(self.findings)} findings, "
+            f"the costliest {top.kind} ({top.time_lost_ms:.1f} ms lost)>"
+        )
 
     def _repr_html_(self) -> str:
         from jaxdiag.render.html import render_summary_html

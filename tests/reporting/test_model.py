@@ -59,4 +59,8 @@ def test_frames_for_notebooks():
     findings = report.findings_frame()
     assert list(findings["kind"]) == ["recompile", "host_wait"]
     assert "2 findings" in repr(report)
+    # Findings overlap (a compile's wait is also a host wait): the repr names the costliest, never a sum.
+    top = max(report.findings, key=lambda f: f.time_lost_ms)
+    assert f"the costliest {top.kind} ({top.time_lost_ms:.1f} ms lost)" in repr(report)
+    assert f"{sum(f.time_lost_ms for f in report.findings):.1f} ms" not in repr(report)
     assert "<table" in report._repr_html_()
