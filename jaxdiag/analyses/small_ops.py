@@ -434,7 +434,7 @@ def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tu
                     f"{m.module or 'unnamed module'} ran {m.count} device ops under "
                     f"{r.threshold_us:g} us {where}"
                     + (f" (mostly {', '.join(names)})" if names else "")
-                    + f": {m.time_ms:.2f} ms, {m.share * 100:.0f}% of its compute time, plus "
+                    + f": {m.time_ms:.2f} ms, {m.share * 100:.{0 if m.share >= 0.01 else 1}f}% of its compute time, plus "
                     f"{m.launch_gap_ms:.2f} ms of launch gaps between them. Fusing them would save "
                     f"up to {lost:.2f} ms (an upper bound: a fused kernel still does the work)."
                 ),
