@@ -45,7 +45,13 @@ _SUGGESTIONS = {
     ),
     UNATTRIBUTED: (
         "Find what the host is doing: wrap suspect code in `jax.profiler.TraceAnnotation(...)` "
-        "and capture again, or keep the Python tracer on (the default) and look at this span."
+        "and capture again, or capture with the Python tracer on (`jaxdiag.capture(..., python_tracer=True)`, "
+        "or `python_tracer_level=1` in `jax.profiler.ProfileOptions`) and look at this span."
+    ),
+    "unattributed_traced": (
+        "Find what the host is doing: this capture holds the Python tracer's call stacks, so look at this "
+        "span's (`jaxdiag open` at this finding, or `jaxdiag.load(..., include_python=True)`), or wrap "
+        "suspect code in `jax.profiler.TraceAnnotation(...)` and capture again."
     ),
 }
 
@@ -104,6 +110,8 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             extra += "."
             evidence["sync_steps"] = list(r.sync_steps)
         suggestion = _SUGGESTIONS[c.kind].format(name=c.cause)
+        if c.kind == UNATTRIBUTED and inputs.frames.meta.get("python_frames"):
+            suggestion = _SUGGESTIONS["unattributed_traced"]  # the call stacks are there: no new capture needed
         if c.kind == SYNC and all_steps and len(r.sync_steps) < 0.5 * len(all_steps):
             suggestion = _SUGGESTIONS["sparse_sync"]  # a read per epoch or per 100 steps is not the habit to drop
         elif c.kind == SYNC and platform_of(inputs.frames) == "cpu":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jaxdiag.analyses import host_waits
@@ -256,3 +258,19 @@ def test_step_windows_as_arrays_find_the_step_each_time_lies_in(h100_transformer
     expected = [next((step for s, e, step in rows if s <= t < e), -1) for t in times.tolist()]
     assert bounds.windows.step_of(times).tolist() == expected
     assert host_waits._Bounds.of(win.iloc[:0]).windows.step_of(times).tolist() == [-1] * len(times)
+
+
+@pytest.mark.parametrize("python_frames", [0, 5000])
+def test_python_outside_annotations_points_at_the_python_tracer_as_the_capture_allows(python_frames):
+    """Device idle with no annotation or runtime event on the host: where to look depends on whether the
+    capture holds the Python tracer's call stacks (``jaxdiag.capture`` leaves the tracer off)."""
+    steps = tuple((i * 1000, (i + 1) * 1000) for i in range(4))
+    events = [device_event(s + 600, 300) for s, _ in steps]  # 0.6 ms a step with nothing on the host
+    f = frames(events + [host_event(s, e - s, "train") for s, e in steps], steps=list(steps))
+    f = dataclasses.replace(f, meta={**f.meta, "python_frames": python_frames})
+    finding = next(x for x in host_waits.analyze(AnalysisInputs(f, thresholds=TH)).findings if "Python" in x.message)
+    assert "outside any annotation" in finding.message
+    if python_frames:
+        assert "holds the Python tracer's call stacks" in finding.suggestion and "include_python=True" in finding.suggestion
+    else:
+        assert "python_tracer=True" in finding.suggestion and "python_tracer_level=1" in finding.suggestion
