@@ -271,6 +271,9 @@ def test_python_outside_annotations_points_at_the_python_tracer_as_the_capture_a
     finding = next(x for x in host_waits.analyze(AnalysisInputs(f, thresholds=TH)).findings if "Python" in x.message)
     assert "outside any annotation" in finding.message
     if python_frames:
-        assert "holds the Python tracer's call stacks" in finding.suggestion and "include_python=True" in finding.suggestion
+        assert (
+            "holds the Python tracer's call stacks" in finding.suggestion
+            and "include_python=True" in finding.suggestion
+        )
     else:
         assert "python_tracer=True" in finding.suggestion and "python_tracer_level=1" in finding.suggestion
