@@ -6,8 +6,8 @@ the defaults, the ``[tool.jaxdiag]`` table of the nearest ``pyproject.toml``
 (``[tool.jaxdiag.check]`` for the checks), ``--set NAME=VALUE`` and a command's
 own flags, or ``jaxdiag.report(..., settings=Settings(...))`` from Python.
 
-Code deep in an analysis that has no ``AnalysisInputs`` at hand reads
-``current()``: the settings of the report being built (``using``), else the defaults.
+Settings travel only as arguments: an analysis reads ``AnalysisInputs.thresholds``, the
+trace's reading (step inference, compile spans) ``TraceFrames.settings``, given to ``load``.
 
 Settings, their table and their parsing from TOML, flags and the environment are one vocabulary kept
 in one place, which is why the module runs past 400 lines.
@@ -15,15 +15,13 @@ in one place, which is why the module runs past 400 lines.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import math
 import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from jaxdiag.errors import ConfigError, JaxdiagWarning
 
@@ -187,23 +185,6 @@ Thresholds = Settings
 DEFAULT_SETTINGS = Settings()
 DEFAULT_THRESHOLDS = DEFAULT_SETTINGS
 DEFAULT_CHECK_THRESHOLDS = CheckThresholds()
-
-_current: contextvars.ContextVar[Settings] = contextvars.ContextVar("jaxdiag_settings", default=DEFAULT_SETTINGS)
-
-
-def current() -> Settings:
-    """The settings of the report being built (see ``using``), else the defaults."""
-    return _current.get()
-
-
-@contextlib.contextmanager
-def using(settings: Settings) -> Iterator[Settings]:
-    """Make ``settings`` what ``current()`` returns inside the block."""
-    token = _current.set(settings)
-    try:
-        yield settings
-    finally:
-        _current.reset(token)
 
 
 def documented() -> list[tuple[str, Any, str, str]]:

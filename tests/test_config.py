@@ -112,8 +112,8 @@ def test_settings_reach_the_analyses_through_build_report() -> None:
 def test_severity_cut_offs_are_settings() -> None:
     from jaxdiag.analyses.base import severity_for
 
-    assert severity_for(5.0, 100.0) == Severity.WARNING
-    with config.using(DEFAULT_SETTINGS.replace(severity_warning_share="6%", severity_critical_share="50%")):
-        assert severity_for(5.0, 100.0) == Severity.INFO and severity_for(50.0, 100.0) == Severity.CRITICAL
-    assert severity_for(50.0, 100.0) == Severity.CRITICAL and severity_for(10.0, 100.0) == Severity.CRITICAL
-    assert config.current() is DEFAULT_SETTINGS
+    assert severity_for(5.0, 100.0, DEFAULT_SETTINGS) == Severity.WARNING
+    strict = DEFAULT_SETTINGS.replace(severity_warning_share="6%", severity_critical_share="50%")
+    assert severity_for(5.0, 100.0, strict) == Severity.INFO and severity_for(50.0, 100.0, strict) == Severity.CRITICAL
+    assert severity_for(10.0, 100.0, DEFAULT_SETTINGS) == Severity.CRITICAL
+    assert not hasattr(config, "current") and not hasattr(config, "using")  # settings travel as arguments only

@@ -11,7 +11,7 @@ import dataclasses
 import enum
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
-from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds, current
+from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
@@ -25,14 +25,14 @@ class Severity(str, enum.Enum):
     CRITICAL = "critical"
 
 
-def severity_for(time_lost_ms: float, total_ms: float) -> Severity:
+def severity_for(time_lost_ms: float, total_ms: float, settings: Settings) -> Severity:
     """Critical from ``severity_critical_share`` of the run's wall time (10%), warning from 2%, else info."""
     if total_ms <= 0:
         return Severity.INFO
     share = time_lost_ms / total_ms
-    if share >= current().severity_critical_share:
+    if share >= settings.severity_critical_share:
         return Severity.CRITICAL
-    if share >= current().severity_warning_share:
+    if share >= settings.severity_warning_share:
         return Severity.WARNING
     return Severity.INFO
 
@@ -58,7 +58,7 @@ def steady_wall_ms(steps: Iterable[Mapping[str, Any]], steady_steps_per_s: float
     return steady if steady > 0 else wall
 
 
-def graded(finding: "Finding", step_time_ms: float) -> "Finding":
+def graded(finding: "Finding", step_time_ms: float, settings: Settings) -> "Finding":
     """``finding`` with the report's severity, by the one rule every report applies.
 
     A finding that lost time is graded by the share of ``step_time_ms`` (the analysed
@@ -73,7 +73,7 @@ def graded(finding: "Finding", step_time_ms: float) -> "Finding":
     """
     if finding.time_lost_ms <= 0 or step_time_ms <= 0:
         return finding
-    severity = severity_for(finding.time_lost_ms, step_time_ms)
+    severity = severity_for(finding.time_lost_ms, step_time_ms, settings)
     return finding if severity is finding.severity else dataclasses.replace(finding, severity=severity)
 
 

@@ -240,7 +240,7 @@ def _findings(r: BetweenSteps, inputs: AnalysisInputs, steady_ms: float) -> tupl
     return (
         Finding(
             kind="between_steps",
-            severity=severity_for(total, steady_ms),
+            severity=severity_for(total, steady_ms, inputs.thresholds),
             time_lost_ms=total,
             message=(
                 f"Work between steps took {total:.1f} ms, outside every "

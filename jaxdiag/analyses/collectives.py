@@ -426,7 +426,7 @@ def _findings(r: CollectivesResult, wall_ms: float, inputs: AnalysisInputs) -> t
     return (
         Finding(
             kind="exposed_collective",
-            severity=severity_for(r.exposed_ms, wall_ms),
+            severity=severity_for(r.exposed_ms, wall_ms, inputs.thresholds),
             time_lost_ms=r.exposed_ms,
             message=msg,
             suggestion=SUGGESTIONS[platform_of(inputs.frames)],

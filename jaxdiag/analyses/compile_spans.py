@@ -37,7 +37,6 @@ from jaxdiag.analyses.device_work import (
     strings_at,
 )
 from jaxdiag.analyses.shared import once
-from jaxdiag.config import current
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -140,7 +139,7 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
     # trace that kept only XLA's threads.
     loose = iv.subtract(_not_within(np.stack([starts[thread], ends[thread]], axis=1), covered), covered)
     if loose.size:
-        loose[:, 1] += (join_ns := int(current().compile_join_us * 1000))
+        loose[:, 1] += (join_ns := int(frames.settings.compile_join_us * 1000))
         for s, e in iv.union(loose):
             found.append(("<compile threads>", int(s), int(e) - join_ns))
     if not found:

@@ -384,4 +384,4 @@ def executions_of(frames: "TraceFrames") -> "pd.DataFrame":
     """Every execution of the capture (``trace.executions.executions``), shared within a report (read-only)."""
     from jaxdiag.trace.executions import executions
 
-    return once(frames, ("executions",), lambda: executions(frames.events))
+    return once(frames, ("executions",), lambda: executions(frames.events, frames.settings.step_gap_us))

@@ -177,7 +177,7 @@ def _steps(inputs: AnalysisInputs, by_process: Mapping[int, Sequence[Mapping[str
         spans = compile_spans(frames, host)
         # In order, the latest records with the latest spans: the loader keeps one host's profile start
         # only, and processes start profiling at different times, so times would pair them wrongly.
-        for span, rec in zip(spans, _match(spans, list(records), None)):
+        for span, rec in zip(spans, _match(spans, list(records), None, inputs.thresholds)):
             if rec is not None and span.step >= 0:
                 out[id(rec)] = span.step
     return out

@@ -141,7 +141,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
         out.append(
             Finding(
                 kind="host_wait",
-                severity=severity_for(ms, graded_against),
+                severity=severity_for(ms, graded_against, inputs.thresholds),
                 time_lost_ms=ms,
                 message=(
                     f"Devices sat idle {ms:.1f} ms {what}: {describe_amounts(amounts, all_steps)} "

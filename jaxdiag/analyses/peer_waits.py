@@ -250,7 +250,7 @@ def late_device_finding(
     return (
         Finding(
             kind="collective_wait",
-            severity=severity_for(waiting_ms, wall_ms),
+            severity=severity_for(waiting_ms, wall_ms, inputs.thresholds),
             time_lost_ms=waiting_ms,
             message=msg,
             suggestion=suggestion,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
+from jaxdiag.config import Settings
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
 from jaxdiag.trace import frames as F
 
@@ -118,7 +119,7 @@ def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ..
         if kind == "function" and lost < inputs.thresholds.min_finding_ms:
             out.append(_one_off_finding(name, group, host_ms, lost, all_steps))
             continue
-        out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps))
+        out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps, inputs.thresholds))
     return tuple(out)
 
 
@@ -201,7 +202,14 @@ def _evidence(kind: str, name: str, group: list[Compile]) -> dict[str, Any]:
 
 
 def _group_finding(
-    kind: str, name: str, group: list[Compile], host_ms: float, total: float, wall_ms: float, all_steps: list[int]
+    kind: str,
+    name: str,
+    group: list[Compile],
+    host_ms: float,
+    total: float,
+    wall_ms: float,
+    all_steps: list[int],
+    settings: Settings,
 ) -> Finding:
     hosts = sorted({c.host for c in group})
     count = max(sum(1 for c in group if c.host == h) for h in hosts)
@@ -233,7 +241,7 @@ def _group_finding(
         suggestion = _EAGER
     return Finding(
         kind="recompile",
-        severity=severity_for(total, wall_ms) if total > 0 else Severity.INFO,
+        severity=severity_for(total, wall_ms, settings) if total > 0 else Severity.INFO,
         time_lost_ms=total,
         message=f"{head}{_causes(group)}.",
         suggestion=suggestion,

@@ -45,7 +45,7 @@ from jaxdiag.analyses.compile_spans import CompileSpan, compile_spans, function_
 from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import hosts_of, step_windows
 from jaxdiag.analyses.recompile_findings import findings
-from jaxdiag.config import current
+from jaxdiag.config import Settings
 from jaxdiag.trace import frames as F
 
 #: ``cause`` of a compile the log records as the function's first.
@@ -133,7 +133,7 @@ def analyze(inputs: AnalysisInputs) -> RecompilesResult:
         wall_ns = max(wall_ns, int((win["end_ns"] - win[F.START_NS]).sum()))
         spans = compile_spans(frames, host)
         ran_before = _first_run(frames, host)
-        records = _match(spans, inputs.compile_log, _profile_start_ns(frames.meta))
+        records = _match(spans, inputs.compile_log, _profile_start_ns(frames.meta), inputs.thresholds)
         seen: set[str] = set()
         waiting = _device_waiting(inputs, host, spans, win)
         lo, hi = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
@@ -229,9 +229,10 @@ def _key(name: str) -> str:
 
 
 def _match(
-    spans: Sequence[CompileSpan], log: Sequence[Mapping[str, Any]], start_ns: int | None
+    spans: Sequence[CompileSpan], log: Sequence[Mapping[str, Any]], start_ns: int | None, settings: Settings
 ) -> list[Mapping[str, Any] | None]:
-    """For each span, its compile record, or ``None``."""
+    """For each span, its compile record, or ``None`` (matched in time within ``log_match_tolerance_s``)."""
+    tolerance_ns = settings.log_match_tolerance_s * 1e9
     out: list[Mapping[str, Any] | None] = [None] * len(spans)
     by_fn: dict[str, list[Mapping[str, Any]]] = {}
     for rec in log:
@@ -245,7 +246,7 @@ def _match(
         if start_ns is not None:
             taken: set[int] = set()
             for i in idx:
-                j = _nearest(recs, spans[i], start_ns, taken)
+                j = _nearest(recs, spans[i], start_ns, taken, tolerance_ns)
                 if j is not None:
                     taken.add(j)
                     out[i] = recs[j]
@@ -255,9 +256,11 @@ def _match(
     return out
 
 
-def _nearest(recs: Sequence[Mapping[str, Any]], span: CompileSpan, start_ns: int, taken: set[int]) -> int | None:
-    """The untaken record whose start lies nearest the span, within the tolerance."""
-    best, best_d = None, current().log_match_tolerance_s * 1e9
+def _nearest(
+    recs: Sequence[Mapping[str, Any]], span: CompileSpan, start_ns: int, taken: set[int], tolerance_ns: float
+) -> int | None:
+    """The untaken record whose start lies nearest the span, within ``tolerance_ns``."""
+    best, best_d = None, tolerance_ns
     for j, rec in enumerate(recs):
         if j in taken:
             continue

@@ -252,7 +252,7 @@ def analyze_records(
     keyed = {(str(k[0]), str(k[1]), int(k[2]) if len(k) > 2 else -1): v for k, v in (timeline or {}).items()}
     functions, rows = _joined(_functions(records), keyed)
     findings = [
-        *resharding_findings(functions, wall_ms),
+        *resharding_findings(functions, wall_ms, thresholds),
         *replicated_findings(functions, thresholds, wall_ms),
         *sharding_recompiles(list(records)),
     ]

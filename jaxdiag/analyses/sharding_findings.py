@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from jaxdiag.analyses.base import Finding, Severity, severity_for
-from jaxdiag.config import Thresholds, current
+from jaxdiag.config import Thresholds
 from jaxdiag.sharding.facts import ShardingFacts, format_bytes
 from jaxdiag.sharding.tiles import spec_text
 
@@ -30,19 +30,19 @@ def _axes_text(axes: tuple[str, ...] | None) -> str:
     )
 
 
-def resharding_findings(functions: Sequence[FunctionSharding], wall_ms: float) -> list[Finding]:
+def resharding_findings(functions: Sequence[FunctionSharding], wall_ms: float, thresholds: Thresholds) -> list[Finding]:
     out: list[Finding] = []
     for f in functions:
         uses = sorted(
             (u for u in f.collectives if u.origin == "resharding"),
             key=lambda u: -u.collective.bytes * u.collective.count,
         )
-        for use in uses[: current().max_reshard_findings]:
-            out.append(_resharding_finding(f, use, wall_ms))
+        for use in uses[: thresholds.max_reshard_findings]:
+            out.append(_resharding_finding(f, use, wall_ms, thresholds))
     return out
 
 
-def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float) -> Finding:
+def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float, thresholds: Thresholds) -> Finding:
     c = use.collective
     leaves = [leaf for name in c.arrays if (leaf := f.facts.input_named(name)) is not None]
     undone = [leaf for leaf in leaves if leaf.chosen_by == "user" and set(leaf.sharded_axes()) & set(c.mesh_axes or ())]
@@ -94,7 +94,9 @@ def _resharding_finding(f: FunctionSharding, use: CollectiveUse, wall_ms: float)
             "specs, or pin the layout you want with jax.lax.with_sharding_constraint."
         )
     time_ms = use.timeline_ms
-    severity = severity_for(time_ms, wall_ms) if time_ms > 0 else (Severity.WARNING if undone else Severity.INFO)
+    severity = (
+        severity_for(time_ms, wall_ms, thresholds) if time_ms > 0 else (Severity.WARNING if undone else Severity.INFO)
+    )
     return Finding(
         kind="implicit_resharding",
         severity=severity,
@@ -207,7 +209,7 @@ def replicated_findings(
             Finding(
                 kind="replicated_param",
                 severity=Severity.CRITICAL
-                if time_ms > 0 and severity_for(time_ms, wall_ms) == Severity.CRITICAL
+                if time_ms > 0 and severity_for(time_ms, wall_ms, thresholds) == Severity.CRITICAL
                 else Severity.WARNING,
                 time_lost_ms=time_ms,
                 message=(

@@ -47,7 +47,6 @@ from jaxdiag.analyses.device_work import (
     step_windows,
 )
 from jaxdiag.analyses.step_pattern import describe_steps
-from jaxdiag.config import current
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -222,7 +221,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         launch_gap_ms=float(totals[2]) / 1e6,
         time_lost_ms=float(totals[3]) / 1e6,
         per_step=tuple(StepSmallOps(s, int(v[0]), float(v[1]), float(v[2])) for s, v in sorted(per_step.items())),
-        top=_top(small_all),
+        top=_top(small_all, inputs.thresholds.small_op_top),
         by_module=tuple(
             sorted(
                 (
@@ -388,7 +387,7 @@ def _labels(small: "pd.DataFrame") -> np.ndarray:
     return np.asarray(labels, dtype=object)[inverse.reshape(-1)]
 
 
-def _top(small: "pd.DataFrame | None") -> tuple[Offender, ...]:
+def _top(small: "pd.DataFrame | None", keep: int) -> tuple[Offender, ...]:
     if small is None or small.empty:
         return ()
     import pandas as pd
@@ -401,7 +400,7 @@ def _top(small: "pd.DataFrame | None") -> tuple[Offender, ...]:
     count = np.bincount(group, minlength=len(keys))
     total_ns = np.zeros(len(keys), dtype=np.int64)
     np.add.at(total_ns, group, small[F.DUR_NS].to_numpy(np.int64)[named])
-    top = np.argsort(-total_ns, kind="stable")[: current().small_op_top]
+    top = np.argsort(-total_ns, kind="stable")[:keep]
     return tuple(
         Offender(
             str(labels[keys[i] // len(modules)]), str(modules[keys[i] % len(modules)]), int(count[i]), total_ns[i] / 1e6
@@ -428,7 +427,7 @@ def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tu
         out.append(
             Finding(
                 kind="small_ops",
-                severity=severity_for(lost, steady_ms),
+                severity=severity_for(lost, steady_ms, inputs.thresholds),
                 time_lost_ms=lost,
                 message=(
                     f"{m.module or 'unnamed module'} ran {m.count} device ops under "

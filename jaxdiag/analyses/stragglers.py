@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.config import Settings
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import END_NS, OP_KIND, device_ops, hosts_of, step_of, step_windows
 from jaxdiag.analyses.shared import once
@@ -180,7 +181,7 @@ def analyze(inputs: AnalysisInputs) -> StragglersResult:
     stragglers = _stragglers(inputs, windows, waits, late, alignment)
     wall_ms = sum(max((r.wall_ms for r in table if r.step == s), default=0.0) for s in step_hosts)
     findings = tuple(
-        _finding(s, alignment, wall_ms, len(step_hosts))
+        _finding(s, alignment, wall_ms, len(step_hosts), inputs.thresholds)
         for s in stragglers
         if s.late_ms >= inputs.thresholds.min_finding_ms and s.late_ms >= _MIN_SHARE * wall_ms
     )
@@ -330,7 +331,7 @@ def _stragglers(
     return tuple(sorted(out, key=lambda s: -s.late_ms))
 
 
-def _finding(s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int) -> Finding:
+def _finding(s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int, settings: Settings) -> Finding:
     per_step = s.late_ms / max(len(s.steps), 1)
     doing = [(c, k, ms) for c, k, ms in s.doing if ms >= 0.1 * s.late_ms]
     if doing:
@@ -369,7 +370,7 @@ def _finding(s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int) -
     )
     return Finding(
         kind="straggler",
-        severity=severity_for(s.late_ms, wall_ms),
+        severity=severity_for(s.late_ms, wall_ms, settings),
         time_lost_ms=s.late_ms,
         message=msg,
         suggestion=fix,

@@ -59,8 +59,8 @@ def advise(records: Sequence[CompileRecord], thresholds: Thresholds = DEFAULT_TH
         if len(recs) < 2:
             continue
         changed = _changes(recs)
-        padding = padding_advice(qualname, recs, thresholds.padding_buckets, changed)
-        static = static_value_advice(qualname, recs)
+        padding = padding_advice(qualname, recs, thresholds.padding_buckets, thresholds.min_distinct_values, changed)
+        static = static_value_advice(qualname, recs, thresholds.min_distinct_values)
         covered = frozenset(
             [("shape", p) for a in padding for p in [a.evidence["path"], *(w[0] for w in a.evidence["also"])]]
             + [("static", a.evidence["path"]) for a in static]

@@ -13,7 +13,6 @@ import dataclasses
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from jaxdiag.config import current
 from jaxdiag.recording.records import Change, CompileRecord
 
 MAX_LISTED = 6
@@ -53,7 +52,7 @@ class Advice:
         return d
 
 
-def static_value_advice(qualname: str, recs: list[CompileRecord]) -> list[Advice]:
+def static_value_advice(qualname: str, recs: list[CompileRecord], min_distinct_values: int) -> list[Advice]:
     values: dict[str, dict[str, list[CompileRecord]]] = defaultdict(lambda: defaultdict(list))
     for rec in recs:
         for a in rec.args:
@@ -61,7 +60,7 @@ def static_value_advice(qualname: str, recs: list[CompileRecord]) -> list[Advice
                 values[a.path][str(a.value)].append(rec)
     out = []
     for path, by_value in values.items():
-        if len(by_value) < current().min_distinct_values:
+        if len(by_value) < min_distinct_values:
             continue
         involved = [r for rs in by_value.values() for r in rs]
         label = next((a.label for r in recs for a in r.args if a.path == path and a.label), path)

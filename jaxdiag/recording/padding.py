@@ -11,7 +11,6 @@ import dataclasses
 from collections import Counter, defaultdict
 from typing import Mapping
 
-from jaxdiag.config import current
 from jaxdiag.recording.advice_rules import Advice, listing
 from jaxdiag.recording.records import CompileRecord
 
@@ -111,7 +110,9 @@ def power_of_two_plan(sizes: Mapping[int, float]) -> BucketPlan:
     return BucketPlan(tuple(sorted(edges)), pad / total if total else 0.0)
 
 
-def padding_advice(qualname: str, recs: list[CompileRecord], max_buckets: int, changed: list) -> list[Advice]:
+def padding_advice(
+    qualname: str, recs: list[CompileRecord], max_buckets: int, min_distinct_values: int, changed: list
+) -> list[Advice]:
     """Buckets for an axis that took ``min_distinct_values`` sizes or more; ``changed`` as ``advise`` finds them.
 
     The counts are honest: "recompiles from this axis" counts only the compiles whose
@@ -140,7 +141,7 @@ def padding_advice(qualname: str, recs: list[CompileRecord], max_buckets: int, c
     for (path, rank), shapes in seen.items():
         for axis in range(rank):
             series = tuple((group, shape[axis]) for group, shape in shapes)
-            if len({s for _, s in series}) >= current().min_distinct_values:
+            if len({s for _, s in series}) >= min_distinct_values:
                 # Leaves sharing one varying axis (tokens and their mask) get one piece of advice.
                 groups.setdefault(series, []).append((path, axis))
     name = recs[0].function

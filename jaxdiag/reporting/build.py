@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, graded, report_order, steady_wall_ms
 from jaxdiag.analyses.throughput import device_steady_rate
-from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds, using
+from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds
 from jaxdiag.reporting import sections as registry
 from jaxdiag.reporting.model import REPORT_FIELDS, Report
 from jaxdiag.trace.versions import capture_versions, untested_jax
@@ -66,7 +66,7 @@ def report(
       CompileLogError: an explicitly given compile log cannot be read.
     """
     settings = settings if settings is not None else thresholds
-    with _collector_paused(), using(settings):
+    with _collector_paused():
         return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, settings, deep, scheduler)
 
 
@@ -112,7 +112,7 @@ def _report(
         facts, records, log_notes = _beside_trace(pending.run_dir, path, compile_log)
     except Exception as exc:  # noqa: BLE001 - raised below, once the trace has been read
         problem = exc
-    frames = pending.result()
+    frames = pending.result(thresholds)
     if problem is not None:
         raise problem
     count_unit = "tokens"
@@ -151,7 +151,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
     sections: dict[str, Any] = {}
     results: dict[str, Any] = {}
     deep_notes: list[str] = []
-    with using(inputs.thresholds), scope(frames):
+    with scope(frames):
         for section in registry.SECTIONS:
             if section.view is None:
                 value, result = section.run(inputs, sections)
@@ -177,7 +177,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="") for n in notes
     ]
     basis = steady_wall_ms(sections.get("steps") or (), device_steady_rate(sections.get("throughput") or {}))
-    findings = sorted((graded(f, basis) for f in findings), key=report_order)
+    findings = sorted((graded(f, basis, inputs.thresholds) for f in findings), key=report_order)
     from jaxdiag.analyses.finding_places import place_findings
 
     findings = list(place_findings(findings, frames, sections.get("top_ops"), inputs.host))

@@ -10,7 +10,7 @@ executions of the dominant program. Where they come from, best first:
 - ``module_span``: a TPU ``XLA Modules`` line holds one span per execution.
 - ``timing``: otherwise (GPU kernels carry no run id) a device's consecutive ops of
   one module, split where another module's op runs between them or where the device
-  idles longer than ``config.step_gap_us``.
+  idles longer than the ``step_gap_us`` setting.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Sequence
 
-from jaxdiag import config
 from jaxdiag.trace.frames import (
     CATEGORY,
     DEVICE,
@@ -46,11 +45,13 @@ EXECUTION_COLUMNS = (HOST, DEVICE, HLO_MODULE, PROGRAM_ID, RUN_ID, START_NS, END
 _NOT_OPS = ("xla_modules", "steps", "async_ops", "markers", "sparsecore")
 
 
-def executions(events: "pd.DataFrame") -> "pd.DataFrame":
+def executions(events: "pd.DataFrame", step_gap_us: float) -> "pd.DataFrame":
     """Every execution in ``events`` (``EVENT_COLUMNS``), columns ``EXECUTION_COLUMNS``.
 
     ``device`` is the device the execution ran on, or the lowest of several
-    (``run_id`` executions span the host's devices).
+    (``run_id`` executions span the host's devices). Where the trace tells executions
+    apart by neither run ids nor module spans, a device idle for ``step_gap_us`` (the
+    setting) ends one.
     """
     import numpy as np
     import pandas as pd
@@ -87,7 +88,7 @@ def executions(events: "pd.DataFrame") -> "pd.DataFrame":
             keys = zip(events[HOST].astype(object).to_numpy()[rest], events[DEVICE].to_numpy()[rest])
             rest[np.flatnonzero(rest)] = [k not in covered for k in keys]
         if rest.any():
-            parts.append(_by_timing(events.loc[rest]))
+            parts.append(_by_timing(events.loc[rest], int(step_gap_us * 1000)))
     if not parts:
         return pd.DataFrame(
             {c: pd.Series(dtype=object if c in (HOST, HLO_MODULE, SOURCE) else np.int64) for c in EXECUTION_COLUMNS}
@@ -114,7 +115,7 @@ def _by_run_id(ops: "pd.DataFrame") -> "pd.DataFrame":
     return out.assign(**{SOURCE: "run_id"})
 
 
-def _by_timing(ops: "pd.DataFrame") -> "pd.DataFrame":
+def _by_timing(ops: "pd.DataFrame", gap_ns: int) -> "pd.DataFrame":
     """Runs of one module's ops per device, split on another module's op or a long idle gap."""
     import numpy as np
     import pandas as pd
@@ -131,7 +132,6 @@ def _by_timing(ops: "pd.DataFrame") -> "pd.DataFrame":
         a[order] for a in (host, dev, module, program, start, end, host_code)
     )
     reach = end.copy()
-    gap_ns = int(config.current().step_gap_us * 1000)
     new = np.ones(len(start), dtype=bool)
     if len(start) > 1:
         same_place = (host_code[1:] == host_code[:-1]) & (dev[1:] == dev[:-1])

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from jaxdiag.config import DEFAULT_SETTINGS, Settings
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
@@ -129,6 +131,11 @@ class TraceFrames:
       skipped: ``(file, reason)`` for host files that could not be read.
       meta: facts from the capture (jax/jaxlib versions, profile start/stop, ...).
       notes: what the loader had to guess or drop, shown to the user as findings.
+      settings: the settings the capture was read with (``load(settings=...)``): how far
+        apart executions told apart by timing alone are (``step_gap_us``, which steps were
+        inferred with) and compile-thread work is joined (``compile_join_us``). Every
+        table derived from these frames reads them from here, so the frames and what
+        is derived from them agree.
     """
 
     events: "pd.DataFrame"
@@ -141,3 +148,4 @@ class TraceFrames:
     skipped: tuple[tuple[str, str], ...] = ()
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    settings: Settings = DEFAULT_SETTINGS

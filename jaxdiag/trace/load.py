@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from jaxdiag.config import DEFAULT_SETTINGS, Settings
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.columns import Coded, StringColumn
 from jaxdiag.trace.discover import Discovered, discover
@@ -57,6 +58,7 @@ def load(
     workers: int | None = None,
     scheduler: Any = None,
     start_method: str | None = None,
+    settings: Settings | None = None,
 ) -> TraceFrames:
     """Read a ``jax.profiler`` capture.
 
@@ -76,6 +78,7 @@ def load(
         see the same path; only its columns come back. The result is the same.
       start_method: how worker processes start: ``fork`` (the default, used only
         from a single-threaded process), ``forkserver`` or ``spawn``.
+      settings: the settings to read with (``TraceFrames.settings``; default: the defaults).
 
     Raises:
       TraceFormatError: nothing readable at ``path``, or every host file is
@@ -90,7 +93,7 @@ def load(
         workers=workers,
         scheduler=scheduler,
         start_method=start_method,
-    ).result()
+    ).result(settings)
 
 
 def start_load(
@@ -166,8 +169,8 @@ class PendingLoad:
         """The run folder being read (``TraceFrames.run_dir`` of the result)."""
         return str(self._found.run_dir)
 
-    def result(self) -> TraceFrames:
-        """The loaded capture (see ``load``)."""
+    def result(self, settings: Settings | None = None) -> TraceFrames:
+        """The loaded capture, read with ``settings`` (see ``load``)."""
         import pandas as pd
 
         from jaxdiag.trace.steps import assign_steps, find_steps
@@ -193,7 +196,8 @@ class PendingLoad:
         events, impossible = _without_negative_durations(events)
         marks = [(p.host, n, s, round(a), round(b)) for p in parts for n, s, a, b in p.step_marks]
         device_steps = [(p.host, d, s, round(a), round(b)) for p in parts for d, s, a, b in p.device_steps]
-        found_steps = find_steps(events, marks, device_steps)
+        settings = settings if settings is not None else DEFAULT_SETTINGS
+        found_steps = find_steps(events, marks, device_steps, settings.step_gap_us)
         events[STEP] = assign_steps(events, found_steps.table)
         devices = pd.DataFrame([row for p in parts for row in p.devices], columns=list(DEVICE_COLUMNS))
         impossible += _negative_device_facts_dropped(devices)
@@ -208,6 +212,7 @@ class PendingLoad:
             skipped=tuple(skipped),
             meta=_meta(parts, include_python),
             notes=_notes(parts, skipped, include_python) + tuple(impossible) + found_steps.notes,
+            settings=settings,
         )
 
 

@@ -33,6 +33,7 @@ import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from jaxdiag.config import DEFAULT_SETTINGS
 from jaxdiag.trace.frames import (
     CATEGORY,
     DEVICE,
@@ -50,10 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
 
-#: A device idle for longer than this between two events of the dominant module
-#: starts a new execution where the trace does not tell executions apart (GPU; see
-#: ``trace.executions``), so back-to-back runs with a host sync between them split.
-EXECUTION_GAP_NS = 1_000_000
 
 #: Host events that read device results back (``float(x)``, ``np.asarray``,
 #: ``jax.device_get``, ``block_until_ready``): a wait for the device work before them.
@@ -98,7 +95,10 @@ class FoundSteps:
 
 
 def find_steps(
-    events: "pd.DataFrame", marks: Sequence[StepMark] = (), device_steps: Sequence[DeviceStep] = ()
+    events: "pd.DataFrame",
+    marks: Sequence[StepMark] = (),
+    device_steps: Sequence[DeviceStep] = (),
+    step_gap_us: float = DEFAULT_SETTINGS.step_gap_us,
 ) -> FoundSteps:
     """Find steps from annotations, TPU step lines or the dominant module, in that order.
 
@@ -106,12 +106,14 @@ def find_steps(
       events: the events frame (``EVENT_COLUMNS``; the ``step`` column is not read).
       marks: host events carrying a ``step_num`` stat.
       device_steps: events of TPU "Steps" lines.
+      step_gap_us: the setting: where executions are told apart by timing alone, a device
+        idle this long ends one (``trace.executions``).
     """
     if marks:
         rows, notes = _from_marks(marks)
         names = {r[2] for r in rows}
         tiled = tile(rows, events, read_back=True, step_names=names)
-        return FoundSteps(_table(_cut_between(tiled, rows, events)), "annotation", notes)
+        return FoundSteps(_table(_cut_between(tiled, rows, events, step_gap_us)), "annotation", notes)
     if device_steps:
         merged: dict[tuple[str, int], list[int]] = {}
         for host, _device, step, start, end in device_steps:
@@ -119,7 +121,7 @@ def find_steps(
             span[0], span[1] = min(span[0], start), max(span[1], end)
         rows = [(h, s, "Steps", a, b) for (h, s), (a, b) in merged.items()]
         return FoundSteps(_table(tile(rows, events)), "device_steps", ())
-    return _from_module(events)
+    return _from_module(events, step_gap_us)
 
 
 Row = tuple[str, int, str, int, int]
@@ -315,7 +317,7 @@ def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, in
     return [(h, s, chosen, a, b) for (h, s), (a, b) in spans.items()], notes
 
 
-def _from_module(events: "pd.DataFrame") -> FoundSteps:
+def _from_module(events: "pd.DataFrame", step_gap_us: float) -> FoundSteps:
     from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, executions, step_module
 
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
@@ -325,7 +327,7 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
             "Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i)"
         )
         return FoundSteps(_table([]), "none", (note,))
-    execs = executions(events)
+    execs = executions(events, step_gap_us)
     module = step_module(device, execs)
     rows: list[tuple[str, int, str, int, int]] = []
     sources: set[str] = set()
@@ -352,14 +354,14 @@ def _from_module(events: "pd.DataFrame") -> FoundSteps:
     return FoundSteps(_table(between_steps_cut(tiled, marked, execs, module)), "module", (note,))
 
 
-def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame") -> list[Row]:
+def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame", step_gap_us: float) -> list[Row]:
     """``between_steps_cut`` for marked steps, the step's program found as for inferred steps."""
     from jaxdiag.trace.executions import between_steps_cut, executions, step_module
 
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
         return tiled
-    execs = executions(device)
+    execs = executions(device, step_gap_us)
     marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
     return between_steps_cut(tiled, marked, execs, step_module(device, execs))
 

@@ -21,6 +21,7 @@ import pytest
 import jaxdiag
 from jaxdiag.analyses.base import severity_for, steady_wall_ms
 from jaxdiag.analyses.throughput import device_steady_rate
+from jaxdiag.config import DEFAULT_SETTINGS
 from tests.analyses import trace_truth
 from tests.analyses.timeline_programs import PATTERNS, RECOMPILE_AT
 from tests.jax_release import jax_before
@@ -218,7 +219,7 @@ def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_pr
     assert report.throughput["steady_from"].startswith("device executions")
     basis = max(sum(s["wall_ms"] - s["compile_wait_ms"] for s in report.steps), len(report.steps) * 1000 / rate)
     assert basis > sum(s["wall_ms"] for s in report.steps)
-    assert finding.severity == severity_for(finding.time_lost_ms, basis)
+    assert finding.severity == severity_for(finding.time_lost_ms, basis, DEFAULT_SETTINGS)
 
 
 @pytest.mark.parametrize("pattern", ["annotated_eager_lr", "captured_eager_lr"])
@@ -259,7 +260,7 @@ def test_the_work_between_steps_finding_states_its_share_as_graded_and_what_it_l
         finding.message
     )
     basis = steady_wall_ms(report.steps, device_steady_rate(report.throughput))  # what the report grades against
-    assert finding.severity == severity_for(finding.time_lost_ms, basis)
+    assert finding.severity == severity_for(finding.time_lost_ms, basis, DEFAULT_SETTINGS)
 
 
 def _recompile_findings(report: jaxdiag.Report, function: str | None = None) -> list:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from jaxdiag.config import DEFAULT_SETTINGS
 from jaxdiag.errors import CompileLogError, TraceFormatError
 from jaxdiag.reporting.build import report
 
@@ -49,7 +50,7 @@ def test_severity_is_one_rule_and_findings_are_ordered_by_time_lost(cpu_trace_di
     timed = [f for f in built.findings if f.time_lost_ms > 0]
     assert len({f.kind for f in timed}) >= 3  # recompile, host_wait, small_ops at least
     for f in timed:
-        assert f.severity == severity_for(f.time_lost_ms, step_time_ms), f.message
+        assert f.severity == severity_for(f.time_lost_ms, step_time_ms, DEFAULT_SETTINGS), f.message
     lost = [f.time_lost_ms for f in timed]
     assert lost == sorted(lost, reverse=True)
     rank = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}

@@ -10,9 +10,13 @@ import pytest
 
 from jaxdiag.trace.frames import STEP_COLUMNS
 from jaxdiag.trace.load import events_frame, load
-from jaxdiag.trace.steps import EXECUTION_GAP_NS, assign_steps, find_steps
+from jaxdiag.config import DEFAULT_SETTINGS
+from jaxdiag.trace.steps import assign_steps, find_steps
 from jaxdiag.trace.xspace import read_xspace
 from xspace_builders import Kernel, gpu_xspace, tpu_xspace, write_run
+
+#: Where executions told apart by timing alone split by default (the ``step_gap_us`` setting).
+EXECUTION_GAP_NS = int(DEFAULT_SETTINGS.step_gap_us * 1000)
 
 
 def steps_of(table: pd.DataFrame) -> list[tuple[int, str, int, int]]:
@@ -82,6 +86,28 @@ def test_module_fallback_splits_executions_at_other_modules_and_gaps() -> None:
     # Each execution's step holds the gap before it, where its inputs and its compile were made;
     # jit_other, run in one step of three, is work between steps 0 and 1: step 1 begins where it ends.
     assert steps_of(found.table) == [(0, big, 0, 220), (1, big, 310, 620), (2, big, 620, last + 100)]
+
+
+def test_the_step_gap_is_the_settings_given_to_the_reading() -> None:
+    """Executions told apart by timing alone split where the device idled ``step_gap_us``: the settings
+    reach step inference as an argument (``find_steps``, ``load(settings=...)``), never from around it."""
+    gap = EXECUTION_GAP_NS
+    events = module_events(
+        *(Kernel(0, "fusion_1", i * (100 + gap // 2), 100, "jit_train_step") for i in range(4))  # half a gap apart
+    )
+    assert len(find_steps(events).table) == 1
+    tight = DEFAULT_SETTINGS.replace(step_gap_us=DEFAULT_SETTINGS.step_gap_us / 4)
+    assert len(find_steps(events, step_gap_us=tight.step_gap_us).table) == 4
+
+
+def test_a_loaded_capture_keeps_the_settings_it_was_read_with(tmp_path) -> None:
+    from jaxdiag.trace.load import load
+
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(gpu_xspace(steps=()))
+    tight = DEFAULT_SETTINGS.replace(step_gap_us=1)
+    assert load(path, settings=tight).settings is tight
+    assert load(path).settings is DEFAULT_SETTINGS
 
 
 def test_dominant_module_is_the_one_with_most_device_time() -> None:
