@@ -207,8 +207,8 @@ def _listening_of(pids: list[int]) -> list[str]:
     return held
 
 
-def _lines_until(proc: subprocess.Popen, marker: str) -> list[str]:
-    """The command's stdout lines up to the one starting with ``marker`` (bounded wait)."""
+def _lines_until(proc: subprocess.Popen, marker: str, stderr: Path) -> list[str]:
+    """The command's stdout lines up to the one starting with ``marker`` (bounded wait); ``stderr``: its file."""
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -220,7 +220,7 @@ def _lines_until(proc: subprocess.Popen, marker: str) -> list[str]:
     seen: list[str] = []
     while True:
         line = lines.get(timeout=WAIT_S)
-        assert line is not None, (seen, proc.stderr.read())
+        assert line is not None, (seen, stderr.read_text())
         seen.append(line)
         if line.startswith(marker):
             return seen
@@ -229,15 +229,19 @@ def _lines_until(proc: subprocess.Popen, marker: str) -> list[str]:
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_open_listens_on_loopback_only_and_ends_with_the_command(cpu_trace_dir, tmp_path, how):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jaxdiag", "open", str(cpu_trace_dir.logdir), "--step", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    # stderr to a file, never an unread pipe; faulthandler, so that a command that does not end
+    # shows where each of its threads stands (SIGABRT below) rather than only that it timed out.
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-m", "jaxdiag", "open", str(cpu_trace_dir.logdir), "--step", "2"],
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            text=True,
+            env=env,
+        )
     try:
-        lines = _lines_until(proc, "timeline: ")
+        lines = _lines_until(proc, "timeline: ", stderr)
         pids = _tree(proc.pid)
         server_pid = int(lines[2].split("pid ")[1].split(",")[0])
         assert server_pid in pids
@@ -250,8 +254,15 @@ def test_open_listens_on_loopback_only_and_ends_with_the_command(cpu_trace_dir, 
         data_url = urllib.parse.parse_qs(urllib.parse.urlparse(timeline).query)["trace_data_url"][0]
         assert json.loads(_get(home.rstrip("/") + data_url + "&resolution=0"))["traceEvents"]
         proc.send_signal(how)
-        status = proc.wait(timeout=WAIT_S)
-        assert status == (-signal.SIGKILL if how == signal.SIGKILL else 0), proc.stderr.read()
+        try:
+            status = proc.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(timeout=WAIT_S)
+            raise AssertionError(
+                f"jaxdiag open did not end on {how!r}; its threads:\n{stderr.read_text()[-6000:]}"
+            ) from None
+        assert status == (-signal.SIGKILL if how == signal.SIGKILL else 0), stderr.read_text()
 
         # The server follows the command within a bounded wait, and its port closes (a process's
         # main thread can show as exited while its other threads still hold the socket: wait for both).
