@@ -11,6 +11,7 @@ import concurrent.futures
 import os
 import signal
 import sys
+from typing import Any, Sequence
 
 
 def fork_is_safe() -> bool:
@@ -27,14 +28,25 @@ def fork_is_safe() -> bool:
         return False
 
 
-def kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    """SIGKILL the pool's workers (``kill_workers`` from Python 3.14; its process table before)."""
+def workers_of(pool: concurrent.futures.ProcessPoolExecutor) -> list[Any]:
+    """The pool's worker processes now (its process table), to be killed later with ``kill_workers``.
+
+    A pool's own table can lose a worker before the worker is gone (its manager
+    thread tidies the table when another worker dies), so a reader keeps the ones it
+    saw start.
+    """
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def kill_workers(pool: concurrent.futures.ProcessPoolExecutor, started: Sequence[Any] = ()) -> None:
+    """SIGKILL the pool's workers (``kill_workers`` from Python 3.14; its process table before),
+    and the ``started`` ones (``workers_of``) still running."""
     kill = getattr(pool, "kill_workers", None)
     if kill is not None:
         kill()
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    for process in [*workers_of(pool), *started]:
         try:
-            os.kill(process.pid, signal.SIGKILL)
-        except (OSError, TypeError):  # gone already, or never started
+            if process.exitcode is None:  # a process not yet reaped keeps its pid: never another's
+                os.kill(process.pid, signal.SIGKILL)
+        except (OSError, TypeError, ValueError, AssertionError):  # gone already, or never started
             pass

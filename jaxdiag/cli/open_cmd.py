@@ -83,16 +83,21 @@ def open_command(
 
 
 class _Stopped(Exception):
-    """SIGTERM or SIGHUP reached the command."""
+    """SIGINT, SIGTERM or SIGHUP reached the command."""
 
 
 def _serve_until_stopped(process: "subprocess.Popen[bytes] | None") -> None:
-    """Wait until Ctrl-C, SIGTERM or SIGHUP (the caller then stops the server), or until the server ends."""
+    """Wait until Ctrl-C, SIGTERM or SIGHUP (the caller then stops the server), or until the server ends.
+
+    SIGINT gets a handler of its own too: a command started in the background by a shell
+    without job control inherits SIGINT ignored, and Python then never raises
+    ``KeyboardInterrupt``, so "until Ctrl-C" would be never.
+    """
 
     def stopped(signum: int, frame: FrameType | None) -> None:
         raise _Stopped
 
-    previous = {s: signal.signal(s, stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, stopped) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         while process is not None and process.poll() is None:
             try:

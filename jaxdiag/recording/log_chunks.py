@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jaxdiag.processes import fork_is_safe, kill_workers
+from jaxdiag.processes import fork_is_safe, kill_workers, workers_of
 from jaxdiag.recording.records import CompileRecord, record_from_row, record_row
 
 #: Smaller logs are read here: a piece costs a worker's start and a round trip.
@@ -94,6 +94,7 @@ class _Pieces:
         self._futures: dict[int, concurrent.futures.Future[Piece]] = {}
         self._read_here: dict[int, Piece] = {}
         self._submitted = 0
+        self._started: list[Any] = []  # the pool's worker processes, as they started
 
     def _ours(self, index: int) -> bool:
         return index % self._every == self._every - 1
@@ -133,6 +134,7 @@ class _Pieces:
                     self._futures[self._submitted] = self._pool.submit(
                         _worker_piece, self._path, self._submitted, self._count
                     )
+                    self._started += [p for p in workers_of(self._pool) if p not in self._started]
                 except (OSError, RuntimeError):  # no worker could start, or the pool broke: the rest is read here
                     self.stop(kill=True)
                     return
@@ -144,7 +146,7 @@ class _Pieces:
         if pool is None:
             return
         if kill or not all(f.done() for f in self._futures.values()):
-            kill_workers(pool)
+            kill_workers(pool, self._started)
         pool.shutdown(wait=False, cancel_futures=True)
         self._futures.clear()
 

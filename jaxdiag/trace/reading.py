@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.processes import fork_is_safe, kill_workers
+from jaxdiag.processes import fork_is_safe, kill_workers, workers_of
 from jaxdiag.trace import wire
 from jaxdiag.trace.discover import host_name
 from jaxdiag.trace.host_bytes import prepare_lines
@@ -180,6 +180,7 @@ class Reading:
         self._tasks: list[_Task] = []  # largest first
         self._futures: list[concurrent.futures.Future[Any]] = []  # one per task
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._started: list[Any] = []  # the pool's worker processes, as they started
         self._workers = 0
 
     @property
@@ -290,6 +291,7 @@ class Reading:
             self._stop()
             self._tasks, self._futures = [], []
             return
+        self._started = workers_of(self._pool)
         self._workers = min(workers, len(self._tasks))
 
     def _take(self, numbers: list[int]) -> dict[int, Any]:
@@ -335,7 +337,7 @@ class Reading:
         if pool is None:
             return
         if kill or not all(future.done() for future in self._futures):
-            kill_workers(pool)
+            kill_workers(pool, self._started)
         pool.shutdown(wait=False, cancel_futures=True)
 
     def __del__(self) -> None:  # a reading dropped unfinished must not leave its workers behind

@@ -226,20 +226,32 @@ def _lines_until(proc: subprocess.Popen, marker: str, stderr: Path) -> list[str]
             return seen
 
 
-@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
-def test_open_listens_on_loopback_only_and_ends_with_the_command(cpu_trace_dir, tmp_path, how):
+@pytest.mark.parametrize(
+    ("how", "sigint_ignored"),
+    [
+        (signal.SIGINT, False),
+        # Started in the background by a shell without job control: SIGINT comes ignored, yet Ctrl-C must stop it.
+        (signal.SIGINT, True),
+        (signal.SIGTERM, False),
+        (signal.SIGHUP, False),
+        (signal.SIGKILL, False),
+    ],
+)
+def test_open_listens_on_loopback_only_and_ends_with_the_command(cpu_trace_dir, tmp_path, how, sigint_ignored):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     # stderr to a file, never an unread pipe; faulthandler, so that a command that does not end
     # shows where each of its threads stands (SIGABRT below) rather than only that it timed out.
     stderr = tmp_path / "stderr.txt"
+    command = [sys.executable, "-X", "faulthandler", "-m", "jaxdiag", "open", str(cpu_trace_dir.logdir), "--step", "2"]
+    if sigint_ignored:  # as a background job's shell leaves it: ignored across exec
+        command = [
+            sys.executable,
+            "-c",
+            "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])",
+            *command,
+        ]
     with stderr.open("w") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-X", "faulthandler", "-m", "jaxdiag", "open", str(cpu_trace_dir.logdir), "--step", "2"],
-            stdout=subprocess.PIPE,
-            stderr=sink,
-            text=True,
-            env=env,
-        )
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=sink, text=True, env=env)
     try:
         lines = _lines_until(proc, "timeline: ", stderr)
         pids = _tree(proc.pid)
