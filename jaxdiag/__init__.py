@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from jaxdiag.version import __version__
 
 _LAZY = {
     "jit": "jaxdiag.recording.wrapper",

@@ -418,6 +418,6 @@ def _spread(d: Any) -> Spread:
 
 
 def _version() -> str:
-    import jaxdiag
+    from jaxdiag.version import __version__
 
-    return jaxdiag.__version__
+    return __version__
