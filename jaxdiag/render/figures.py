@@ -42,11 +42,11 @@ _TEMPLATE = "plotly_white"
 def all_figures(
     report: "Report", *, step: int | None = None, host: str | None = None, devices: Sequence[str] | None = None
 ) -> dict[str, "go.Figure"]:
-    """Every figure of every section (``reporting.sections``), in the order the HTML report shows them."""
-    from jaxdiag.reporting import sections
+    """Every figure of every section (``render.registry``), in the order the HTML report shows them."""
+    from jaxdiag.render.registry import figure_names
 
     figures = {}
-    for name in (name for section in sections.SECTIONS for name in section.figures):
+    for name in figure_names():
         builder = globals()[name]
         figures[name] = (
             builder(report, step, host=host, devices=devices) if name == "step_timeline" else builder(report)

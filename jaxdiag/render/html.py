@@ -167,8 +167,8 @@ def hosts_table(report: "Report") -> str:
 
 
 def _details(report: "Report") -> str:
-    """Each section's table (``reporting.sections``), in order."""
-    from jaxdiag.reporting.sections import renderers
+    """Each section's table (``render.registry``), in order."""
+    from jaxdiag.render.registry import renderers
 
     return "".join(table(report) for _section, table in renderers("html"))
 

@@ -182,9 +182,9 @@ class DashboardWidget:
 
 def run_figure_names() -> list[str]:
     """The names of the figures about the whole run, in the sections' order."""
-    from jaxdiag.reporting.sections import SECTIONS
+    from jaxdiag.render.registry import figure_names
 
-    return [name for s in SECTIONS for name in s.figures if name not in SELECTION_FIGURES]
+    return [name for name in figure_names() if name not in SELECTION_FIGURES]
 
 
 def _output(fig: "go.Figure") -> dict[str, Any]:

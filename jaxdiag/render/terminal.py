@@ -50,8 +50,8 @@ def text_console(width: int | None, color: bool | None) -> tuple["Console", io.S
 
 
 def print_report(report: "Report", console: "Console") -> None:
-    """Print ``report`` on ``console``: the header and findings, then each section (``reporting.sections``)."""
-    from jaxdiag.reporting.sections import renderers
+    """Print ``report`` on ``console``: the header and findings, then each section (``render.registry``)."""
+    from jaxdiag.render.registry import renderers
 
     _header(report, console)
     _notes(report, console)

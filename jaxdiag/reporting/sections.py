@@ -1,8 +1,8 @@
-"""Every section of a ``Report``, in one place: its name, what fills it, and what shows it.
+"""Every section of a ``Report``, in one place: its name, the schema version that added it, and what fills it.
 
 A new analysis is one module plus one line here::
 
-    Section("top_ops", "1.4", dict, analysis="top_ops", terminal="jaxdiag.render.terminal:_top_ops"),
+    Section("top_ops", "1.4", dict, analysis="top_ops"),
 
 where ``jaxdiag/analyses/top_ops.py`` defines ``analyze(inputs)`` returning a frozen
 result with ``findings`` and ``to_dict()``, and ``"1.4"`` is the schema version that
@@ -45,8 +45,6 @@ class Section:
       view: ``"module:function"`` filling it instead, from the trace and the sections
         before it, ``fn(inputs, sections) -> value``: data kept for renderers only
         (events of a few steps, histogram bins), with no findings.
-      terminal, html: renderers (see the module docstring), or ``None``.
-      figures: ``render.figures`` builders that draw it.
       check: ``"module:function"`` raising ``ValueError`` on a section a saved report
         cannot hold (read by ``Report.open``, so that a renderer never meets it), or ``None``.
     """
@@ -56,9 +54,6 @@ class Section:
     empty: Callable[[], Any]
     analysis: str | None = None
     view: str | None = None
-    terminal: str | None = None
-    html: str | None = None
-    figures: tuple[str, ...] = ()
     check: str | None = None
 
     @property
@@ -77,54 +72,22 @@ class Section:
         return self.empty(), None
 
 
-_T, _H, _O, _OH = (
-    "jaxdiag.render.terminal",
-    "jaxdiag.render.html",
-    "jaxdiag.render.ops_memory",
-    "jaxdiag.render.ops_memory_html",
-)
-
 #: Every section, in the order the JSON report, the terminal and the HTML report show them.
 SECTIONS: tuple[Section, ...] = (
     Section("capture", "1.4", dict, analysis="completeness"),  # printed first, as notes (``build``)
-    Section("steps", "1.0", list, analysis="step_breakdown", terminal=f"{_T}:_steps", figures=("step_breakdown",)),
-    Section("between_steps", "1.4", dict, analysis="between_steps", terminal=f"{_T}:_between_steps"),
+    Section("steps", "1.0", list, analysis="step_breakdown"),
+    Section("between_steps", "1.4", dict, analysis="between_steps"),
     Section(
         "timeline",
         "1.3",
         dict,
         view="jaxdiag.reporting.timeline_events:build",
-        figures=("step_timeline",),
         check="jaxdiag.reporting.timeline_events:check",
     ),
-    Section(
-        "recompiles",
-        "1.0",
-        list,
-        analysis="recompiles",
-        terminal=f"{_T}:_recompiles",
-        html=f"{_H}:recompiles_table",
-        figures=("recompile_timeline",),
-    ),
-    Section(
-        "host_waits",
-        "1.0",
-        dict,
-        analysis="host_waits",
-        terminal=f"{_T}:_host_waits",
-        html=f"{_H}:host_waits_table",
-        figures=("host_wait_waterfall",),
-    ),
-    Section("throughput", "1.0", dict, analysis="throughput", figures=("throughput",)),
-    Section(
-        "small_ops",
-        "1.0",
-        dict,
-        analysis="small_ops",
-        terminal=f"{_T}:_small_ops",
-        html=f"{_H}:small_ops_table",
-        figures=("small_op_histogram",),
-    ),
+    Section("recompiles", "1.0", list, analysis="recompiles"),
+    Section("host_waits", "1.0", dict, analysis="host_waits"),
+    Section("throughput", "1.0", dict, analysis="throughput"),
+    Section("small_ops", "1.0", dict, analysis="small_ops"),
     Section(
         "op_durations",
         "1.3",
@@ -132,35 +95,12 @@ SECTIONS: tuple[Section, ...] = (
         view="jaxdiag.reporting.op_durations:build",
         check="jaxdiag.reporting.op_durations:check",
     ),
-    Section(
-        "collectives",
-        "1.0",
-        dict,
-        analysis="collectives",
-        terminal=f"{_T}:_collectives",
-        html=f"{_H}:collectives_table",
-        figures=("collective_overlap",),
-    ),
+    Section("collectives", "1.0", dict, analysis="collectives"),
     Section("device_time", "1.1", dict, analysis="device_time"),
-    Section(
-        "sharding",
-        "1.2",
-        dict,
-        analysis="sharding",
-        terminal=f"{_T}:_sharding",
-        figures=("sharding_collectives", "sharding_layouts"),
-    ),
-    Section(
-        "top_ops",
-        "1.3",
-        dict,
-        analysis="top_ops",
-        terminal=f"{_O}:terminal_top_ops",
-        html=f"{_OH}:html_top_ops",
-        figures=("roofline",),
-    ),
-    Section("memory", "1.3", dict, analysis="memory", terminal=f"{_O}:terminal_memory", html=f"{_OH}:html_memory"),
-    Section("stragglers", "1.3", dict, analysis="stragglers", terminal=f"{_T}:_stragglers", html=f"{_H}:hosts_table"),
+    Section("sharding", "1.2", dict, analysis="sharding"),
+    Section("top_ops", "1.3", dict, analysis="top_ops"),
+    Section("memory", "1.3", dict, analysis="memory"),
+    Section("stragglers", "1.3", dict, analysis="stragglers"),
     Section("divergence", "1.3", dict, analysis="divergence"),
 )
 
@@ -174,8 +114,3 @@ def resolve(ref: str) -> Any:
     """The object named by ``"module:attribute"``."""
     module, _, attr = ref.partition(":")
     return getattr(importlib.import_module(module), attr)
-
-
-def renderers(kind: str) -> list[tuple[Section, Any]]:
-    """``(section, renderer)`` for every section with a renderer of ``kind`` (``terminal`` or ``html``)."""
-    return [(s, resolve(getattr(s, kind))) for s in SECTIONS if getattr(s, kind)]

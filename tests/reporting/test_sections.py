@@ -12,7 +12,7 @@ import pytest
 
 import jaxdiag
 from jaxdiag.analyses import ANALYSES
-from jaxdiag.render import figures, terminal
+from jaxdiag.render import figures, registry, terminal
 from jaxdiag.reporting import sections
 from jaxdiag.reporting.model import REPORT_FIELDS, SCHEMA_VERSION, Report, ReportFormatError
 from jaxdiag.reporting.sections import SECTIONS, Section, resolve
@@ -59,10 +59,17 @@ def test_every_analysis_fills_a_section_and_every_reference_resolves():
     assert set(REPORT_FIELDS) <= {s.name for s in SECTIONS}  # a field without a line would not be saved
     for s in SECTIONS:
         assert (s.analysis is None) != (s.view is None), s.name
-        for ref in (s.view, s.terminal, s.html):
+        if s.view is not None:
+            assert callable(resolve(s.view)), s.view
+
+
+def test_every_section_view_names_a_section_and_resolves():
+    assert set(registry.VIEWS) <= {s.name for s in SECTIONS}
+    for v in registry.VIEWS.values():
+        for ref in (v.terminal, v.html):
             if ref is not None:
                 assert callable(resolve(ref)), ref
-        for name in s.figures:
+        for name in v.figures:
             assert callable(getattr(figures, name)), name
 
 
@@ -93,10 +100,12 @@ def print_count(report: Report, console: Any) -> None:
     console.print(f"counted {report.op_count['events']} events")
 
 
-def test_one_line_adds_a_section_that_is_built_saved_read_and_rendered(cpu_trace_dir, tmp_path, monkeypatch):
-    line = Section("op_count", "1.3", dict, view=f"{__name__}:count_ops", terminal=f"{__name__}:print_count")
+def test_a_line_each_adds_a_section_that_is_built_saved_read_and_rendered(cpu_trace_dir, tmp_path, monkeypatch):
+    line = Section("op_count", "1.3", dict, view=f"{__name__}:count_ops")
     again = Section("small_ops_again", "1.3", dict, analysis="small_ops")
     monkeypatch.setattr(sections, "SECTIONS", (*SECTIONS, line, again))
+    monkeypatch.setattr(registry, "SECTIONS", sections.SECTIONS)
+    monkeypatch.setitem(registry.VIEWS, "op_count", registry.SectionViews(terminal=f"{__name__}:print_count"))
     report = jaxdiag.report(cpu_trace_dir.logdir)
     assert report.op_count == {"events": len(report.frames.events), "steps": len(report.steps)}
     assert report.small_ops_again == report.small_ops
@@ -190,4 +199,4 @@ def test_reports_of_older_minor_versions_open_with_their_later_sections_empty(tm
     report = Report.open(path)
     assert all(report.section(key) == {} for key in dropped)
     assert "Findings (by time lost)" in terminal.render(report)
-    assert list(figures.all_figures(report)) == [name for s in SECTIONS for name in s.figures]
+    assert list(figures.all_figures(report)) == registry.figure_names()
