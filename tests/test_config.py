@@ -102,9 +102,9 @@ def _slow_ops_frames():
 def test_settings_reach_the_analyses_through_build_report() -> None:
     fr = _slow_ops_frames()
     default = build_report(AnalysisInputs(frames=fr))
-    assert default.small_ops["threshold_us"] == 10.0 and default.small_ops["count"] == 60
+    assert default.small_ops.threshold_us == 10.0 and default.small_ops.count == 60
     tight = build_report(AnalysisInputs(frames=fr, thresholds=DEFAULT_SETTINGS.replace(small_op_us=5)))
-    assert tight.small_ops["threshold_us"] == 5.0 and tight.small_ops["count"] == 0
+    assert tight.small_ops.threshold_us == 5.0 and tight.small_ops.count == 0
     few = build_report(AnalysisInputs(frames=fr, thresholds=DEFAULT_SETTINGS.replace(top_ops=1)))
     assert len(few.device_time["top_ops"]) == 1 < len(default.device_time["top_ops"])
 

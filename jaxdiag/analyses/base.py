@@ -1,8 +1,11 @@
 """What every analysis shares: its inputs, its ``Finding``s, and its signature.
 
 An analysis is ``analyze(inputs: AnalysisInputs) -> Result`` where ``Result`` is a
-frozen dataclass with a ``findings`` tuple and a ``to_dict()`` giving its section of
-the JSON report. Analyses print nothing, plot nothing and touch no files.
+frozen dataclass with a ``findings`` tuple and either ``section()``, its section of the
+report as a typed value (a frozen dataclass whose fields are ``described``: the JSON and
+the schema document are made from it, ``reporting.codec``), or, for sections not typed
+yet, ``to_dict()`` giving the section's JSON. Analyses print nothing, plot nothing and
+touch no files.
 """
 
 from __future__ import annotations
@@ -174,13 +177,15 @@ class AnalysisInputs:
 
 
 class AnalysisResult(Protocol):
-    """What every analysis returns."""
+    """What every analysis returns (and ``section()`` or ``to_dict()``: see the module docstring)."""
 
     findings: tuple[Finding, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        """This analysis's section of the JSON report."""
-        ...
+
+def described(doc: str = "", default: Any = dataclasses.MISSING, *, since: str | None = None) -> Any:
+    """A typed section's field with what it holds, for ``docs/report-schema.md`` (``since``: the schema version adding it)."""
+    metadata = {"doc": doc, **({"since": since} if since else {})}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 class Analysis(Protocol):

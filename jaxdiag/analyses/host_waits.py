@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import in_flight
+from jaxdiag.analyses.host_wait_section import CauseWait, HostWaits, InExecution, StepCause, StepMs, StepWaits
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_waiting import device_idle
 from jaxdiag.analyses.device_work import (
@@ -149,29 +150,28 @@ class HostWaitsResult:
             d[w.cause] = d.get(w.cause, 0.0) + (w.end_ns - w.start_ns) / 1e6
         return dict(sorted(out.items()))
 
-    def to_dict(self) -> dict[str, Any]:
+    def section(self) -> HostWaits:
+        """The report's ``host_waits`` section: totals per cause and per step, in ms to 3 decimals."""
         in_steps: dict[int, float] = {}
         for w in self.in_execution:
             in_steps[w.step] = in_steps.get(w.step, 0.0) + (w.end_ns - w.start_ns) / 1e6
-        return {
-            "in_execution": {
-                "label": self.in_execution_label,
-                "total_ms": round(self.in_execution_ms, 3),
-                "by_step": [{"step": k, "ms": round(v, 3)} for k, v in sorted(in_steps.items())],
-            },
-            "total_ms": round(self.total_ms, 3),
-            "by_cause": [{"cause": c.cause, "kind": c.kind, "ms": round(c.ms, 3)} for c in self.by_cause],
-            "by_step": [
-                {
-                    "step": step,
-                    "total_ms": round(sum(causes.values()), 3),
-                    "by_cause": [
-                        {"cause": k, "ms": round(v, 3)} for k, v in sorted(causes.items(), key=lambda kv: -kv[1])
-                    ],
-                }
+        return HostWaits(
+            in_execution=InExecution(
+                self.in_execution_label,
+                round(self.in_execution_ms, 3),
+                tuple(StepMs(k, round(v, 3)) for k, v in sorted(in_steps.items())),
+            ),
+            total_ms=round(self.total_ms, 3),
+            by_cause=tuple(CauseWait(c.cause, c.kind, round(c.ms, 3)) for c in self.by_cause),
+            by_step=tuple(
+                StepWaits(
+                    step,
+                    round(sum(causes.values()), 3),
+                    tuple(StepCause(k, round(v, 3)) for k, v in sorted(causes.items(), key=lambda kv: -kv[1])),
+                )
                 for step, causes in self.by_step().items()
-            ],
-        }
+            ),
+        )
 
 
 def analyze(inputs: AnalysisInputs) -> HostWaitsResult:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from jaxdiag.analyses.device_work import (
     row_groups,
     step_windows,
 )
+from jaxdiag.analyses.small_op_section import SmallOpRow, SmallOps, SmallOpsStep
 from jaxdiag.analyses.step_pattern import describe_steps
 from jaxdiag.trace import frames as F
 
@@ -143,26 +144,19 @@ class SmallOpsResult:
     def device_time_share(self) -> float:
         return 0.0 if self.device_time_ms <= 0 else self.time_ms / self.device_time_ms
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "threshold_us": self.threshold_us,
-            "count": self.count,
-            "device_time_share": round(float(self.device_time_share), 4),
-            "per_step": [
-                {
-                    "step": s.step,
-                    "count": s.count,
-                    "time_ms": round(s.time_ms, 4),
-                    "launch_gap_ms": round(s.launch_gap_ms, 4),
-                }
+    def section(self) -> SmallOps:
+        """The report's ``small_ops`` section, times in ms to 4 decimals."""
+        return SmallOps(
+            threshold_us=self.threshold_us,
+            count=int(self.count),
+            device_time_share=round(float(self.device_time_share), 4),
+            per_step=tuple(
+                SmallOpsStep(int(s.step), int(s.count), round(s.time_ms, 4), round(s.launch_gap_ms, 4))
                 for s in self.per_step
-            ],
-            "launch_gap_ms": round(self.launch_gap_ms, 4),
-            "top": [
-                {"name": o.name, "module": o.module, "count": o.count, "total_ms": round(o.total_ms, 4)}
-                for o in self.top
-            ],
-        }
+            ),
+            launch_gap_ms=round(self.launch_gap_ms, 4),
+            top=tuple(SmallOpRow(o.name, o.module, int(o.count), round(o.total_ms, 4)) for o in self.top),
+        )
 
 
 def analyze(inputs: AnalysisInputs) -> SmallOpsResult:

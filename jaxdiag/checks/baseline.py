@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from jaxdiag.errors import BaselineError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.small_op_section import SmallOpsStep
     from jaxdiag.reporting.model import Report
 
 #: Major.minor: a new major breaks readers; a new minor only adds figures.
@@ -219,17 +220,17 @@ def baseline_from_report(report: "Report") -> Baseline:
     ]
     periods = _periods(report)
     timed = [s for s in steady if _is_num(s.get("wall_ms"))]
-    small = report.small_ops or {}
-    per_step_small = {r.get("step"): r for r in small.get("per_step") or []}
+    small = report.small_ops
+    per_step_small: dict[Any, SmallOpsStep] = {r.step: r for r in small.per_step}
     steady_small = [per_step_small[s.get("step")] for s in steady if s.get("step") in per_step_small]
     if steady_small:
-        small_count: float | None = float(statistics.median(_or_zero(r.get("count")) for r in steady_small))
+        small_count: float | None = float(statistics.median(r.count for r in steady_small))
         busy = {s.get("step"): s.get("device_busy_ms") for s in steady}
-        small_share = _trimmed_share([(_or_zero(r.get("time_ms")), busy.get(r.get("step"))) for r in steady_small])
+        small_share = _trimmed_share([(_or_zero(r.time_ms), busy.get(r.step)) for r in steady_small])
     else:
         n = len(report.steps)
-        small_count = float(small["count"]) / n if _is_num(small.get("count")) and n else None
-        small_share = float(small["device_time_share"]) if _is_num(small.get("device_time_share")) else None
+        small_count = float(small.count) / n if n else None
+        small_share = small.device_time_share if _is_num(small.device_time_share) else None
     src = report.source or {}
     devices = sorted({str(d.get("device_name") or d.get("plane")) for d in src.get("devices") or []})
     return Baseline(

@@ -235,8 +235,8 @@ def _device_times(r: "Report") -> dict[tuple[str, str], float]:
         add(("module", stable_name(name)), ms)
     for row in _rows(section.get("top_ops")):
         add(("op", _op_name(row)), _per_step(row.get("total_ms"), n))
-    for row in _rows((r.small_ops or {}).get("top")):
-        add(("small_op", _op_name(row)), _per_step(row.get("total_ms"), n))
+    for small in r.small_ops.top:
+        add(("small_op", _op_name({"name": small.name, "module": small.module})), _per_step(small.total_ms, n))
     for row in _rows((r.collectives or {}).get("by_kind")):
         add(("collective", str(row.get("kind"))), _per_step(row.get("total_ms"), n))
     return out
@@ -259,9 +259,8 @@ def _host_waits(a: "Report", b: "Report") -> list[TimeChange]:
     def by_cause(r: "Report") -> dict[str, float]:
         n = max(len(r.steps), 1)
         out: dict[str, float] = {}
-        for row in (r.host_waits or {}).get("by_cause") or []:
-            cause = str(row.get("cause"))
-            out[cause] = out.get(cause, 0.0) + _per_step(row.get("ms"), n)
+        for row in r.host_waits.by_cause:
+            out[row.cause] = out.get(row.cause, 0.0) + _per_step(row.ms, n)
         return out
 
     wa, wb = by_cause(a), by_cause(b)

@@ -66,8 +66,6 @@ _SHAPE: dict[str, Any] = {
     "source": {"devices": [{}], "files": [], "hosts": []},
     "steps": [_STEP],
     "recompiles": [_STEP],
-    "host_waits": {"by_cause": [{}]},
-    "small_ops": {"top": [{}], "per_step": [_STEP]},
     "collectives": {"by_kind": [{}]},
     "throughput": {"per_step": [_STEP]},
     "findings": [{"evidence": {}}],

@@ -22,6 +22,8 @@ from jaxdiag.render.chart_text import text as chart_text
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
 
+    from jaxdiag.analyses.host_wait_section import CauseWait, StepCause
+
     from jaxdiag.reporting.model import Report
 
 #: Fixed colours, so a component has the same colour in every figure.
@@ -99,11 +101,9 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
     if not steps:
         return no_data(title, f"no steps were found in this capture; {_MARK_STEPS}")
     by_step = {
-        int(e["step"]): {c["cause"]: _ms(c.get("ms")) for c in e.get("by_cause") or [] if c.get("cause") != "compile"}
-        for e in (report.host_waits or {}).get("by_step") or []
-        if e.get("step") is not None
+        e.step: {c.cause: _ms(c.ms) for c in e.by_cause if c.cause != "compile"} for e in report.host_waits.by_step
     }
-    causes = [c["cause"] for c in (report.host_waits or {}).get("by_cause") or [] if c.get("cause") != "compile"]
+    causes = [c.cause for c in report.host_waits.by_cause if c.cause != "compile"]
     for step_waits in by_step.values():
         causes += [c for c in step_waits if c not in causes]
     unknown = "host wait (cause unknown)"
@@ -190,20 +190,18 @@ def host_wait_waterfall(report: "Report", step: int | None = None, *, include_co
     dwarfs every other cause); the chart says how much was left out.
     """
     go = _go()
-    hw = report.host_waits or {}
+    hw = report.host_waits
     title = "Host waits by cause" + (f", step {step}" if step is not None else "")
-    if step is None:
-        causes = hw.get("by_cause") or []
-    else:
-        causes = next((e.get("by_cause") or [] for e in hw.get("by_step") or [] if e.get("step") == step), [])
-    compile_ms = sum(_ms(c.get("ms")) for c in causes if c.get("cause") == "compile")
-    shown = [c for c in causes if include_compile or c.get("cause") != "compile"]
-    shown = [c for c in shown if _ms(c.get("ms")) > 0]
+    causes: Sequence[CauseWait | StepCause] = (
+        hw.by_cause if step is None else next((e.by_cause for e in hw.by_step if e.step == step), ())
+    )
+    compile_ms = sum(_ms(c.ms) for c in causes if c.cause == "compile")
+    shown = [c for c in causes if (include_compile or c.cause != "compile") and _ms(c.ms) > 0]
     if not shown:
         why = "the devices never waited on the host" if not causes else "the only wait was compiling"
         return no_data(title, why)
-    names = [str(c.get("cause")) for c in shown]
-    values = [_ms(c.get("ms")) for c in shown]
+    names = [c.cause for c in shown]
+    values = [_ms(c.ms) for c in shown]
     fig = go.Figure(
         go.Waterfall(
             x=[*names, "total"],
@@ -235,13 +233,13 @@ def small_op_histogram(report: "Report", *, top: int = 10) -> "go.Figure":
     from plotly.subplots import make_subplots
 
     go = _go()
-    so = report.small_ops or {}
+    so = report.small_ops
     od = report.section("op_durations") or {}
-    threshold = so.get("threshold_us", od.get("threshold_us"))
+    threshold = so.threshold_us if so.threshold_us is not None else od.get("threshold_us")
     title = f"Device op durations (small: under {float(threshold):g} µs)" if threshold else "Device op durations"
     edges = np.asarray(od.get("edges_us") or [], dtype=np.float64)
     counts = np.asarray(od.get("counts") or [], dtype=np.int64)
-    offenders = [o for o in so.get("top") or [] if _ms(o.get("total_ms")) > 0][:top]
+    offenders = [o for o in so.top if _ms(o.total_ms) > 0][:top]
     if not len(counts) and not offenders:
         return no_data(title, "no device compute ops in this report" + _older(report, "op_durations"))
     fig = make_subplots(
@@ -280,15 +278,15 @@ def small_op_histogram(report: "Report", *, top: int = 10) -> "go.Figure":
             + (_older(report, "op_durations") or ": no device compute op in its steps")
         )
     if offenders:
-        labels = [_short(f"{o.get('name')}", 38) for o in offenders][::-1]
+        labels = [_short(o.name, 38) for o in offenders][::-1]
         fig.add_trace(
             go.Bar(
-                x=[_ms(o.get("total_ms")) for o in offenders][::-1],
+                x=[_ms(o.total_ms) for o in offenders][::-1],
                 y=labels,
                 orientation="h",
                 marker_color="#E45756",
                 showlegend=False,
-                customdata=[[o.get("name"), o.get("module") or "", o.get("count")] for o in offenders][::-1],
+                customdata=[[o.name, o.module, o.count] for o in offenders][::-1],
                 hovertemplate="%{customdata[0]}<br>module %{customdata[1]}<br>%{customdata[2]} ops, "
                 "%{x:.3f} ms<extra></extra>",
             ),

@@ -188,21 +188,21 @@ def recompiles_table(report: "Report") -> str:
 
 
 def host_waits_table(report: "Report") -> str:
-    hw = report.host_waits or {}
-    if not hw.get("by_cause"):
+    hw = report.host_waits
+    if not hw.by_cause:
         return ""
-    return f"<h2>Host waits: {_num(hw.get('total_ms'))} ms</h2>" + _table(
-        ("cause", "ms"), ([_e(c.get("cause")), _num(c.get("ms"))] for c in hw["by_cause"]), numeric=(1,), escape=False
+    return f"<h2>Host waits: {_num(hw.total_ms)} ms</h2>" + _table(
+        ("cause", "ms"), ([_e(c.cause), _num(c.ms)] for c in hw.by_cause), numeric=(1,), escape=False
     )
 
 
 def small_ops_table(report: "Report") -> str:
-    so = report.small_ops or {}
-    if not so.get("top"):
+    so = report.small_ops
+    if not so.top:
         return ""
-    return f"<h2>Small ops (&lt; {_num(so.get('threshold_us'))} µs): {_num(so.get('count'))} ops</h2>" + _table(
+    return f"<h2>Small ops (&lt; {_num(so.threshold_us)} µs): {_num(so.count)} ops</h2>" + _table(
         ("op", "module", "count", "total ms"),
-        ([_e(r.get("name")), _e(r.get("module")), _num(r.get("count")), _num(r.get("total_ms"))] for r in so["top"]),
+        ([_e(r.name), _e(r.module), _num(r.count), _num(r.total_ms)] for r in so.top),
         numeric=(2, 3),
         escape=False,
     )

@@ -8,6 +8,7 @@ report goes through ``esc`` before it meets markup, and the console is a
 from __future__ import annotations
 
 import io
+import math
 from typing import TYPE_CHECKING, Any
 
 from jaxdiag.trace.versions import versions_text
@@ -198,39 +199,38 @@ def _between_steps(report: "Report", console: "Console") -> None:
 
 
 def _host_waits(report: "Report", console: "Console") -> None:
-    hw = report.host_waits or {}
-    by_cause = hw.get("by_cause") or []
-    inside = hw.get("in_execution") or {}
-    if by_cause:
-        parts = ", ".join(f"{esc(c.get('cause'))} {_ms(c.get('ms'))} ms" for c in by_cause)
-        console.print(f"[bold]Host waits[/bold] {_ms(hw.get('total_ms'))} ms: {parts}")
-    if inside.get("total_ms"):
+    hw = report.host_waits
+    inside = hw.in_execution
+    if hw.by_cause:
+        parts = ", ".join(f"{esc(c.cause)} {_ms(c.ms)} ms" for c in hw.by_cause)
+        console.print(f"[bold]Host waits[/bold] {_ms(hw.total_ms)} ms: {parts}")
+    if inside.total_ms:
         console.print(
-            f"[bold]Device idle with work in flight or queued[/bold] {_ms(inside.get('total_ms'))} ms: "
-            f"{esc(inside.get('label'))}, not host waits"
+            f"[bold]Device idle with work in flight or queued[/bold] {_ms(inside.total_ms)} ms: "
+            f"{esc(inside.label)}, not host waits"
         )
-    if by_cause or inside.get("total_ms"):
+    if hw.by_cause or inside.total_ms:
         console.print()
 
 
 def _small_ops(report: "Report", console: "Console") -> None:
     from rich.table import Table
 
-    so = report.small_ops or {}
-    if not so.get("count"):
+    so = report.small_ops
+    if not so.count:
         return
-    share = so.get("device_time_share")
+    share = so.device_time_share
     console.print(
-        f"[bold]Small ops[/bold] (< {esc(so.get('threshold_us'))} µs): {_int(so.get('count'))} ops, "
-        + (f"{share:.1%} of device time" if isinstance(share, (int, float)) else "")
+        f"[bold]Small ops[/bold] (< {esc(so.threshold_us)} µs): {_int(so.count)} ops, "
+        + (f"{share:.1%} of device time" if share is not None and math.isfinite(share) else "")
     )
-    top = so.get("top") or []
+    top = so.top
     if top:
         t = Table(show_edge=False)
         for col in ("op", "module", "count", "total ms"):
             t.add_column(col, justify="right" if col in ("count", "total ms") else "left", overflow="fold")
         for r in top[:10]:
-            t.add_row(esc(r.get("name")), esc(r.get("module") or ""), _int(r.get("count")), _ms(r.get("total_ms")))
+            t.add_row(esc(r.name), esc(r.module), _int(r.count), _ms(r.total_ms))
         console.print(t)
     console.print()
 

@@ -155,7 +155,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
         for section in registry.SECTIONS:
             if section.view is None:
                 value, result = section.run(inputs, sections)
-                sections[section.name] = clean(value)
+                sections[section.name] = value if section.kind is not None else clean(value)
                 if result is not None:
                     results[section.name] = result
         if deep:
@@ -165,7 +165,8 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
             for name, result in deepened.items():
                 if result is not results[name]:
                     results[name] = result
-                    sections[name] = clean(result.to_dict())
+                    typed = registry.named(name)
+                    sections[name] = result.section() if typed and typed.kind else clean(result.to_dict())
         for section in registry.SECTIONS:  # views read the analyses' sections
             if section.view is not None:
                 sections[section.name] = clean(section.run(inputs, sections)[0])

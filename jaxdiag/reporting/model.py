@@ -16,10 +16,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from jaxdiag.analyses.base import Finding
 from jaxdiag.errors import JaxdiagError
+from jaxdiag.reporting import codec
 from jaxdiag.reporting import sections as registry
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+
+    from jaxdiag.analyses.host_wait_section import HostWaits
+    from jaxdiag.analyses.small_op_section import SmallOps
 
     from jaxdiag.trace.frames import TraceFrames
 
@@ -49,7 +53,10 @@ class Report:
       steps: one dict per step (``step``, ``wall_ms``, ``device_busy_ms``, ...).
       recompiles: one dict per compile on the timeline (``function``, ``step``,
         ``compile_ms``, ``cause``).
-      host_waits, small_ops, collectives, throughput: each analysis's section.
+      host_waits: a ``HostWaits`` (a typed section: renderers read its attributes; a dict given
+        here is read into the type).
+      small_ops: a ``SmallOps`` (typed, as ``host_waits``).
+      collectives, throughput: each analysis's section.
       findings: every finding, ordered by time lost (largest first).
       notes: what the loader had to guess or skip.
       device_time: device time per module (with its per-step split) and the
@@ -68,8 +75,8 @@ class Report:
     source: dict[str, Any]
     steps: list[dict[str, Any]]
     recompiles: list[dict[str, Any]]
-    host_waits: dict[str, Any]
-    small_ops: dict[str, Any]
+    host_waits: HostWaits
+    small_ops: SmallOps
     collectives: dict[str, Any]
     throughput: dict[str, Any]
     findings: tuple[Finding, ...]
@@ -79,6 +86,13 @@ class Report:
     sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
     frames: "TraceFrames | None" = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # A typed section given as its JSON (a saved report, a test's literal) is read into its type.
+        for name in REPORT_FIELDS:
+            object.__setattr__(self, name, _typed(name, getattr(self, name)))
+        if any(_typed(k, v) is not v for k, v in self.sections.items()):
+            object.__setattr__(self, "sections", {k: _typed(k, v) for k, v in self.sections.items()})
 
     # --- sections -------------------------------------------------------------
     def section(self, name: str) -> Any:
@@ -90,7 +104,7 @@ class Report:
             section = registry.named(name)
             if section is None:
                 raise KeyError(f"no report section {name!r}")
-            return section.empty()
+            return _typed(name, section.empty())
         return value
 
     def __getattr__(self, name: str) -> Any:
@@ -103,11 +117,15 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see ``docs/report-schema.md``)."""
         out: dict[str, Any] = {"schema_version": self.schema_version, "source": self.source}
-        out.update((s.name, self.section(s.name)) for s in registry.SECTIONS)
+        out.update((s.name, self._json(s)) for s in registry.SECTIONS)
         out.update((k, v) for k, v in self.sections.items() if k not in out)
         out["findings"] = [f.to_dict() for f in self.findings]
         out["notes"] = list(self.notes)
         return out
+
+    def _json(self, section: registry.Section) -> Any:
+        value = self.section(section.name)
+        return codec.to_json(value) if section.kind is not None else value
 
     def to_json(self, indent: int | None = 2) -> str:
         """The JSON text; indented, with each array of numbers on one line (the timeline's are long)."""
@@ -249,6 +267,17 @@ def _json_type(value: Any) -> str:
         if isinstance(value, kind):
             return name
     return "null"
+
+
+def _typed(name: str, value: Any) -> Any:
+    """A typed section's JSON read into its type (``value`` itself for any other section, or one already typed)."""
+    section = registry.named(name)
+    if section is None or section.kind is None or dataclasses.is_dataclass(value):
+        return value
+    try:
+        return codec.from_json(section.type, value or {}, name)
+    except codec.Mismatch as exc:
+        raise ReportFormatError(f"report section {name} is malformed at {exc}") from None
 
 
 def _empty(name: str) -> Any:

@@ -2,11 +2,15 @@
 
 A new analysis is one module plus one line here::
 
-    Section("top_ops", "1.4", dict, analysis="top_ops"),
+    Section("top_ops", "1.4", dict, analysis="top_ops", kind="top_ops_section:TopOps"),
 
 where ``jaxdiag/analyses/top_ops.py`` defines ``analyze(inputs)`` returning a frozen
-result with ``findings`` and ``to_dict()``, and ``"1.4"`` is the schema version that
-adds it (``model.SCHEMA_VERSION`` is raised to match). Then a row for it in
+result with ``findings`` and ``section()``, the section as a ``TopOps`` (a frozen
+dataclass of ``described`` fields, in a module of its own that imports nothing heavy, so
+that a saved report renders without loading the analyses: its JSON, its reading back and
+its row of the schema document are made from it, ``reporting.codec``), and ``"1.4"`` is the schema version that
+adds it (``model.SCHEMA_VERSION`` is raised to match). A section not typed yet has no
+``kind``; its result's ``to_dict()`` is its JSON. Then a row for it in
 ``docs/report-schema.md``, in the order of this list, and ``1.4 added `top_ops```
 in the ``schema_version`` row: ``tests/reporting/test_sections.py`` checks the
 document against this list, and this list against ``analyses.ANALYSES``. The
@@ -39,12 +43,14 @@ class Section:
     Attributes:
       name: the key in the JSON report and the attribute on ``Report``.
       since: the schema version that added it (reports saved before read it as ``empty()``).
-      empty: its value when absent (``list`` or ``dict``).
+      empty: its JSON value when absent (``list`` or ``dict``).
       analysis: the module in ``jaxdiag.analyses`` (or a full dotted module name) whose ``analyze(inputs)`` fills it
         (its result's ``to_dict()`` is the section, its ``findings`` join the report's).
       view: ``"module:function"`` filling it instead, from the trace and the sections
         before it, ``fn(inputs, sections) -> value``: data kept for renderers only
         (events of a few steps, histogram bins), with no findings.
+      kind: ``"module:Class"`` (a name in ``jaxdiag.analyses``, or a full dotted one) of the section's type,
+        the value the report holds; ``None`` for a section held as its JSON.
       check: ``"module:function"`` raising ``ValueError`` on a section a saved report
         cannot hold (read by ``Report.open``, so that a renderer never meets it), or ``None``.
     """
@@ -54,6 +60,7 @@ class Section:
     empty: Callable[[], Any]
     analysis: str | None = None
     view: str | None = None
+    kind: str | None = None
     check: str | None = None
 
     @property
@@ -62,11 +69,18 @@ class Section:
         assert self.analysis is not None
         return self.analysis if "." in self.analysis else f"jaxdiag.analyses.{self.analysis}"
 
+    @property
+    def type(self) -> type | None:
+        """The section's type (``kind``), or ``None`` for a section held as its JSON."""
+        if self.kind is None:
+            return None
+        return resolve(self.kind if "." in self.kind.partition(":")[0] else f"jaxdiag.analyses.{self.kind}")
+
     def run(self, inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> "tuple[Any, AnalysisResult | None]":
         """This section's value for ``inputs``, and the analysis result behind it (``None`` for a view)."""
         if self.analysis is not None:
-            result = importlib.import_module(self.analysis_module).analyze(inputs)
-            return result.to_dict(), result
+            result: Any = importlib.import_module(self.analysis_module).analyze(inputs)
+            return (result.section() if self.kind is not None else result.to_dict()), result
         if self.view is not None:
             return resolve(self.view)(inputs, sections), None
         return self.empty(), None
@@ -85,9 +99,9 @@ SECTIONS: tuple[Section, ...] = (
         check="jaxdiag.reporting.timeline_events:check",
     ),
     Section("recompiles", "1.0", list, analysis="recompiles"),
-    Section("host_waits", "1.0", dict, analysis="host_waits"),
+    Section("host_waits", "1.0", dict, analysis="host_waits", kind="host_wait_section:HostWaits"),
     Section("throughput", "1.0", dict, analysis="throughput"),
-    Section("small_ops", "1.0", dict, analysis="small_ops"),
+    Section("small_ops", "1.0", dict, analysis="small_ops", kind="small_op_section:SmallOps"),
     Section(
         "op_durations",
         "1.3",

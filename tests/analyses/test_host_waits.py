@@ -9,6 +9,7 @@ import pytest
 from jaxdiag.analyses import host_waits
 from jaxdiag.analyses.base import AnalysisInputs, Severity
 from jaxdiag.config import Thresholds
+from jaxdiag.reporting import codec
 from tests.frames_builders import compile_events, device_event, frames, host_event
 
 TH = Thresholds(host_wait_min_us=50, min_finding_ms=0.01)
@@ -126,9 +127,9 @@ def test_findings_name_the_cause_and_the_fix():
     assert "load_batch" in sync.message  # the queue it drained
 
 
-def test_to_dict_shape():
+def test_section_json_shape():
     r = run([host_event(0, 400, "load_batch"), device_event(400, 500)])
-    d = r.to_dict()
+    d = codec.to_json(r.section())
     assert set(d) == {"total_ms", "by_cause", "by_step", "in_execution"}
     assert d["in_execution"] == {"label": "", "total_ms": 0.0, "by_step": []}  # a GPU trace: no run ids
     assert d["total_ms"] == pytest.approx(0.5)
@@ -159,7 +160,7 @@ def test_dispatch_is_split_by_function():
 def test_no_steps_selected():
     f = frames([host_event(0, 400, "load_batch")], steps=[(0, 1000)])
     r = host_waits.analyze(AnalysisInputs(f, thresholds=TH, steps=[5]))
-    assert r.total_ms == 0 and r.findings == () and r.to_dict()["by_step"] == []
+    assert r.total_ms == 0 and r.findings == () and r.section().by_step == ()
 
 
 # --- end to end on real captures ---

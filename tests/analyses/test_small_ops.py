@@ -8,6 +8,7 @@ from jaxdiag.analyses import small_ops
 from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.analyses.device_work import OP_KIND, device_ops
 from jaxdiag.config import Thresholds
+from jaxdiag.reporting import codec
 from jaxdiag.trace import frames as F
 from tests.frames_builders import compile_events, device_event, frames
 
@@ -123,13 +124,13 @@ def test_finding_per_module_costliest_first():
     assert step_finding.evidence["share_of_module"] == round(15 / 315, 4)
 
 
-def test_to_dict_and_empty():
-    d = analyze(soup(0, 2)).to_dict()
+def test_section_json_and_empty():
+    d = codec.to_json(analyze(soup(0, 2)).section())
     assert set(d) == {"threshold_us", "count", "device_time_share", "per_step", "launch_gap_ms", "top"}
     assert d["top"][0] == {"name": "loop_multiply_fusion", "module": "jit_tiny_soup", "count": 2, "total_ms": 0.006}
     assert d["per_step"] == [{"step": 0, "count": 2, "time_ms": 0.006, "launch_gap_ms": 0.002}]
     empty = analyze([])
-    assert (empty.count, empty.findings, empty.to_dict()["top"]) == (0, (), [])
+    assert (empty.count, empty.findings, empty.section().top) == (0, (), ())
 
 
 def test_threshold_and_step_filter():

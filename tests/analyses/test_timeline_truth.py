@@ -67,15 +67,15 @@ def test_no_host_wait_is_longer_than_the_time_with_nothing_in_flight(captures: P
     free = [truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 for a, b in zip(windows["start_ns"], windows["end_ns"])]
     for row, nothing in zip(report.steps, free):
         assert row["host_wait_ms"] <= nothing + 1e-3
-    assert report.host_waits["total_ms"] <= sum(free) + 1e-3
+    assert report.host_waits.total_ms <= sum(free) + 1e-3
     # The per-step column and the breakdown by cause are one quantity, compile waits included.
-    by_step = {s["step"]: s["total_ms"] for s in report.host_waits["by_step"]}
+    by_step = {s.step: s.total_ms for s in report.host_waits.by_step}
     for row in report.steps:
         assert row["host_wait_ms"] == pytest.approx(by_step.get(row["step"], 0.0), abs=2e-3)
-    assert sum(row["host_wait_ms"] for row in report.steps) == pytest.approx(report.host_waits["total_ms"], abs=5e-3)
+    assert sum(row["host_wait_ms"] for row in report.steps) == pytest.approx(report.host_waits.total_ms, abs=5e-3)
     # On XLA:CPU the idle time between an execution's ops is counted, and named, apart.
-    assert "XLA:CPU" in report.host_waits["in_execution"]["label"]
-    assert report.host_waits["in_execution"]["total_ms"] > 0
+    assert "XLA:CPU" in report.host_waits.in_execution.label
+    assert report.host_waits.in_execution.total_ms > 0
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
@@ -152,12 +152,12 @@ def test_small_ops_per_step_are_those_of_the_execution_each_step_dispatched(capt
     report, truth = _case(captures, pattern)
     train = truth.of(TRAIN)
     small = report.section("small_ops")
-    assert small["threshold_us"] * 1000 == SMALL_NS
+    assert small.threshold_us * 1000 == SMALL_NS
     expected = [sum(1 for _op, dur in e.ops if dur < SMALL_NS) for e in train]
     assert sum(expected) > 0
-    assert [s["count"] for s in small["per_step"]] == expected
-    assert small["count"] == sum(expected)
-    assert all(o["module"] == TRAIN for o in small["top"])
+    assert [s.count for s in small.per_step] == expected
+    assert small.count == sum(expected)
+    assert all(o.module == TRAIN for o in small.top)
 
 
 @pytest.mark.parametrize("pattern", ["annotated_no_read", "annotated_eval_between"])
@@ -280,7 +280,7 @@ def test_a_recompile_with_nothing_in_flight_is_its_steps_host_wait(captures: Pat
     # The loop read every step: nothing was in flight while the new shape compiled, and the device waited.
     assert row["compile_ms"] > 0 and row["compile_wait_ms"] >= 0.9 * row["compile_ms"]
     assert row["compile_wait_ms"] <= row["host_wait_ms"] <= free[RECOMPILE_AT] + 1e-3
-    causes = {s["step"]: {c["cause"]: c["ms"] for c in s["by_cause"]} for s in report.host_waits["by_step"]}
+    causes = {s.step: {c.cause: c.ms for c in s.by_cause} for s in report.host_waits.by_step}
     assert causes[RECOMPILE_AT]["compile"] == pytest.approx(row["compile_wait_ms"], abs=2e-3)
     (finding,) = _recompile_findings(report, "train_step")
     assert not finding.evidence.get("one_off") and finding.severity.value != "info"

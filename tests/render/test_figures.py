@@ -191,13 +191,13 @@ def test_waterfall_adds_causes_up_to_the_total(cpu_report, cpu_trace_dir):
     hw = cpu_report.host_waits
     fig = figures.host_wait_waterfall(cpu_report)
     w = fig.data[0]
-    expected = [c for c in hw["by_cause"] if c["cause"] != "compile" and c["ms"] > 0]
-    assert list(w.x) == [c["cause"] for c in expected] + ["total"]
-    assert w.y[-1] == pytest.approx(sum(c["ms"] for c in expected))
-    compile_ms = sum(c["ms"] for c in hw["by_cause"] if c["cause"] == "compile")
+    expected = [c for c in hw.by_cause if c.cause != "compile" and c.ms > 0]
+    assert list(w.x) == [c.cause for c in expected] + ["total"]
+    assert w.y[-1] == pytest.approx(sum(c.ms for c in expected))
+    compile_ms = sum(c.ms for c in hw.by_cause if c.cause == "compile")
     assert any(t.startswith("compile (") and "left out" in t for t in annotations(fig)) == (compile_ms > 0)
     with_compile = figures.host_wait_waterfall(cpu_report, include_compile=True).data[0]
-    assert with_compile.y[-1] == pytest.approx(sum(c["ms"] for c in hw["by_cause"] if c["ms"] > 0))
+    assert with_compile.y[-1] == pytest.approx(sum(c.ms for c in hw.by_cause if c.ms > 0))
     step = cpu_trace_dir.sleep_steps[0]
     one = figures.host_wait_waterfall(cpu_report, step).data[0]
     assert "load_batch" in one.x and one.y[list(one.x).index("load_batch")] > 0.8 * cpu_trace_dir.sleep_s * 1000
@@ -206,13 +206,13 @@ def test_waterfall_adds_causes_up_to_the_total(cpu_report, cpu_trace_dir):
 def test_histogram_red_bars_hold_exactly_the_small_ops(cpu_report):
     fig = figures.small_op_histogram(cpu_report)
     hist, top = fig.data
-    threshold = cpu_report.small_ops["threshold_us"]
+    threshold = cpu_report.small_ops.threshold_us
     x, y = np.asarray(hist.x), np.asarray(hist.y)
     assert fig.layout.xaxis.type == "log"
-    assert y[x < threshold].sum() == cpu_report.small_ops["count"] > 0
+    assert y[x < threshold].sum() == cpu_report.small_ops.count > 0
     assert y[x >= threshold].sum() > 0
-    offenders = cpu_report.small_ops["top"][:10]
-    assert [c[0] for c in top.customdata][::-1] == [o["name"] for o in offenders]
+    offenders = cpu_report.small_ops.top[:10]
+    assert [c[0] for c in top.customdata][::-1] == [o.name for o in offenders]
 
 
 def test_collective_overlap_splits_each_kind():

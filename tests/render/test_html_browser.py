@@ -129,7 +129,7 @@ def test_hostile_names_run_no_script(browser, cpu_trace_dir, tmp_path):
                 strings(value)
 
     strings(d)
-    d["small_ops"]["count"] = payload  # a number field, shown in a heading
+    d["collectives"]["exposed_ms"] = payload  # a number field, shown in a heading (a typed section refuses text)
     page = tmp_path / "hostile.html"
     page.write_text(html.render(Report.from_dict(d)))
     loaded = load(browser, page, tmp_path / "profile")

@@ -102,7 +102,7 @@ def print_count(report: Report, console: Any) -> None:
 
 def test_a_line_each_adds_a_section_that_is_built_saved_read_and_rendered(cpu_trace_dir, tmp_path, monkeypatch):
     line = Section("op_count", "1.3", dict, view=f"{__name__}:count_ops")
-    again = Section("small_ops_again", "1.3", dict, analysis="small_ops")
+    again = Section("small_ops_again", "1.3", dict, analysis="small_ops", kind="small_op_section:SmallOps")
     monkeypatch.setattr(sections, "SECTIONS", (*SECTIONS, line, again))
     monkeypatch.setattr(registry, "SECTIONS", sections.SECTIONS)
     monkeypatch.setitem(registry.VIEWS, "op_count", registry.SectionViews(terminal=f"{__name__}:print_count"))
