@@ -182,10 +182,12 @@ class AnalysisResult(Protocol):
     findings: tuple[Finding, ...]
 
 
-def described(doc: str = "", default: Any = dataclasses.MISSING, *, since: str | None = None) -> Any:
+def described(
+    doc: str = "", default: Any = dataclasses.MISSING, *, since: str | None = None, factory: Any = dataclasses.MISSING
+) -> Any:
     """A typed section's field with what it holds, for ``docs/report-schema.md`` (``since``: the schema version adding it)."""
     metadata = {"doc": doc, **({"since": since} if since else {})}
-    return dataclasses.field(default=default, metadata=metadata)
+    return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
 
 
 class Analysis(Protocol):

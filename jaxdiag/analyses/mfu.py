@@ -37,6 +37,7 @@ import numpy as np
 from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.analyses.throughput_section import MfuBasisFacts
 from jaxdiag.trace import frames as F
 from jaxdiag.trace.gpu_specs import gpu_spec
 
@@ -63,16 +64,17 @@ class MfuBasis:
             return self.per_step_flops.get(step)
         return self.flops_per_step
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "flops_per_step": _r(self.flops_per_step),
-            "flops_source": self.flops_source,
-            "peak_flops": _r(self.peak_flops),
-            "peak_source": self.peak_source,
-            "dtype": self.dtype,
-            "dtype_source": self.dtype_source,
-            "flops_by_function": {k: _r(v) for k, v in self.by_function.items()},
-        }
+    def facts(self) -> MfuBasisFacts:
+        """What the report's ``throughput.mfu_basis`` says (numbers to 6 significant digits)."""
+        return MfuBasisFacts(
+            flops_per_step=_r(self.flops_per_step),
+            flops_source=self.flops_source,
+            peak_flops=_r(self.peak_flops),
+            peak_source=self.peak_source,
+            dtype=self.dtype,
+            dtype_source=self.dtype_source,
+            flops_by_function={k: _r(v) for k, v in self.by_function.items()},
+        )
 
 
 def _r(x: float | None) -> float | None:

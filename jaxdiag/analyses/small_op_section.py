@@ -12,6 +12,8 @@ from jaxdiag.analyses.base import described
 
 @dataclasses.dataclass(frozen=True)
 class SmallOpsStep:
+    """Small ops in one step: count, their own time, their launch gaps."""
+
     step: int
     count: int = 0
     time_ms: float = described("the small ops' own time (union)", 0.0)
@@ -20,6 +22,8 @@ class SmallOpsStep:
 
 @dataclasses.dataclass(frozen=True)
 class SmallOpRow:
+    """Small ops of one kind in one module (``top``: the worst offenders)."""
+
     name: str
     module: str = ""
     count: int = 0

@@ -75,16 +75,6 @@ LOOPED_SUGGESTION = (
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Offender:
-    """Small ops of one kind in one module."""
-
-    name: str
-    module: str
-    count: int
-    total_ms: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class ModuleSmallOps:
     """Small ops of one module: what fusing inside it could save."""
 
@@ -101,16 +91,6 @@ class ModuleSmallOps:
     def share(self) -> float:
         """Small-op share of the module's compute time."""
         return 0.0 if self.compute_ms <= 0 else min(1.0, self.time_ms / self.compute_ms)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StepSmallOps:
-    """Small ops in one step: count, their own time, their launch gaps."""
-
-    step: int
-    count: int
-    time_ms: float
-    launch_gap_ms: float
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -135,8 +115,8 @@ class SmallOpsResult:
     device_time_ms: float
     launch_gap_ms: float
     time_lost_ms: float
-    per_step: tuple[StepSmallOps, ...]
-    top: tuple[Offender, ...]
+    per_step: tuple[SmallOpsStep, ...]
+    top: tuple[SmallOpRow, ...]
     by_module: tuple[ModuleSmallOps, ...] = ()
     findings: tuple[Finding, ...] = ()
 
@@ -214,7 +194,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         device_time_ms=float(totals[1]) / 1e6,
         launch_gap_ms=float(totals[2]) / 1e6,
         time_lost_ms=float(totals[3]) / 1e6,
-        per_step=tuple(StepSmallOps(s, int(v[0]), float(v[1]), float(v[2])) for s, v in sorted(per_step.items())),
+        per_step=tuple(SmallOpsStep(s, int(v[0]), float(v[1]), float(v[2])) for s, v in sorted(per_step.items())),
         top=_top(small_all, inputs.thresholds.small_op_top),
         by_module=tuple(
             sorted(
@@ -381,7 +361,7 @@ def _labels(small: "pd.DataFrame") -> np.ndarray:
     return np.asarray(labels, dtype=object)[inverse.reshape(-1)]
 
 
-def _top(small: "pd.DataFrame | None", keep: int) -> tuple[Offender, ...]:
+def _top(small: "pd.DataFrame | None", keep: int) -> tuple[SmallOpRow, ...]:
     if small is None or small.empty:
         return ()
     import pandas as pd
@@ -396,7 +376,7 @@ def _top(small: "pd.DataFrame | None", keep: int) -> tuple[Offender, ...]:
     np.add.at(total_ns, group, small[F.DUR_NS].to_numpy(np.int64)[named])
     top = np.argsort(-total_ns, kind="stable")[:keep]
     return tuple(
-        Offender(
+        SmallOpRow(
             str(labels[keys[i] // len(modules)]), str(modules[keys[i] % len(modules)]), int(count[i]), total_ns[i] / 1e6
         )
         for i in top.tolist()

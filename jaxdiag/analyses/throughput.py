@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import executions_of, hosts_of, step_windows
 from jaxdiag.analyses.mfu import mfu_basis
+from jaxdiag.analyses.throughput_section import HostAhead, MfuBasisFacts, StepThroughput, Throughput
 from jaxdiag.trace import frames as F
 
 
@@ -67,18 +68,6 @@ class StepRate:
     def tokens_per_s(self) -> float | None:
         return None if self.tokens is None or self.period_ms <= 0 else self.tokens * 1000.0 / self.period_ms
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "wall_ms": round(self.wall_ms, 4),
-            "period_ms": round(self.period_ms, 4),
-            "compiled": self.compiled,
-            "steps_per_s": _r(self.steps_per_s),
-            "tokens": self.tokens,
-            "tokens_per_s": _r(self.tokens_per_s),
-            "mfu": _r(self.mfu, 5),
-        }
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ThroughputResult:
@@ -91,24 +80,37 @@ class ThroughputResult:
     mfu: float | None
     per_step: tuple[StepRate, ...]
     findings: tuple[Finding, ...] = ()
-    mfu_basis: dict[str, Any] | None = None
+    mfu_basis: MfuBasisFacts = MfuBasisFacts()
     count_unit: str = "tokens"
     steady_from: str = "step windows"
     host_ahead: dict[str, float] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "steady_from": self.steady_from,
-            "host_ahead": self.host_ahead,
-            "mfu_basis": self.mfu_basis or {},
-            "steps_per_s": _r(self.steps_per_s),
-            "tokens_per_s": _r(self.tokens_per_s),
-            "steady_steps_per_s": _r(self.steady_steps_per_s),
-            "steady_tokens_per_s": _r(self.steady_tokens_per_s),
-            "mfu": _r(self.mfu, 5),
-            "count_unit": self.count_unit,
-            "per_step": [s.to_dict() for s in self.per_step],
-        }
+    def section(self) -> Throughput:
+        """The report's ``throughput`` section, rates to 4 decimals (MFU to 5), ``None`` where not finite."""
+        return Throughput(
+            steady_from=self.steady_from,
+            host_ahead=None if self.host_ahead is None else HostAhead(**self.host_ahead),
+            mfu_basis=self.mfu_basis,
+            steps_per_s=_r(self.steps_per_s),
+            tokens_per_s=_r(self.tokens_per_s),
+            steady_steps_per_s=_r(self.steady_steps_per_s),
+            steady_tokens_per_s=_r(self.steady_tokens_per_s),
+            mfu=_r(self.mfu, 5),
+            count_unit=self.count_unit,
+            per_step=tuple(
+                StepThroughput(
+                    step=s.step,
+                    wall_ms=round(s.wall_ms, 4),
+                    period_ms=round(s.period_ms, 4),
+                    compiled=s.compiled,
+                    steps_per_s=_r(s.steps_per_s),
+                    tokens=s.tokens,
+                    tokens_per_s=_r(s.tokens_per_s),
+                    mfu=_r(s.mfu, 5),
+                )
+                for s in self.per_step
+            ),
+        )
 
 
 def _r(x: float | None, digits: int = 4) -> float | None:
@@ -193,7 +195,7 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         steady_tokens_per_s=steady_tokens,
         mfu=mfu,
         per_step=tuple(rows),
-        mfu_basis=basis.to_dict(),
+        mfu_basis=basis.facts(),
         count_unit=inputs.count_unit,
         steady_from=steady_from,
         host_ahead=host_ahead,
@@ -301,12 +303,3 @@ def _mfu_over(rows: list[StepRate], flops_of: Any, peak: float | None) -> float 
         return None
     total = sum(r.period_ms for r in rows)
     return None if total <= 0 else sum(flops) / (total / 1e3) / peak
-
-
-def device_steady_rate(section: Mapping[str, Any]) -> float | None:
-    """The steady steps/s of a throughput section where it was measured from device executions
-    (``steady_from``), else ``None``: the pace the device kept, whatever the host's step windows say."""
-    if not str(section.get("steady_from") or "").startswith("device executions"):
-        return None
-    value = section.get("steady_steps_per_s")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None

@@ -256,7 +256,7 @@ def baseline_from_report(report: "Report") -> Baseline:
         steady_period_ms=tuple(round(periods.get(s.get("step"), float(s["wall_ms"])), 6) for s in timed),
         steady_tokens=tuple(float(s["tokens"]) if _is_num(s.get("tokens")) else None for s in timed),
         internal_recompiles=tuple(r for r, internal in _compiles_after_warmup(report) if internal),
-        throughput_unit=_unit((report.throughput or {}).get("unit")),
+        throughput_unit=report.throughput.unit,
     )
 
 
@@ -324,15 +324,7 @@ def _compiles_after_warmup(report: "Report") -> list[tuple[Recompile, bool]]:
 
 def _periods(report: "Report") -> dict[Any, float]:
     """Step -> period in ms (start to the next step's start), from the report's throughput section."""
-    rows = (report.throughput or {}).get("per_step") if isinstance(report.throughput, dict) else None
-    return {
-        r["step"]: float(r["period_ms"])
-        for r in (rows if isinstance(rows, list) else ())
-        if isinstance(r, dict)
-        and isinstance(r.get("step"), int)
-        and _is_num(r.get("period_ms"))
-        and float(r["period_ms"]) > 0
-    }
+    return {r.step: r.period_ms for r in report.throughput.per_step if _is_num(r.period_ms) and r.period_ms > 0}
 
 
 def module_device_ms(report: "Report") -> dict[str, float]:

@@ -67,7 +67,6 @@ _SHAPE: dict[str, Any] = {
     "steps": [_STEP],
     "recompiles": [_STEP],
     "collectives": {"by_kind": [{}]},
-    "throughput": {"per_step": [_STEP]},
     "findings": [{"evidence": {}}],
     "device_time": {"by_module": [{"per_step": [_STEP]}], "top_ops": [{}]},
     "sharding": {

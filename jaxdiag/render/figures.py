@@ -395,20 +395,18 @@ def throughput(report: "Report", *, max_points: int = 2000) -> "go.Figure":
     browser draws a marker per point); the chart says so.
     """
     go = _go()
-    tp = report.throughput or {}
-    rows = [r for r in tp.get("per_step") or [] if r.get("step") is not None]
-    has_tokens = any(r.get("tokens_per_s") is not None for r in rows)
-    counted = tp.get("count_unit") if tp.get("count_unit") in ("tokens", "samples") else "tokens"
-    key, unit = ("tokens_per_s", f"{counted}/s") if has_tokens else ("steps_per_s", "steps/s")
-    rows = [r for r in rows if r.get(key) is not None]
+    tp = report.throughput
+    has_tokens = any(r.tokens_per_s is not None for r in tp.per_step)
+    key, unit = ("tokens_per_s", f"{tp.unit}/s") if has_tokens else ("steps_per_s", "steps/s")
+    rows = [r for r in tp.per_step if getattr(r, key) is not None]
     title = f"Throughput over steps ({unit})"
     if not rows:
         return no_data(title, f"no per-step throughput: no steps were found; {_MARK_STEPS}")
     many = len(rows) > max_points
     fig = go.Figure(
         go.Scatter(
-            x=[r["step"] for r in rows],
-            y=[r[key] for r in rows],
+            x=[r.step for r in rows],
+            y=[getattr(r, key) for r in rows],
             mode="lines",
             name="every step",
             line={"color": COLORS["steady"] if many else "#BAB0AC", "width": 1},
@@ -420,20 +418,20 @@ def throughput(report: "Report", *, max_points: int = 2000) -> "go.Figure":
         ("steady state", False, {"color": COLORS["steady"], "size": 8}),
         ("compiled in this step", True, {"color": COLORS["compile"], "size": 11, "symbol": "x"}),
     ):
-        part = [r for r in rows if bool(r.get("compiled")) == compiled]
+        part = [r for r in rows if r.compiled == compiled]
         if part and not (many and not compiled):
             fig.add_trace(
                 go.Scatter(
-                    x=[r["step"] for r in part],
-                    y=[r[key] for r in part],
+                    x=[r.step for r in part],
+                    y=[getattr(r, key) for r in part],
                     mode="markers",
                     name=label,
                     marker=style,
-                    customdata=[_ms(r.get("period_ms") or r.get("wall_ms")) for r in part],
+                    customdata=[_ms(r.period_ms or r.wall_ms) for r in part],
                     hovertemplate=f"step %{{x}}: %{{y:,.1f}} {unit}<br>period %{{customdata:.3f}} ms<extra></extra>",
                 )
             )
-    steady = tp.get(f"steady_{key}")
+    steady = getattr(tp, f"steady_{key}")
     if steady is not None:
         fig.add_hline(
             y=float(steady),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from jaxdiag.trace.versions import versions_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.throughput_section import Throughput
     from jaxdiag.reporting.model import Report
 
 _CSS = """
@@ -77,7 +78,7 @@ def _summary(report: "Report") -> str:
         f" · devices: {len(src.get('devices') or [])} · steps from: {_e(_steps_from(src))}"
         + (f" · made by: {_e(made_by)}" if (made_by := versions_text(src.get("versions") or {})) else "")
         + "</p>",
-        _throughput(report.throughput or {}),
+        _throughput(report.throughput),
     ]
     if report.notes:  # what the capture lacks qualifies every finding: before them
         parts.append("<ul class='meta'>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
@@ -124,8 +125,7 @@ _STEP_COLUMNS = (
 def _steps_table(report: "Report") -> str:
     if not report.steps:
         return ""
-    unit = (report.throughput or {}).get("count_unit")
-    header = tuple((unit if unit in ("tokens", "samples") else c) if c == "tokens" else c for c in _STEP_COLUMNS)
+    header = tuple(report.throughput.unit if c == "tokens" else c for c in _STEP_COLUMNS)
     return "<h2>Per step (ms)</h2>" + _table(
         header, ([_num(s.get(c)) for c in _STEP_COLUMNS] for s in report.steps), numeric=range(len(_STEP_COLUMNS))
     )
@@ -229,10 +229,10 @@ def collectives_table(report: "Report") -> str:
     )
 
 
-def _throughput(tp: dict[str, Any]) -> str:
-    unit = tp.get("count_unit") if tp.get("count_unit") in ("tokens", "samples") else "tokens"
+def _throughput(tp: "Throughput") -> str:
+    unit = tp.unit
     items = [
-        (label, tp.get(key))
+        (label, getattr(tp, key))
         for key, label in (
             ("steps_per_s", "steps/s"),
             ("steady_steps_per_s", "steady steps/s"),

@@ -98,14 +98,14 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
 
 
 def _print_mfu_basis(report: "Report", console: "Console") -> None:
-    basis = (report.throughput or {}).get("mfu_basis") or {}
-    if not basis:
+    basis = report.throughput.mfu_basis
+    if not basis.flops_source:  # a report before 1.3
         return
-    mfu = (report.throughput or {}).get("mfu")
+    mfu = report.throughput.mfu
     console.print(f"[bold]MFU[/bold] {percent(mfu) if mfu is not None else 'unknown'}")
-    console.print(f"  FLOPs per step: {big_number(basis.get('flops_per_step'))} ({esc(basis.get('flops_source'))})")
-    console.print(f"  peak: {big_number(basis.get('peak_flops'))}/s ({esc(basis.get('peak_source'))})")
-    console.print(f"  dtype: {esc(basis.get('dtype') or 'unknown')} ({esc(basis.get('dtype_source'))})")
+    console.print(f"  FLOPs per step: {big_number(basis.flops_per_step)} ({esc(basis.flops_source)})")
+    console.print(f"  peak: {big_number(basis.peak_flops)}/s ({esc(basis.peak_source)})")
+    console.print(f"  dtype: {esc(basis.dtype or 'unknown')} ({esc(basis.dtype_source)})")
     console.print()
 
 

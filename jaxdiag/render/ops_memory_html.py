@@ -93,13 +93,13 @@ def html_top_ops(report: "Report") -> str:
                 ),
             )
         )
-    basis = (report.throughput or {}).get("mfu_basis") or {}
-    if basis:
+    basis = report.throughput.mfu_basis
+    if basis.flops_source:  # reports since 1.3
         parts.append(
             "<h2>MFU: where the numbers come from</h2><ul class='meta'>"
-            f"<li>FLOPs per step: {_e(big_number(basis.get('flops_per_step')))} ({_e(basis.get('flops_source'))})</li>"
-            f"<li>peak: {_e(big_number(basis.get('peak_flops')))}/s ({_e(basis.get('peak_source'))})</li>"
-            f"<li>dtype: {_e(basis.get('dtype') or 'unknown')} ({_e(basis.get('dtype_source'))})</li></ul>"
+            f"<li>FLOPs per step: {_e(big_number(basis.flops_per_step))} ({_e(basis.flops_source)})</li>"
+            f"<li>peak: {_e(big_number(basis.peak_flops))}/s ({_e(basis.peak_source)})</li>"
+            f"<li>dtype: {_e(basis.dtype or 'unknown')} ({_e(basis.dtype_source)})</li></ul>"
         )
     return "".join(parts)
 

@@ -90,8 +90,8 @@ def _header(report: "Report", console: "Console") -> None:
         console.print(f"made by: {esc(made_by)}")
     for skipped in src.get("skipped") or []:
         console.print(f"[yellow]skipped {esc(skipped.get('file'))}: {esc(skipped.get('reason'))}[/yellow]")
-    tp = report.throughput or {}
-    unit = count_unit(report)
+    tp = report.throughput
+    unit = tp.unit
     walls = [s.get("wall_ms") or 0.0 for s in report.steps]
     parts = [f"{len(report.steps)} steps"]
     if walls:
@@ -103,15 +103,15 @@ def _header(report: "Report", console: "Console") -> None:
         ("steady_tokens_per_s", f"steady {unit}/s", "{:,.0f}"),
         ("mfu", "MFU", "{:.1%}"),
     ):
-        value = tp.get(key)
+        value = getattr(tp, key)
         if value is not None:
             parts.append(f"{label} {fmt.format(value)}")
     console.print("   ".join(parts))
-    ahead = tp.get("host_ahead") or {}
-    if tp.get("steady_from") not in (None, "step windows") or ahead.get("max"):
-        line = f"steady rates from: {esc(tp.get('steady_from'))}"
-        if ahead.get("max"):
-            line += f"   host ran ahead of the device: up to {ahead['max']:.0f} steps (median {ahead['median']:g})"
+    ahead = tp.host_ahead
+    if tp.steady_from != "step windows" or (ahead and ahead.max):
+        line = f"steady rates from: {esc(tp.steady_from)}"
+        if ahead and ahead.max:
+            line += f"   host ran ahead of the device: up to {ahead.max:.0f} steps (median {ahead.median:g})"
         console.print(line)
     console.print()
 
@@ -159,7 +159,7 @@ def _steps(report: "Report", console: "Console") -> None:
         ("compile_ms", "host compile"),  # may overlap device work
         ("collective_ms", "collective"),
         ("exposed_collective_ms", "exposed coll."),
-        ("tokens", count_unit(report)),
+        ("tokens", report.throughput.unit),
     )
     t = Table(title="Per step (ms)", title_justify="left", show_edge=False)
     for _, label in cols:
@@ -343,12 +343,6 @@ def _int(value: Any) -> str:
         return f"{int(value):,}"
     except (TypeError, ValueError, OverflowError):
         return esc(value)
-
-
-def count_unit(report: "Report") -> str:
-    """What the run counted per step, ``"tokens"`` or ``"samples"`` (older reports: tokens)."""
-    unit = (report.throughput or {}).get("count_unit")
-    return unit if unit in ("tokens", "samples") else "tokens"
 
 
 def _steps_from(source: dict[str, Any]) -> str:

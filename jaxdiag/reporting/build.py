@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, graded, report_order, steady_wall_ms
-from jaxdiag.analyses.throughput import device_steady_rate
 from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds
 from jaxdiag.reporting import sections as registry
 from jaxdiag.reporting.model import REPORT_FIELDS, Report
@@ -177,7 +176,8 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
     findings += [
         Finding(kind="loader", severity=Severity.INFO, time_lost_ms=0.0, message=n, suggestion="") for n in notes
     ]
-    basis = steady_wall_ms(sections.get("steps") or (), device_steady_rate(sections.get("throughput") or {}))
+    throughput = sections.get("throughput")
+    basis = steady_wall_ms(sections.get("steps") or (), throughput.device_steady_rate() if throughput else None)
     findings = sorted((graded(f, basis, inputs.thresholds) for f in findings), key=report_order)
     from jaxdiag.analyses.finding_places import place_findings
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from jaxdiag.analyses.host_wait_section import HostWaits
     from jaxdiag.analyses.small_op_section import SmallOps
+    from jaxdiag.analyses.throughput_section import Throughput
 
     from jaxdiag.trace.frames import TraceFrames
 
@@ -55,8 +56,8 @@ class Report:
         ``compile_ms``, ``cause``).
       host_waits: a ``HostWaits`` (a typed section: renderers read its attributes; a dict given
         here is read into the type).
-      small_ops: a ``SmallOps`` (typed, as ``host_waits``).
-      collectives, throughput: each analysis's section.
+      small_ops, throughput: a ``SmallOps`` and a ``Throughput`` (typed, as ``host_waits``).
+      collectives: its analysis's section.
       findings: every finding, ordered by time lost (largest first).
       notes: what the loader had to guess or skip.
       device_time: device time per module (with its per-step split) and the
@@ -78,7 +79,7 @@ class Report:
     host_waits: HostWaits
     small_ops: SmallOps
     collectives: dict[str, Any]
-    throughput: dict[str, Any]
+    throughput: Throughput
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
     device_time: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -277,7 +278,7 @@ def _typed(name: str, value: Any) -> Any:
     try:
         return codec.from_json(section.type, value or {}, name)
     except codec.Mismatch as exc:
-        raise ReportFormatError(f"report section {name} is malformed at {exc}") from None
+        raise ReportFormatError(f"not a jaxdiag report: {exc}") from None
 
 
 def _empty(name: str) -> Any:

@@ -100,7 +100,7 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section("recompiles", "1.0", list, analysis="recompiles"),
     Section("host_waits", "1.0", dict, analysis="host_waits", kind="host_wait_section:HostWaits"),
-    Section("throughput", "1.0", dict, analysis="throughput"),
+    Section("throughput", "1.0", dict, analysis="throughput", kind="throughput_section:Throughput"),
     Section("small_ops", "1.0", dict, analysis="small_ops", kind="small_op_section:SmallOps"),
     Section(
         "op_durations",

@@ -52,7 +52,7 @@ def test_mfu_is_flops_over_step_time_and_peak(matmul_capture):
     # Against the step wall times the trace shows: the same within 20% (periods include the gap to the next step).
     wall_s = np.mean([s.wall_ms for s in steady]) / 1e3
     assert r.mfu == pytest.approx(matmul_capture.flops / (wall_s * 1e12), rel=0.2)
-    assert r.to_dict()["mfu_basis"]["peak_source"].endswith("peak_teraflops_per_second device stat (bf16)")
+    assert r.mfu_basis.peak_source.endswith("peak_teraflops_per_second device stat (bf16)")
 
 
 def test_gpu_peak_follows_the_dtype():

@@ -6,6 +6,7 @@ import pytest
 
 from jaxdiag.analyses import throughput
 from jaxdiag.analyses.base import AnalysisInputs
+from jaxdiag.reporting import codec
 from tests.frames_builders import compile_events, device_event, frames
 
 # Periods 11, 9 and 10 ms: step 0 ends at 10 ms but step 1 starts at 11 ms.
@@ -74,7 +75,7 @@ def test_slowest_host_and_filter():
 
 def test_without_steps_there_is_no_rate():
     r = throughput.analyze(AnalysisInputs(frames([device_event(0, 10)])))
-    d = r.to_dict()
+    d = codec.to_json(r.section())
     assert d.pop("mfu_basis")["flops_per_step"] is None
     assert d == {
         "steady_from": "step windows",
@@ -89,8 +90,8 @@ def test_without_steps_there_is_no_rate():
     }
 
 
-def test_per_step_dict():
-    d = run(tokens_per_step=100).to_dict()["per_step"][0]
+def test_per_step_json():
+    d = codec.to_json(run(tokens_per_step=100).section())["per_step"][0]
     assert d == {
         "step": 0,
         "wall_ms": 10.0,
@@ -120,8 +121,8 @@ def test_h100_transformer(h100_transformer):
     # The peak from the trace's device stats: 132 SMs x 1.98 GHz x 4096 bf16 FLOPs per SM per clock.
     peak = 132 * 1.98e9 * 4096
     assert r.mfu == pytest.approx(1e9 * r.steady_steps_per_s / peak, rel=1e-6)
-    assert r.mfu_basis["peak_flops"] == pytest.approx(peak, rel=1e-5)
-    assert "trace device stats" in r.mfu_basis["peak_source"]
+    assert r.mfu_basis.peak_flops == pytest.approx(peak, rel=1e-5)
+    assert "trace device stats" in r.mfu_basis.peak_source
 
 
 def test_cpu_capture(cpu_frames):

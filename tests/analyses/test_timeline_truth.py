@@ -20,7 +20,6 @@ import pytest
 
 import jaxdiag
 from jaxdiag.analyses.base import severity_for, steady_wall_ms
-from jaxdiag.analyses.throughput import device_steady_rate
 from jaxdiag.config import DEFAULT_SETTINGS
 from tests.analyses import trace_truth
 from tests.analyses.timeline_programs import PATTERNS, RECOMPILE_AT
@@ -81,15 +80,15 @@ def test_no_host_wait_is_longer_than_the_time_with_nothing_in_flight(captures: P
 @pytest.mark.parametrize("pattern", list(PATTERNS))
 def test_steady_throughput_is_device_executions_per_second(captures: Path, pattern: str) -> None:
     report, truth = _case(captures, pattern)
-    assert report.throughput["steady_from"] == f"device executions of {TRAIN}"
-    assert report.throughput["steady_steps_per_s"] == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
+    assert report.throughput.steady_from == f"device executions of {TRAIN}"
+    assert report.throughput.steady_steps_per_s == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
 
 
 def test_the_host_running_ahead_is_measured(captures: Path) -> None:
     report, truth = _case(captures, "no_read")
     ahead = truth.host_ahead(TRAIN)
     assert ahead and max(ahead) >= 3  # the loop never reads: the host queues several steps
-    assert report.throughput["host_ahead"]["max"] == max(ahead)
+    assert report.throughput.host_ahead.max == max(ahead)
 
 
 def test_a_recompile_the_host_ran_ahead_into_is_the_step_that_waited_for_it(captures: Path) -> None:
@@ -100,7 +99,7 @@ def test_a_recompile_the_host_ran_ahead_into_is_the_step_that_waited_for_it(capt
     new = [i for i, (a, b) in enumerate(zip(train, train[1:]), 1) if a.program_id != b.program_id]
     assert new == [len(train) - 1]  # the remainder batch, last
     assert [c["step"] for c in report.recompiles if c["function"] == "train_step"] == new
-    assert [s["step"] for s in report.throughput["per_step"] if s["compiled"]] == new
+    assert [s.step for s in report.throughput.per_step if s.compiled] == new
 
 
 def test_work_between_steps_has_its_own_rows(captures: Path) -> None:
@@ -138,8 +137,8 @@ def test_annotated_steps_that_never_read_get_the_work_they_dispatched(captures: 
     assert report.source["step_source"] == "annotation" and len(report.steps) == len(train)
     for row, execution in zip(report.steps, train):
         assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
-    assert report.throughput["steady_steps_per_s"] == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
-    assert report.throughput["host_ahead"]["max"] == max(truth.host_ahead(TRAIN)) >= 3
+    assert report.throughput.steady_steps_per_s == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
+    assert report.throughput.host_ahead.max == max(truth.host_ahead(TRAIN)) >= 3
 
 
 SMALL_NS = 10_000  # the default small-op threshold, 10 us
@@ -215,8 +214,8 @@ def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_pr
     finding = next(f for f in report.findings if f.kind == "between_steps")
     assert "train_step" not in finding.message
     # The host ran ahead: its step windows are short, and the steps are graded at the device's pace.
-    rate = report.throughput["steady_steps_per_s"]
-    assert report.throughput["steady_from"].startswith("device executions")
+    rate = report.throughput.steady_steps_per_s
+    assert report.throughput.steady_from.startswith("device executions")
     basis = max(sum(s["wall_ms"] - s["compile_wait_ms"] for s in report.steps), len(report.steps) * 1000 / rate)
     assert basis > sum(s["wall_ms"] for s in report.steps)
     assert finding.severity == severity_for(finding.time_lost_ms, basis, DEFAULT_SETTINGS)
@@ -238,8 +237,8 @@ def test_eager_ops_every_step_and_work_queued_before_the_trace_are_the_steps_own
         own = execution.busy_ns / 1e6
         assert own * 0.95 - 0.02 <= row["device_busy_ms"] <= own * 1.05 + 0.02 + eager_ms
     periods = [b.start_ns - a.start_ns for a, b in zip(mine, mine[1:])]
-    assert report.throughput["steady_from"].startswith("device executions")
-    assert report.throughput["steady_steps_per_s"] == pytest.approx(len(periods) / (sum(periods) / 1e9), rel=0.02)
+    assert report.throughput.steady_from.startswith("device executions")
+    assert report.throughput.steady_steps_per_s == pytest.approx(len(periods) / (sum(periods) / 1e9), rel=0.02)
     assert report.section("between_steps")["rows"] == []
     assert not [f for f in report.findings if f.kind == "between_steps"]
     assert not report.top_ops["between_rows"]
@@ -259,7 +258,7 @@ def test_the_work_between_steps_finding_states_its_share_as_graded_and_what_it_l
     assert f"The {before['ms']:.1f} ms before step 0 (work queued before the loop) is not counted here." in (
         finding.message
     )
-    basis = steady_wall_ms(report.steps, device_steady_rate(report.throughput))  # what the report grades against
+    basis = steady_wall_ms(report.steps, report.throughput.device_steady_rate())  # what the report grades against
     assert finding.severity == severity_for(finding.time_lost_ms, basis, DEFAULT_SETTINGS)
 
 
@@ -327,7 +326,7 @@ def test_an_eager_evaluation_compiling_each_shape_once_is_one_off(captures: Path
         assert row["compile_wait_ms"] <= row["compile_ms"] + 1e-3
     # A step whose compiles ran while the device worked through queued steps stays in the steady rate.
     # (Which steps' compiles ran under queued work depends on the scheduler: each such step is checked.)
-    compiled = {s["step"] for s in report.throughput["per_step"] if s["compiled"]}
+    compiled = {s.step for s in report.throughput.per_step if s.compiled}
     for row in report.steps:
         if row["compile_ms"] > 0 and row["compile_wait_ms"] == 0:
             assert row["step"] not in compiled, row

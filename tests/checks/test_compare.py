@@ -167,7 +167,9 @@ def test_a_few_slow_steps_among_twenty_are_noise(outliers: int) -> None:
 
 def test_samples_are_named_as_samples() -> None:
     walls = stalled(12, stall=0.0)
-    samples = make_report(steps=steps(walls, tokens=64.0), recompiles=[], findings=(), throughput={"unit": "samples"})
+    samples = make_report(
+        steps=steps(walls, tokens=64.0), recompiles=[], findings=(), throughput={"count_unit": "samples"}
+    )
     result = compare(samples, baseline_from_report(samples))
     assert outcome(result, "run_tokens_per_s").unit == "samples/s"
 

@@ -271,13 +271,13 @@ def test_recompile_timeline_shows_what_the_log_says_of_a_first_compile(tmp_path)
 def test_throughput_marks_compiled_steps_and_steady_state(cpu_report, cpu_trace_dir):
     fig = figures.throughput(cpu_report)
     assert fig.layout.yaxis.title.text == "tokens/s"
-    per_step = {r["step"]: r for r in cpu_report.throughput["per_step"]}
+    per_step = {r.step: r for r in cpu_report.throughput.per_step}
     steady, compiled = trace(fig, "steady state"), trace(fig, "compiled in this step")
     assert cpu_trace_dir.recompile_step in list(compiled.x)
     for s, v in zip(steady.x, steady.y):
-        assert not per_step[s]["compiled"] and v == pytest.approx(TOKENS * 1000 / per_step[s]["period_ms"], rel=1e-3)
+        assert not per_step[s].compiled and v == pytest.approx(TOKENS * 1000 / per_step[s].period_ms, rel=1e-3)
     line = fig.layout.shapes[0]
-    assert line.y0 == pytest.approx(cpu_report.throughput["steady_tokens_per_s"])
+    assert line.y0 == pytest.approx(cpu_report.throughput.steady_tokens_per_s)
     no_tokens = make_report(
         throughput={
             "steady_steps_per_s": 2.0,

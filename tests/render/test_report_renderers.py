@@ -48,7 +48,7 @@ def test_a_program_that_counted_samples_reads_samples_per_second(tmp_path):
                 w = step(w, x)
                 float(w[0, 0])
     report = jaxdiag.report(tmp_path)
-    assert report.throughput["count_unit"] == "samples" and report.throughput["tokens_per_s"] > 0
+    assert report.throughput.count_unit == "samples" and report.throughput.tokens_per_s > 0
     text = terminal.render(report, width=200)
     assert "samples/s" in text and "tokens/s" not in text
     page = html.render(report)

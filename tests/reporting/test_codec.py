@@ -80,7 +80,7 @@ def test_a_value_that_does_not_fit_its_type_is_named(host_waits, where, tmp_path
     path.write_text(json.dumps(data))
     with pytest.raises(ReportFormatError) as caught:
         Report.open(path)
-    assert str(caught.value) == f"{path}: report section host_waits is malformed at {where}"
+    assert str(caught.value) == f"{path}: not a jaxdiag report: {where}"
 
 
 def test_null_where_the_type_allows_none_or_a_float_nan():
