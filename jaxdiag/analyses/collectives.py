@@ -36,6 +36,7 @@ import numpy as np
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses import peer_waits
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
+from jaxdiag.analyses.collective_section import CollectiveKind, Collectives, LateDevice, StepComm
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import COLLECTIVE, device_ops, hosts_of, intervals_of, kind_is, step_windows
 from jaxdiag.trace import frames as F
@@ -144,15 +145,6 @@ class KindStats:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class StepComm:
-    """Collective and exposed time in one step, per device (mean)."""
-
-    step: int
-    total_ms: float
-    exposed_ms: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class CollectivesResult:
     """Communication/compute overlap over the analysed steps.
 
@@ -174,35 +166,29 @@ class CollectivesResult:
     findings: tuple[Finding, ...] = ()
     waiting_ms: float = 0.0  # per device (mean): time in collectives waiting for a late host, left out above
     waiting_for_devices_ms: float = 0.0  # per device (mean): waiting for a later device of the same host, left out
-    late_devices: tuple[peer_waits.LateDevice, ...] = ()
+    late_devices: tuple[LateDevice, ...] = ()
 
     @property
     def overlap_fraction(self) -> float | None:
         return None if self.total_ms <= 0 else 1.0 - self.exposed_ms / self.total_ms
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "overlap_fraction": _round(self.overlap_fraction),
-            "exposed_ms": round(self.exposed_ms, 3),
-            "total_ms": round(self.total_ms, 3),
-            "waiting_for_hosts_ms": round(self.waiting_ms, 3),
-            "waiting_for_devices_ms": round(self.waiting_for_devices_ms, 3),
-            "late_devices": [dataclasses.asdict(x) for x in self.late_devices],
-            "by_kind": [
-                {
-                    "kind": k.kind,
-                    "count": k.count,
-                    "total_ms": round(k.total_ms, 3),
-                    "exposed_ms": round(k.exposed_ms, 3),
-                    "overlap_fraction": _round(k.overlap_fraction),
-                }
+    def section(self) -> Collectives:
+        """The report's ``collectives`` section, times in ms to 3 decimals, fractions to 4."""
+        return Collectives(
+            overlap_fraction=_round(self.overlap_fraction),
+            exposed_ms=round(self.exposed_ms, 3),
+            total_ms=round(self.total_ms, 3),
+            waiting_for_hosts_ms=round(self.waiting_ms, 3),
+            waiting_for_devices_ms=round(self.waiting_for_devices_ms, 3),
+            late_devices=self.late_devices,
+            by_kind=tuple(
+                CollectiveKind(
+                    k.kind, k.count, round(k.total_ms, 3), round(k.exposed_ms, 3), _round(k.overlap_fraction)
+                )
                 for k in self.by_kind
-            ],
-            "per_step": [
-                {"step": s.step, "total_ms": round(s.total_ms, 3), "exposed_ms": round(s.exposed_ms, 3)}
-                for s in self.per_step
-            ],
-        }
+            ),
+            per_step=tuple(StepComm(s.step, round(s.total_ms, 3), round(s.exposed_ms, 3)) for s in self.per_step),
+        )
 
 
 def _round(x: float | None) -> float | None:
@@ -274,7 +260,7 @@ def analyze(inputs: AnalysisInputs) -> CollectivesResult:
     total = sum(s.total_ms for s in steps)
     exposed = sum(s.exposed_ms for s in steps)
     late_devices = tuple(
-        peer_waits.LateDevice(h, dev, int(v[0]), runs, v[1] / d / 1e6, v[2] / 1e6, v[3] / 1e6, tuple(sorted(v[4])))
+        LateDevice(h, dev, int(v[0]), runs, v[1] / d / 1e6, v[2] / 1e6, v[3] / 1e6, tuple(sorted(v[4])))
         for (h, dev), v in sorted(late.items(), key=lambda kv: -kv[1][1])
     )
     result = CollectivesResult(

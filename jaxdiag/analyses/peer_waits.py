@@ -24,6 +24,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.collective_section import LateDevice
 from jaxdiag.analyses.device_work import COLLECTIVE, END_NS, kind_is
 from jaxdiag.trace import frames as F
 
@@ -148,30 +149,6 @@ def waiting_by_device(found: list[Instance]) -> dict[str, np.ndarray]:
         for device, stretch in inst.waiting_intervals().items():
             acc.setdefault(device, []).append(stretch)
     return {d: iv.union(np.concatenate(parts)) for d, parts in acc.items()}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LateDevice:
-    """A device that arrived last at collectives of its host, so the others waited for it.
-
-    Attributes:
-      host, device: where it is (``device`` as ``"plane#ordinal"``).
-      runs: collective runs it arrived last at, inside the analysed steps.
-      of_runs: collective runs inside the analysed steps with several participants.
-      waited_ms: the other devices' wait for it, per device (mean over devices).
-      max_late_ms: the longest any device waited for it in one run.
-      transfer_ms: the transfer itself in those runs, summed (the shortest participant's duration).
-      ops: the collective ops it was late to.
-    """
-
-    host: str
-    device: str
-    runs: int
-    of_runs: int
-    waited_ms: float
-    max_late_ms: float
-    transfer_ms: float
-    ops: tuple[str, ...]
 
 
 def consistently_late(late_devices: Sequence[LateDevice]) -> LateDevice | None:

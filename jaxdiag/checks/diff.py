@@ -237,8 +237,8 @@ def _device_times(r: "Report") -> dict[tuple[str, str], float]:
         add(("op", _op_name(row)), _per_step(row.get("total_ms"), n))
     for small in r.small_ops.top:
         add(("small_op", _op_name({"name": small.name, "module": small.module})), _per_step(small.total_ms, n))
-    for row in _rows((r.collectives or {}).get("by_kind")):
-        add(("collective", str(row.get("kind"))), _per_step(row.get("total_ms"), n))
+    for kind in r.collectives.by_kind:
+        add(("collective", kind.kind), _per_step(kind.total_ms, n))
     return out
 
 

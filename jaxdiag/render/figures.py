@@ -303,18 +303,18 @@ def small_op_histogram(report: "Report", *, top: int = 10) -> "go.Figure":
 def collective_overlap(report: "Report") -> "go.Figure":
     """Per collective kind: time overlapped by compute, and time exposed."""
     go = _go()
-    co = report.collectives or {}
-    kinds = [k for k in co.get("by_kind") or [] if _ms(k.get("total_ms")) > 0]
-    frac = co.get("overlap_fraction")
+    co = report.collectives
+    kinds = [k for k in co.by_kind if _ms(k.total_ms) > 0]
+    frac = co.overlap_fraction
     title = "Collectives: overlap with compute" + (f" ({100 * frac:.0f}% overall)" if frac is not None else "")
     if not kinds:
         return no_data(title, "no collectives in this capture (a program sharded over several devices has them)")
-    names = [str(k.get("kind")) for k in kinds][::-1]
-    exposed = [_ms(k.get("exposed_ms")) for k in kinds][::-1]
-    overlapped = [max(_ms(k.get("total_ms")) - e, 0.0) for k, e in zip(kinds[::-1], exposed)]
-    text = [
-        f"{100 * k['overlap_fraction']:.0f}% overlapped" if k.get("overlap_fraction") is not None else "" for k in kinds
-    ][::-1]
+    names = [k.kind for k in kinds][::-1]
+    exposed = [_ms(k.exposed_ms) for k in kinds][::-1]
+    overlapped = [max(_ms(k.total_ms) - e, 0.0) for k, e in zip(kinds[::-1], exposed)]
+    text = [f"{100 * k.overlap_fraction:.0f}% overlapped" if k.overlap_fraction is not None else "" for k in kinds][
+        ::-1
+    ]
     fig = go.Figure(
         [
             go.Bar(

@@ -209,20 +209,14 @@ def small_ops_table(report: "Report") -> str:
 
 
 def collectives_table(report: "Report") -> str:
-    co = report.collectives or {}
-    if not co.get("by_kind"):
+    co = report.collectives
+    if not co.by_kind:
         return ""
-    return f"<h2>Collectives: {_num(co.get('exposed_ms'))} ms exposed</h2>" + _table(
+    return f"<h2>Collectives: {_num(co.exposed_ms)} ms exposed</h2>" + _table(
         ("kind", "count", "total ms", "exposed ms", "overlap"),
         (
-            [
-                _e(k.get("kind")),
-                _num(k.get("count")),
-                _num(k.get("total_ms")),
-                _num(k.get("exposed_ms")),
-                _num(k.get("overlap_fraction")),
-            ]
-            for k in co["by_kind"]
+            [_e(k.kind), _num(k.count), _num(k.total_ms), _num(k.exposed_ms), _num(k.overlap_fraction)]
+            for k in co.by_kind
         ),
         numeric=(1, 2, 3, 4),
         escape=False,

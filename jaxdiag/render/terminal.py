@@ -238,17 +238,17 @@ def _small_ops(report: "Report", console: "Console") -> None:
 def _collectives(report: "Report", console: "Console") -> None:
     from rich.table import Table
 
-    co = report.collectives or {}
-    kinds = co.get("by_kind") or []
+    co = report.collectives
+    kinds = co.by_kind
     if not kinds:
         return
-    frac = co.get("overlap_fraction")
+    frac = co.overlap_fraction
     console.print(
-        f"[bold]Collectives[/bold]: exposed {_ms(co.get('exposed_ms'))} ms"
-        + (f", {frac:.0%} overlapped with compute" if isinstance(frac, (int, float)) else "")
+        f"[bold]Collectives[/bold]: exposed {_ms(co.exposed_ms)} ms"
+        + (f", {frac:.0%} overlapped with compute" if frac is not None and math.isfinite(frac) else "")
         + (
-            f"; {_ms(co.get('waiting_for_hosts_ms'))} ms per device more waiting for a late host"
-            if co.get("waiting_for_hosts_ms")
+            f"; {_ms(co.waiting_for_hosts_ms)} ms per device more waiting for a late host"
+            if co.waiting_for_hosts_ms
             else ""
         )
     )
@@ -256,13 +256,13 @@ def _collectives(report: "Report", console: "Console") -> None:
     for col in ("kind", "count", "total ms", "exposed ms", "overlap"):
         t.add_column(col, justify="left" if col == "kind" else "right")
     for k in kinds:
-        of = k.get("overlap_fraction")
+        of = k.overlap_fraction
         t.add_row(
-            esc(k.get("kind")),
-            _int(k.get("count")),
-            _ms(k.get("total_ms")),
-            _ms(k.get("exposed_ms")),
-            f"{of:.0%}" if isinstance(of, (int, float)) else "—",
+            esc(k.kind),
+            _int(k.count),
+            _ms(k.total_ms),
+            _ms(k.exposed_ms),
+            f"{of:.0%}" if of is not None and math.isfinite(of) else "—",
         )
     console.print(t)
     console.print()

@@ -77,7 +77,7 @@ def from_json(kind: Any, value: Any, where: str) -> Any:
         return {str(k): from_json(inner, v, f"{where}.{k}") for k, v in value.items()}
     if kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return value  # a whole number stays one, so a report saved again is the same text
         if value is None:  # JSON has no NaN: a report writes null for it
             return math.nan
         raise Mismatch(f"{where}: {_json_kind(value)}, not a number")

@@ -22,6 +22,7 @@ from jaxdiag.reporting import sections as registry
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from jaxdiag.analyses.collective_section import Collectives
     from jaxdiag.analyses.host_wait_section import HostWaits
     from jaxdiag.analyses.small_op_section import SmallOps
     from jaxdiag.analyses.throughput_section import Throughput
@@ -56,8 +57,8 @@ class Report:
         ``compile_ms``, ``cause``).
       host_waits: a ``HostWaits`` (a typed section: renderers read its attributes; a dict given
         here is read into the type).
-      small_ops, throughput: a ``SmallOps`` and a ``Throughput`` (typed, as ``host_waits``).
-      collectives: its analysis's section.
+      small_ops, collectives, throughput: a ``SmallOps``, a ``Collectives`` and a ``Throughput`` (typed, as
+        ``host_waits``).
       findings: every finding, ordered by time lost (largest first).
       notes: what the loader had to guess or skip.
       device_time: device time per module (with its per-step split) and the
@@ -78,7 +79,7 @@ class Report:
     recompiles: list[dict[str, Any]]
     host_waits: HostWaits
     small_ops: SmallOps
-    collectives: dict[str, Any]
+    collectives: Collectives
     throughput: Throughput
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()

@@ -109,7 +109,7 @@ SECTIONS: tuple[Section, ...] = (
         view="jaxdiag.reporting.op_durations:build",
         check="jaxdiag.reporting.op_durations:check",
     ),
-    Section("collectives", "1.0", dict, analysis="collectives"),
+    Section("collectives", "1.0", dict, analysis="collectives", kind="collective_section:Collectives"),
     Section("device_time", "1.1", dict, analysis="device_time"),
     Section("sharding", "1.2", dict, analysis="sharding"),
     Section("top_ops", "1.3", dict, analysis="top_ops"),

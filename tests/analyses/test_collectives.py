@@ -8,6 +8,7 @@ from jaxdiag.analyses import collectives
 from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.analyses.device_work import collective_kind
 from jaxdiag.config import Thresholds
+from jaxdiag.reporting import codec
 from tests.frames_builders import device_event, frames
 
 NCCL = "Stream #20(Nccl)"
@@ -118,7 +119,7 @@ def test_per_step_and_findings():
     assert "--xla_gpu_enable_latency_hiding_scheduler=true" in f.suggestion
     assert "--xla_gpu_all_reduce_combine_threshold_bytes" in f.suggestion
     assert f.suggestion.startswith("A guess (not tested by jaxdiag on GPU)")  # no GPU applies it in these tests
-    d = r.to_dict()
+    d = codec.to_json(r.section())
     assert set(d) == {
         "overlap_fraction",
         "exposed_ms",
@@ -146,7 +147,7 @@ def test_only_steps_count():
 def test_no_collectives():
     r = analyze([device_event(0, 100)])
     assert (r.overlap_fraction, r.exposed_ms, r.findings) == (None, 0, ())
-    assert r.to_dict()["overlap_fraction"] is None
+    assert r.section().overlap_fraction is None
 
 
 # --- end to end: real CPU collectives, and synthetic multi-GPU XSpaces through the loader ---

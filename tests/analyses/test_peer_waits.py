@@ -95,11 +95,11 @@ def test_waiting_for_the_slow_device_is_split_from_the_transfer(slow):
     report, truth = slow
     assert truth["runs"] == STEPS and truth["late"].count(0) >= STEPS - 1  # the plant, seen in the trace
     co = report.collectives
-    assert co["waiting_for_devices_ms"] == pytest.approx(truth["waiting_ms_per_device"], rel=0.05)
+    assert co.waiting_for_devices_ms == pytest.approx(truth["waiting_ms_per_device"], rel=0.05)
     # Only the transfer counts as communication: the shortest participant's time, per device.
-    assert co["total_ms"] <= truth["transfer_ms"] * 1.05 + 0.01
-    (late, *_) = co["late_devices"]
-    assert late["device"].endswith("#0") and late["runs"] == truth["late"].count(0) and late["of_runs"] == STEPS
+    assert co.total_ms <= truth["transfer_ms"] * 1.05 + 0.01
+    (late, *_) = co.late_devices
+    assert late.device.endswith("#0") and late.runs == truth["late"].count(0) and late.of_runs == STEPS
 
 
 def test_the_finding_names_the_late_device_and_advises_on_the_work_not_the_bytes(slow):
@@ -196,8 +196,8 @@ def test_lateness_spread_over_evenly_loaded_devices_names_no_device(tmp_path):
 
     report = jaxdiag.report(tmp_path)
     co = report.collectives
-    assert co["waiting_for_devices_ms"] == pytest.approx(waiting, rel=0.05)
-    assert {int(x["device"].rpartition("#")[2]): x["runs"] for x in co["late_devices"] if x["runs"]} == counts
+    assert co.waiting_for_devices_ms == pytest.approx(waiting, rel=0.05)
+    assert {int(x.device.rpartition("#")[2]): x.runs for x in co.late_devices if x.runs} == counts
     (wait,) = [f for f in report.findings if f.kind == "collective_wait"]
     assert wait.evidence["consistently_late"] is False
     assert "arrived last at" not in wait.message and "spread over the devices" in wait.message

@@ -141,8 +141,8 @@ def test_waiting_for_the_late_host_is_not_exposed_communication(planted_run):
     planted, (truth, residual) = planted_run
     co = planted.collectives
     late = [g for g in truth if g > residual]
-    assert len(late) >= 3 and co["waiting_for_hosts_ms"] >= len(late) * 30 / 2  # per device: half of them waited
-    assert co["exposed_ms"] < 0.5 * co["waiting_for_hosts_ms"]
+    assert len(late) >= 3 and co.waiting_for_hosts_ms >= len(late) * 30 / 2  # per device: half of them waited
+    assert co.exposed_ms < 0.5 * co.waiting_for_hosts_ms
     for f in _of(planted, "exposed_collective"):  # a CPU run gets no GPU flags
         assert "xla_gpu" not in f.suggestion and "XLA:CPU" in f.suggestion
     for f in _of(planted, "host_wait"):
@@ -222,7 +222,7 @@ def test_a_clock_offset_alone_is_aligned_away(tmp_path):
     report = jaxdiag.report(_two_hosts(tmp_path, shift_ns=7_000_000, late_ns=0))
     al = report.stragglers["alignment"]
     assert al["aligned"] and al["offsets_ms"]["host1"] == -7.0 and al["residual_ms"] == 0.0
-    assert not _of(report, "straggler") and report.collectives["waiting_for_hosts_ms"] == 0
+    assert not _of(report, "straggler") and report.collectives.waiting_for_hosts_ms == 0
 
 
 def test_a_late_host_on_a_shifted_clock(tmp_path):
@@ -234,6 +234,6 @@ def test_a_late_host_on_a_shifted_clock(tmp_path):
     assert ev["host"] == "host1" and ev["steps"] == [0, 1, 2, 3] and ev["late_ms_per_step"] == 4.0
     assert ev["waiting_devices"] == 2 and ev["others_waited_device_ms"] == 2 * 4 * 4.0
     assert ev["doing"]["load_batch"] > 0
-    assert report.collectives["waiting_for_hosts_ms"] == 4 * 4.0 / 2  # per device, over all four devices
+    assert report.collectives.waiting_for_hosts_ms == 4 * 4.0 / 2  # per device, over all four devices
     for f in _of(report, "exposed_collective"):
         assert "xla_gpu" in f.suggestion  # a GPU run gets GPU flags

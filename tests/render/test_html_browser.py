@@ -129,7 +129,8 @@ def test_hostile_names_run_no_script(browser, cpu_trace_dir, tmp_path):
                 strings(value)
 
     strings(d)
-    d["collectives"]["exposed_ms"] = payload  # a number field, shown in a heading (a typed section refuses text)
+    with pytest.raises(JaxdiagError):  # text where a typed section holds a number is refused, never shown
+        Report.from_dict({**d, "collectives": {**d["collectives"], "exposed_ms": payload}})
     page = tmp_path / "hostile.html"
     page.write_text(html.render(Report.from_dict(d)))
     loaded = load(browser, page, tmp_path / "profile")
