@@ -183,10 +183,19 @@ class AnalysisResult(Protocol):
 
 
 def described(
-    doc: str = "", default: Any = dataclasses.MISSING, *, since: str | None = None, factory: Any = dataclasses.MISSING
+    doc: str = "",
+    default: Any = dataclasses.MISSING,
+    *,
+    since: str | None = None,
+    factory: Any = dataclasses.MISSING,
+    only_with: str | None = None,
 ) -> Any:
-    """A typed section's field with what it holds, for ``docs/report-schema.md`` (``since``: the schema version adding it)."""
-    metadata = {"doc": doc, **({"since": since} if since else {})}
+    """A typed section's field with what it holds, for ``docs/report-schema.md``.
+
+    ``since``: the schema version that added it; ``only_with``: the field whose truth it is written
+    with (left out of the JSON otherwise, and read back as its default).
+    """
+    metadata = {"doc": doc, **({"since": since} if since else {}), **({"only_with": only_with} if only_with else {})}
     return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
 
 

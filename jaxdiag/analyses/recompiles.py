@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
+from jaxdiag.analyses.recompile_section import RecompileRow
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import compile_step
 from jaxdiag.analyses.compile_spans import CompileSpan, compile_spans, function_name
@@ -94,16 +95,19 @@ class Compile:
     device_wait_ms: float = 0.0
     place: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "function": self.function,
-            "step": None if self.step < 0 else self.step,
-            "compile_ms": round(self.compile_ms, 3),
-            "device_wait_ms": round(self.device_wait_ms, 3),
-            "recompile": self.recompile,
-            "cause": self.cause,
-            **({"logged": True, "origin": self.origin, "call_site": self.call_site} if self.logged else {}),
-        }
+    def row(self) -> RecompileRow:
+        """This compile's row of the report's ``recompiles`` section (times in ms to 3 decimals)."""
+        return RecompileRow(
+            function=self.function,
+            step=None if self.step < 0 else self.step,
+            compile_ms=round(self.compile_ms, 3),
+            device_wait_ms=round(self.device_wait_ms, 3),
+            recompile=self.recompile,
+            cause=self.cause,
+            logged=self.logged,
+            origin=self.origin,
+            call_site=self.call_site,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,8 +122,9 @@ class RecompilesResult:
     def recompiles(self) -> tuple[Compile, ...]:
         return tuple(c for c in self.compiles if c.recompile)
 
-    def to_dict(self) -> list[dict[str, Any]]:
-        return [c.to_dict() for c in self.compiles]
+    def section(self) -> tuple[RecompileRow, ...]:
+        """The report's ``recompiles`` section: a row per compile."""
+        return tuple(c.row() for c in self.compiles)
 
 
 def analyze(inputs: AnalysisInputs) -> RecompilesResult:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from jaxdiag.errors import BaselineError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.recompile_section import RecompileRow
     from jaxdiag.analyses.small_op_section import SmallOpsStep
     from jaxdiag.reporting.model import Report
 
@@ -262,7 +263,7 @@ def baseline_from_report(report: "Report") -> Baseline:
 
 def steady_steps(report: "Report") -> list[dict[str, Any]]:
     """Steps in which nothing compiled (no compile time, no compile on the timeline)."""
-    compiled = {r.get("step") for r in report.recompiles if r.get("step") is not None}
+    compiled = {r.step for r in report.recompiles if r.step is not None}
     return [
         s
         for s in report.steps
@@ -287,13 +288,9 @@ def internal_recompiles(report: "Report") -> list[Recompile]:
     return [r for r, internal in _compiles_after_warmup(report) if internal]
 
 
-#: Keys with which a report's compile row may say the function is JAX's own, not the user's.
-_INTERNAL_KEYS = ("jax_internal", "internal")
-
-
-def is_internal(row: Mapping[str, Any]) -> bool:
+def is_internal(row: "RecompileRow") -> bool:
     """Whether a compile row of a report names one of JAX's own helpers."""
-    return row.get("origin") == "jax-internal" or any(row.get(k) is True for k in _INTERNAL_KEYS)
+    return row.origin == "jax-internal"
 
 
 def _compiles_after_warmup(report: "Report") -> list[tuple[Recompile, bool]]:
@@ -307,18 +304,17 @@ def _compiles_after_warmup(report: "Report") -> list[tuple[Recompile, bool]]:
     seen: set[str] = set()
     out = []
     for r in report.recompiles:
-        fn, step = str(r.get("function")), r.get("step") if isinstance(r.get("step"), int) else None
-        if "recompile" in r:
-            is_re = bool(r["recompile"])
-        else:
+        fn, step = r.function, r.step
+        if r.recompile is not None:
+            is_re = r.recompile
+        else:  # a report before 1.1
             is_re = fn in seen or flagged.get((fn, step), 0) > 0
         if flagged.get((fn, step), 0) > 0:
             flagged[(fn, step)] -= 1
         seen.add(fn)
         if is_re:
-            ms = float(r["compile_ms"]) if _is_num(r.get("compile_ms")) else 0.0
-            cause = r.get("cause") if isinstance(r.get("cause"), str) else None
-            out.append((Recompile(fn, step if isinstance(step, int) else None, round(ms, 3), cause), is_internal(r)))
+            ms = r.compile_ms if _is_num(r.compile_ms) else 0.0
+            out.append((Recompile(fn, step, round(ms, 3), r.cause), is_internal(r)))
     return out
 
 

@@ -65,7 +65,6 @@ _COLLECTIVE: dict[str, Any] = {"mesh_axes": [], "arrays": []}
 _SHAPE: dict[str, Any] = {
     "source": {"devices": [{}], "files": [], "hosts": []},
     "steps": [_STEP],
-    "recompiles": [_STEP],
     "findings": [{"evidence": {}}],
     "device_time": {"by_module": [{"per_step": [_STEP]}], "top_ops": [{}]},
     "sharding": {

@@ -350,30 +350,27 @@ def recompile_timeline(report: "Report", *, max_rows: int = 40) -> "go.Figure":
 
     go = _go()
     title = "Compiles on the timeline, with causes"
-    compiles = list(report.recompiles or [])
+    compiles = list(report.recompiles)
     if not compiles:
         return no_data(title, "nothing compiled during the capture (a compile inside the profiled steps shows here)")
     note = ""
     if len(compiles) > max_rows:
-        kept = sorted(range(len(compiles)), key=lambda i: -_ms(compiles[i].get("compile_ms")))[:max_rows]
+        kept = sorted(range(len(compiles)), key=lambda i: -_ms(compiles[i].compile_ms))[:max_rows]
         note = f"the {max_rows} costliest of {len(compiles)} compiles"
         compiles = [compiles[i] for i in sorted(kept)]
     labels = timeline.unique_labels(
-        [
-            f"{'outside steps' if c.get('step') is None else 'step ' + str(c['step'])} · {c.get('function')}"
-            for c in compiles
-        ]
+        [f"{'outside steps' if c.step is None else 'step ' + str(c.step)} · {c.function}" for c in compiles]
     )
-    ms = [_ms(c.get("compile_ms")) for c in compiles]
-    has_log = any(c.get("logged") for c in report.recompiles or [])
+    ms = [_ms(c.compile_ms) for c in compiles]
+    has_log = any(c.logged for c in report.recompiles)
     unknown = "cause unknown (not in the compile log)" if has_log else "cause unknown (no compile log)"
-    causes = [str(c.get("cause") or unknown) for c in compiles]
+    causes = [c.cause or unknown for c in compiles]
     fig = go.Figure(
         go.Bar(
             x=ms,
             y=labels,
             orientation="h",
-            marker_color=[COLORS["compile"] if c.get("cause") else "#BAB0AC" for c in compiles],
+            marker_color=[COLORS["compile"] if c.cause else "#BAB0AC" for c in compiles],
             text=[f"{_fmt_ms(m)} · {_short(c, 70)}" for m, c in zip(ms, causes)],
             textposition="outside",
             cliponaxis=False,

@@ -178,10 +178,7 @@ def recompiles_table(report: "Report") -> str:
         return ""
     return "<h2>Compiles on the timeline</h2>" + _table(
         ("function", "step", "compile ms", "cause"),
-        (
-            [_e(r.get("function")), _num(r.get("step")), _num(r.get("compile_ms")), _e(r.get("cause") or "—")]
-            for r in report.recompiles
-        ),
+        ([_e(r.function), _num(r.step), _num(r.compile_ms), _e(r.cause or "—")] for r in report.recompiles),
         numeric=(1, 2),
         escape=False,
     )

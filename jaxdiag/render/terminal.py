@@ -70,7 +70,7 @@ def _recompiles(report: "Report", console: "Console") -> None:
         for col, just in (("function", "left"), ("step", "right"), ("compile ms", "right"), ("cause", "left")):
             t.add_column(col, justify=just, overflow="fold")
         for r in recompiles:
-            t.add_row(esc(r.get("function")), _int(r.get("step")), _ms(r.get("compile_ms")), esc(r.get("cause") or "—"))
+            t.add_row(esc(r.function), _int(r.step), _ms(r.compile_ms), esc(r.cause or "—"))
         console.print(t)
         console.print()
 

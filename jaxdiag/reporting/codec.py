@@ -3,7 +3,9 @@
 A typed section is a frozen dataclass of the analyses (``analyses.host_waits.HostWaits``): its
 fields, in order, are the JSON object's keys; a tuple is an array; ``X | None`` may be ``null``.
 Each field says what it holds in its metadata (``analyses.base.described``), which is where the
-schema document's text comes from, so the type, the JSON and the document cannot drift apart.
+schema document's text comes from, so the type, the JSON and the document cannot drift apart. A
+field ``described(only_with="logged")`` is written only when ``logged`` is true. An array section
+(``recompiles``) is a tuple of its rows' type.
 
 Reading back checks every value against its field's type and names the first that does not fit
 (``host_waits.by_cause[2].ms: a string, not a number``); a float's ``null`` reads as NaN, which
@@ -30,7 +32,11 @@ class Mismatch(ValueError):
 def to_json(value: Any) -> Any:
     """A typed value as JSON values (dicts, lists, numbers, strings, ``None``), in field order."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in _fields(type(value))}
+        return {
+            f.name: to_json(getattr(value, f.name))
+            for f in _fields(type(value))
+            if "only_with" not in f.metadata or getattr(value, f.metadata["only_with"])
+        }
     if isinstance(value, (tuple, list)):
         return [to_json(v) for v in value]
     if isinstance(value, dict):
@@ -100,6 +106,8 @@ def describe(kind: Any) -> str:
 def _describe_field(f: dataclasses.Field[Any], hint: Any) -> str:
     since = f.metadata.get("since")
     doc = f.metadata.get("doc", "")
+    if "only_with" in f.metadata:
+        doc = f"only with `{f.metadata['only_with']}`" + (f": {doc}" if doc else "")
     inner = _element(hint)
     shape = ""
     if isinstance(inner, type) and dataclasses.is_dataclass(inner):
@@ -110,6 +118,16 @@ def _describe_field(f: dataclasses.Field[Any], hint: Any) -> str:
             shape += ": " + ", ".join(_describe_field(g, h) for g, h in nested)
     parts = [p for p in ((f"{since}: " if since else "") + doc, shape) if p]
     return f"`{f.name}`" + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def schema_row(name: str, kind: Any) -> str:
+    """The row of ``docs/report-schema.md`` for the section ``name`` of type ``kind`` (a tuple: an array section,
+    led by its rows' type's first docstring line, ``one object per ...``)."""
+    if not _is_sequence(kind):
+        return f"| `{name}` | object | {describe(kind)}. |"
+    row = typing.get_args(kind)[0]
+    lead = (row.__doc__ or "").strip().splitlines()[0].rstrip(".")
+    return f"| `{name}` | array | {lead[:1].lower() + lead[1:]}: {describe(row)}. |"
 
 
 def _element(hint: Any) -> Any:
@@ -143,4 +161,4 @@ def _json_kind(value: Any) -> str:
     return "a number" if isinstance(value, (int, float)) else "null"
 
 
-__all__ = ["Mismatch", "describe", "from_json", "to_json"]
+__all__ = ["Mismatch", "describe", "from_json", "schema_row", "to_json"]

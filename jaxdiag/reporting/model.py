@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from jaxdiag.analyses.collective_section import Collectives
     from jaxdiag.analyses.host_wait_section import HostWaits
+    from jaxdiag.analyses.recompile_section import RecompileRow
     from jaxdiag.analyses.small_op_section import SmallOps
     from jaxdiag.analyses.throughput_section import Throughput
 
@@ -53,8 +54,7 @@ class Report:
       source: where it came from: ``run_dir``, ``files``, ``hosts``, ``devices``,
         ``skipped``, ``step_source``, ``meta``.
       steps: one dict per step (``step``, ``wall_ms``, ``device_busy_ms``, ...).
-      recompiles: one dict per compile on the timeline (``function``, ``step``,
-        ``compile_ms``, ``cause``).
+      recompiles: a ``RecompileRow`` per compile on the timeline (typed, as ``host_waits``).
       host_waits: a ``HostWaits`` (a typed section: renderers read its attributes; a dict given
         here is read into the type).
       small_ops, collectives, throughput: a ``SmallOps``, a ``Collectives`` and a ``Throughput`` (typed, as
@@ -76,7 +76,7 @@ class Report:
 
     source: dict[str, Any]
     steps: list[dict[str, Any]]
-    recompiles: list[dict[str, Any]]
+    recompiles: tuple[RecompileRow, ...]
     host_waits: HostWaits
     small_ops: SmallOps
     collectives: Collectives
@@ -276,8 +276,10 @@ def _typed(name: str, value: Any) -> Any:
     section = registry.named(name)
     if section is None or section.kind is None or dataclasses.is_dataclass(value):
         return value
+    if isinstance(value, tuple) and all(dataclasses.is_dataclass(row) for row in value):  # an array section's rows
+        return value
     try:
-        return codec.from_json(section.type, value or {}, name)
+        return codec.from_json(section.type, value or section.empty(), name)
     except codec.Mismatch as exc:
         raise ReportFormatError(f"not a jaxdiag report: {exc}") from None
 

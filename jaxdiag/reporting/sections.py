@@ -50,7 +50,8 @@ class Section:
         before it, ``fn(inputs, sections) -> value``: data kept for renderers only
         (events of a few steps, histogram bins), with no findings.
       kind: ``"module:Class"`` (a name in ``jaxdiag.analyses``, or a full dotted one) of the section's type,
-        the value the report holds; ``None`` for a section held as its JSON.
+        the value the report holds (for an array section, the type of its rows, held as a tuple); ``None``
+        for a section held as its JSON.
       check: ``"module:function"`` raising ``ValueError`` on a section a saved report
         cannot hold (read by ``Report.open``, so that a renderer never meets it), or ``None``.
     """
@@ -70,11 +71,12 @@ class Section:
         return self.analysis if "." in self.analysis else f"jaxdiag.analyses.{self.analysis}"
 
     @property
-    def type(self) -> type | None:
-        """The section's type (``kind``), or ``None`` for a section held as its JSON."""
+    def type(self) -> Any:
+        """The section's type (``kind``; ``tuple[kind, ...]`` for an array section), or ``None`` for one held as JSON."""
         if self.kind is None:
             return None
-        return resolve(self.kind if "." in self.kind.partition(":")[0] else f"jaxdiag.analyses.{self.kind}")
+        kind = resolve(self.kind if "." in self.kind.partition(":")[0] else f"jaxdiag.analyses.{self.kind}")
+        return tuple[kind, ...] if self.empty is list else kind  # type: ignore[valid-type]
 
     def run(self, inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> "tuple[Any, AnalysisResult | None]":
         """This section's value for ``inputs``, and the analysis result behind it (``None`` for a view)."""
@@ -98,7 +100,7 @@ SECTIONS: tuple[Section, ...] = (
         view="jaxdiag.reporting.timeline_events:build",
         check="jaxdiag.reporting.timeline_events:check",
     ),
-    Section("recompiles", "1.0", list, analysis="recompiles"),
+    Section("recompiles", "1.0", list, analysis="recompiles", kind="recompile_section:RecompileRow"),
     Section("host_waits", "1.0", dict, analysis="host_waits", kind="host_wait_section:HostWaits"),
     Section("throughput", "1.0", dict, analysis="throughput", kind="throughput_section:Throughput"),
     Section("small_ops", "1.0", dict, analysis="small_ops", kind="small_op_section:SmallOps"),

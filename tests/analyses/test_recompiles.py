@@ -8,6 +8,7 @@ from jaxdiag.analyses import recompiles
 from jaxdiag.analyses.base import AnalysisInputs, Severity
 from jaxdiag.analyses.compile_spans import compile_spans, function_name
 from jaxdiag.recording.records import Change, CompileRecord, Explanation
+from jaxdiag.reporting import codec
 from tests.frames_builders import compile_events, device_event, frames, host_event
 
 PROFILE_START = 1_700_000_000_000_000_000  # ns since the epoch
@@ -82,7 +83,7 @@ def test_recompiles_without_a_log():
         ("step", 1, True),
         ("step", 2, True),
     ]
-    assert r.to_dict()[1] == {
+    assert codec.to_json(r.section())[1] == {
         "function": "step",
         "step": 1,
         "compile_ms": 5.0,
@@ -209,7 +210,12 @@ def test_jax_internal_compiles_fold_under_the_user_line_that_called_them():
         "at steps 0 and 1: 3.5 ms (2 of them recompiles)"
     )
     assert "outside jit" in finding.suggestion
-    assert [c.get("origin") for c in r.to_dict()] == ["jit", "jax-internal", "jax-internal", "jax-internal"]
+    assert [c.get("origin") for c in codec.to_json(r.section())] == [
+        "jit",
+        "jax-internal",
+        "jax-internal",
+        "jax-internal",
+    ]
 
 
 def test_a_first_compile_joined_to_the_log_says_so():
@@ -224,7 +230,7 @@ def test_a_first_compile_joined_to_the_log_says_so():
 def test_compile_outside_steps_and_step_filter():
     events = compile_events(30_000, 1000, "eval_step")
     r = recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000)])))
-    assert r.to_dict() == [
+    assert codec.to_json(r.section()) == [
         {
             "function": "eval_step",
             "step": None,

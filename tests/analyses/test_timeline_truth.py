@@ -98,7 +98,7 @@ def test_a_recompile_the_host_ran_ahead_into_is_the_step_that_waited_for_it(capt
     train = truth.of(TRAIN)
     new = [i for i, (a, b) in enumerate(zip(train, train[1:]), 1) if a.program_id != b.program_id]
     assert new == [len(train) - 1]  # the remainder batch, last
-    assert [c["step"] for c in report.recompiles if c["function"] == "train_step"] == new
+    assert [c.step for c in report.recompiles if c.function == "train_step"] == new
     assert [s.step for s in report.throughput.per_step if s.compiled] == new
 
 
@@ -330,4 +330,5 @@ def test_an_eager_evaluation_compiling_each_shape_once_is_one_off(captures: Path
     for row in report.steps:
         if row["compile_ms"] > 0 and row["compile_wait_ms"] == 0:
             assert row["step"] not in compiled, row
-    assert all(report.steps[s]["compile_wait_ms"] > 0 for s in compiled)
+    by_step = {row["step"]: row for row in report.steps}
+    assert all(by_step[s]["compile_wait_ms"] > 0 for s in compiled)

@@ -104,7 +104,8 @@ def test_html_every_string_and_number_field(report_dict: dict[str, Any]) -> None
     assert changed > 200, changed
     page = html.render_summary_html(report, full=True)
     assert not re.search(r"<script>jd\d|<img src=x onerror=jd\d|<jdtag\d", page)
-    assert page.count("&lt;script&gt;jd") > 50  # the payloads are on the page, as text
+    # The payloads are on the page, as text (text in a typed section's number field is refused, not shown).
+    assert page.count("&lt;script&gt;jd") > 40
 
 
 def test_html_full_page_every_string_field(report_dict: dict[str, Any]) -> None:

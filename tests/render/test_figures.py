@@ -260,11 +260,11 @@ def test_recompile_timeline_shows_what_the_log_says_of_a_first_compile(tmp_path)
             with jax.profiler.StepTraceAnnotation("train", step_num=i):
                 float(first_in_capture(jnp.ones((64, 64))))
     report = jaxdiag.report(tmp_path)
-    (joined,) = [c for c in report.recompiles if c["function"] == "first_in_capture"]
-    assert joined["logged"] and not joined["recompile"]
+    (joined,) = [c for c in report.recompiles if c.function == "first_in_capture"]
+    assert joined.logged and not joined.recompile
     fig = figures.recompile_timeline(report)
     causes = dict(zip(fig.data[0].y, fig.data[0].customdata))
-    assert causes[f"step {joined['step']} · first_in_capture"] == "first compile"
+    assert causes[f"step {joined.step} · first_in_capture"] == "first compile"
     assert not any("no compile log" in c for c in causes.values())
 
 

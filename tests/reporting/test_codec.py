@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import typing
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import jaxdiag
 
 from jaxdiag.analyses.host_wait_section import CauseWait, HostWaits, StepCause, StepWaits
+from jaxdiag.analyses.recompile_section import RecompileRow
 from jaxdiag.reporting import codec
 from jaxdiag.reporting.model import Report, ReportFormatError
 from jaxdiag.reporting.sections import SECTIONS
@@ -24,13 +26,14 @@ TYPED = [s for s in SECTIONS if s.kind is not None]
 def test_some_sections_are_typed_and_each_type_is_a_frozen_dataclass():
     assert [s.name for s in TYPED] and "host_waits" in [s.name for s in TYPED]
     for s in TYPED:
-        assert dataclasses.is_dataclass(s.type) and s.type.__dataclass_params__.frozen, s.name
+        kind = s.type if s.empty is dict else typing.get_args(s.type)[0]  # an array section: its rows' type
+        assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen, s.name
 
 
 @pytest.mark.parametrize("section", TYPED, ids=lambda s: s.name)
 def test_the_schema_row_of_a_typed_section_is_written_from_its_type(section):
     rows = [line for line in DOC.read_text().splitlines() if line.startswith(f"| `{section.name}` |")]
-    assert rows == [f"| `{section.name}` | object | {codec.describe(section.type)}. |"]
+    assert rows == [codec.schema_row(section.name, section.type)]
 
 
 def test_a_built_report_holds_typed_sections_and_reads_back_equal(cpu_trace_dir, tmp_path):
@@ -92,3 +95,22 @@ def test_null_where_the_type_allows_none_or_a_float_nan():
     assert math.isnan(codec.from_json(CauseWait, {"cause": "c", "ms": None}, "r").ms)  # NaN, written as null
     with pytest.raises(codec.Mismatch, match=r"r\.cause: null, not a string"):
         codec.from_json(CauseWait, {"cause": None}, "r")
+
+
+def test_an_array_section_is_a_tuple_of_rows_and_keys_only_with_their_flag_are_left_out_without_it():
+    unlogged = RecompileRow("f", 3, 2.0, 2.0, True, None)
+    logged = RecompileRow("g", None, 1.0, 0.0, False, "first compile", True, "jit", None)
+    rows = codec.to_json((unlogged, logged))
+    assert rows[0] == {
+        "function": "f",
+        "step": 3,
+        "compile_ms": 2.0,
+        "device_wait_ms": 2.0,
+        "recompile": True,
+        "cause": None,
+    }
+    assert rows[1]["logged"] is True and rows[1]["origin"] == "jit" and rows[1]["call_site"] is None
+    report = make_report(recompiles=rows)
+    assert report.recompiles == (unlogged, logged) and report.to_dict()["recompiles"] == rows
+    older = make_report(recompiles=[{"function": "f", "step": 3, "compile_ms": 2}])  # before 1.1: no `recompile`
+    assert older.recompiles[0].recompile is None and older.recompiles[0].compile_ms == 2
