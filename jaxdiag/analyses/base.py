@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.step_section import StepFigures
     from jaxdiag.trace.frames import TraceFrames
 
 
@@ -40,7 +42,7 @@ def severity_for(time_lost_ms: float, total_ms: float, settings: Settings) -> Se
     return Severity.INFO
 
 
-def steady_wall_ms(steps: Iterable[Mapping[str, Any]], steady_steps_per_s: float | None = None) -> float:
+def steady_wall_ms(steps: Iterable["StepFigures"], steady_steps_per_s: float | None = None) -> float:
     """The analysed steps' wall time outside compile waits: what the window costs once nothing compiles.
 
     The total every finding is graded against (``graded``). A compile is paid once, a stall
@@ -51,14 +53,15 @@ def steady_wall_ms(steps: Iterable[Mapping[str, Any]], steady_steps_per_s: float
     pace. Falls back to the whole wall time when every step compiled.
     """
     rows = list(steps)
-    wall = sum(float(s.get("wall_ms") or 0.0) for s in rows)
-    steady = sum(
-        max(0.0, float(s.get("wall_ms") or 0.0) - float(s.get("compile_wait_ms", s.get("compile_ms")) or 0.0))
-        for s in rows
-    )
+    wall = sum(_finite(s.wall_ms) for s in rows)
+    steady = sum(max(0.0, _finite(s.wall_ms) - _finite(s.compile_cost_ms)) for s in rows)
     if steady_steps_per_s and steady_steps_per_s > 0:
         steady = max(steady, len(rows) * 1000.0 / steady_steps_per_s)
     return steady if steady > 0 else wall
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
 
 
 def graded(finding: "Finding", step_time_ms: float, settings: Settings) -> "Finding":

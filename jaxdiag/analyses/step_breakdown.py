@@ -44,6 +44,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.step_section import StepFigures
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.booking import between_programs, booked_runs, in_flight, op_steps
@@ -74,20 +75,21 @@ class StepRow:
     in_execution_gap_ms: float = 0.0
     compile_wait_ms: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "wall_ms": round(self.wall_ms, 4),
-            "device_busy_ms": round(self.device_busy_ms, 4),
-            "device_idle_ms": round(self.device_idle_ms, 4),
-            "host_wait_ms": round(self.host_wait_ms, 4),
-            "in_execution_gap_ms": round(self.in_execution_gap_ms, 4),
-            "compile_ms": round(self.compile_ms, 4),
-            "compile_wait_ms": round(self.compile_wait_ms, 4),
-            "collective_ms": round(self.collective_ms, 4),
-            "exposed_collective_ms": round(self.exposed_collective_ms, 4),
-            "tokens": self.tokens,
-        }
+    def figures(self) -> StepFigures:
+        """This step's row of the report's ``steps`` section (ms to 4 decimals)."""
+        return StepFigures(
+            step=self.step,
+            wall_ms=round(self.wall_ms, 4),
+            device_busy_ms=round(self.device_busy_ms, 4),
+            device_idle_ms=round(self.device_idle_ms, 4),
+            host_wait_ms=round(self.host_wait_ms, 4),
+            in_execution_gap_ms=round(self.in_execution_gap_ms, 4),
+            compile_ms=round(self.compile_ms, 4),
+            compile_wait_ms=round(self.compile_wait_ms, 4),
+            collective_ms=round(self.collective_ms, 4),
+            exposed_collective_ms=round(self.exposed_collective_ms, 4),
+            tokens=self.tokens,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,8 +99,9 @@ class StepBreakdown:
     rows: tuple[StepRow, ...]
     findings: tuple[Finding, ...] = ()
 
-    def to_dict(self) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self.rows]
+    def section(self) -> tuple[StepFigures, ...]:
+        """The report's ``steps`` section: a row per step."""
+        return tuple(r.figures() for r in self.rows)
 
 
 def analyze(inputs: AnalysisInputs) -> StepBreakdown:

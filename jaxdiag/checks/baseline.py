@@ -29,6 +29,7 @@ from jaxdiag.errors import BaselineError
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.analyses.recompile_section import RecompileRow
     from jaxdiag.analyses.small_op_section import SmallOpsStep
+    from jaxdiag.analyses.step_section import StepFigures
     from jaxdiag.reporting.model import Report
 
 #: Major.minor: a new major breaks readers; a new minor only adds figures.
@@ -213,20 +214,20 @@ def load_baseline(path: str | Path) -> Baseline:
 def baseline_from_report(report: "Report") -> Baseline:
     """Take the figures that matter from ``report`` (steady steps only, see the module docstring)."""
     steady = steady_steps(report)
-    walls = [float(s["wall_ms"]) for s in steady if _is_num(s.get("wall_ms"))]
+    walls = [s.wall_ms for s in steady if _is_num(s.wall_ms)]
     rates = [
-        float(s["tokens"]) / float(s["wall_ms"]) * 1000.0
+        float(s.tokens) / s.wall_ms * 1000.0
         for s in steady
-        if _is_num(s.get("tokens")) and _is_num(s.get("wall_ms")) and float(s["wall_ms"]) > 0
+        if s.tokens is not None and _is_num(s.tokens) and _is_num(s.wall_ms) and s.wall_ms > 0
     ]
     periods = _periods(report)
-    timed = [s for s in steady if _is_num(s.get("wall_ms"))]
+    timed = [s for s in steady if _is_num(s.wall_ms)]
     small = report.small_ops
     per_step_small: dict[Any, SmallOpsStep] = {r.step: r for r in small.per_step}
-    steady_small = [per_step_small[s.get("step")] for s in steady if s.get("step") in per_step_small]
+    steady_small = [per_step_small[s.step] for s in steady if s.step in per_step_small]
     if steady_small:
         small_count: float | None = float(statistics.median(r.count for r in steady_small))
-        busy = {s.get("step"): s.get("device_busy_ms") for s in steady}
+        busy = {s.step: s.device_busy_ms for s in steady}
         small_share = _trimmed_share([(_or_zero(r.time_ms), busy.get(r.step)) for r in steady_small])
     else:
         n = len(report.steps)
@@ -248,27 +249,23 @@ def baseline_from_report(report: "Report") -> Baseline:
         tokens_per_s=Spread.of(rates),
         compiles=len(report.recompiles),
         steady_recompiles=tuple(steady_recompiles(report)),
-        host_wait_share=_trimmed_share([(s.get("host_wait_ms"), s.get("wall_ms")) for s in steady]),
-        exposed_collective_share=_trimmed_share([(s.get("exposed_collective_ms"), s.get("wall_ms")) for s in steady]),
+        host_wait_share=_trimmed_share([(s.host_wait_ms, s.wall_ms) for s in steady]),
+        exposed_collective_share=_trimmed_share([(s.exposed_collective_ms, s.wall_ms) for s in steady]),
         small_op_count=None if small_count is None else round(small_count, 3),
         small_op_share=small_share,
         module_device_ms=module_device_ms(report),
-        steady_wall_ms=tuple(round(float(s["wall_ms"]), 6) for s in timed),
-        steady_period_ms=tuple(round(periods.get(s.get("step"), float(s["wall_ms"])), 6) for s in timed),
-        steady_tokens=tuple(float(s["tokens"]) if _is_num(s.get("tokens")) else None for s in timed),
+        steady_wall_ms=tuple(round(s.wall_ms, 6) for s in timed),
+        steady_period_ms=tuple(round(periods.get(s.step, s.wall_ms), 6) for s in timed),
+        steady_tokens=tuple(float(s.tokens) if s.tokens is not None and _is_num(s.tokens) else None for s in timed),
         internal_recompiles=tuple(r for r, internal in _compiles_after_warmup(report) if internal),
         throughput_unit=report.throughput.unit,
     )
 
 
-def steady_steps(report: "Report") -> list[dict[str, Any]]:
+def steady_steps(report: "Report") -> list["StepFigures"]:
     """Steps in which nothing compiled (no compile time, no compile on the timeline)."""
     compiled = {r.step for r in report.recompiles if r.step is not None}
-    return [
-        s
-        for s in report.steps
-        if not (_is_num(s.get("compile_ms")) and float(s["compile_ms"]) > 0) and s.get("step") not in compiled
-    ]
+    return [s for s in report.steps if not (_is_num(s.compile_ms) and s.compile_ms > 0) and s.step not in compiled]
 
 
 def steady_recompiles(report: "Report") -> list[Recompile]:
@@ -331,7 +328,7 @@ def module_device_ms(report: "Report") -> dict[str, float]:
     the report's step count. Reports without the section give ``{}``.
     """
     section = getattr(report, "device_time", None) or {}
-    return module_table(section, [s.get("step") for s in steady_steps(report)], len(report.steps))
+    return module_table(section, [s.step for s in steady_steps(report)], len(report.steps))
 
 
 def module_table(section: Mapping[str, Any], steady: Sequence[Any], n_steps: int) -> dict[str, float]:

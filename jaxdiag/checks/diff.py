@@ -13,6 +13,7 @@ name are summed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import statistics
 from collections import Counter
@@ -22,6 +23,7 @@ from jaxdiag.checks import stats
 from jaxdiag.checks.baseline import Baseline, Recompile, baseline_from_report, module_device_ms, steady_steps
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.step_section import StepFigures
     from jaxdiag.reporting.model import Report
 
 #: Per-step figures shown side by side.
@@ -162,9 +164,7 @@ def diff(a: "Report", b: "Report") -> ReportDiff:
 
 def _summary(a: "Report", b: "Report", fa: Baseline, fb: Baseline) -> list[FigureChange]:
     def busy(r: "Report") -> float | None:
-        vals = [
-            float(s["device_busy_ms"]) for s in steady_steps(r) if isinstance(s.get("device_busy_ms"), (int, float))
-        ]
+        vals = [s.device_busy_ms for s in steady_steps(r) if math.isfinite(s.device_busy_ms)]
         return round(statistics.median(vals), 4) if vals else None
 
     unit = fb.throughput_unit
@@ -210,16 +210,16 @@ def _rate(f: Baseline, what: str) -> float | None:
     return None if r is None else round(r.per_s, 4)
 
 
-def _steps(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> list[StepPair]:
-    def figures(s: Mapping[str, Any] | None) -> dict[str, float | None] | None:
+def _steps(a: Sequence["StepFigures"], b: Sequence["StepFigures"]) -> list[StepPair]:
+    def figures(s: "StepFigures | None") -> dict[str, float | None] | None:
         if s is None:
             return None
-        return {k: (float(s[k]) if isinstance(s.get(k), (int, float)) else None) for k in STEP_FIGURES}
+        values = {k: getattr(s, k) for k in STEP_FIGURES}
+        return {k: (float(v) if v is not None and math.isfinite(v) else None) for k, v in values.items()}
 
-    by_a = {s.get("step"): s for s in a}
-    by_b = {s.get("step"): s for s in b}
-    numbers = sorted({*by_a, *by_b} - {None})
-    return [StepPair(int(n), figures(by_a.get(n)), figures(by_b.get(n))) for n in numbers]
+    by_a = {s.step: s for s in a}
+    by_b = {s.step: s for s in b}
+    return [StepPair(n, figures(by_a.get(n)), figures(by_b.get(n))) for n in sorted({*by_a, *by_b})]
 
 
 def _device_times(r: "Report") -> dict[tuple[str, str], float]:

@@ -97,7 +97,7 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
     """
     go = _go()
     title = "Where each step's time went"
-    steps = [s for s in report.steps if s.get("step") is not None]
+    steps = report.steps
     if not steps:
         return no_data(title, f"no steps were found in this capture; {_MARK_STEPS}")
     by_step = {
@@ -112,24 +112,23 @@ def step_breakdown(report: "Report", *, max_bars: int = 500) -> "go.Figure":
     rows.update({unknown: [], "compile wait": [], "in-execution gaps": [], "idle": []})
     walls: list[float] = []
     for s in steps:
-        wall, busy, exposed = _ms(s.get("wall_ms")), _ms(s.get("device_busy_ms")), _ms(s.get("exposed_collective_ms"))
-        waits = by_step.get(int(s["step"]))
+        wall, busy, exposed = _ms(s.wall_ms), _ms(s.device_busy_ms), _ms(s.exposed_collective_ms)
+        waits = by_step.get(s.step)
         rows["device compute"].append(max(busy - exposed, 0.0))
         rows["exposed collectives"].append(exposed)
         for c in causes:
             rows[f"host wait: {c}"].append((waits or {}).get(c, 0.0))
-        if "compile_wait_ms" in s:  # 1.4: host_wait_ms holds the compile wait
-            compile_wait = _ms(s.get("compile_wait_ms"))
-            rows[unknown].append(max(_ms(s.get("host_wait_ms")) - compile_wait, 0.0) if waits is None else 0.0)
+        compile_wait = _ms(s.compile_cost_ms)
+        if s.compile_wait_ms is not None:  # 1.4: host_wait_ms holds the compile wait
+            rows[unknown].append(max(_ms(s.host_wait_ms) - compile_wait, 0.0) if waits is None else 0.0)
         else:  # older reports: host_wait_ms left compiles out, compile_ms was their part
-            compile_wait = _ms(s.get("compile_ms"))
-            rows[unknown].append(_ms(s.get("host_wait_ms")) if waits is None else 0.0)
+            rows[unknown].append(_ms(s.host_wait_ms) if waits is None else 0.0)
         rows["compile wait"].append(compile_wait)
-        rows["in-execution gaps"].append(_ms(s.get("in_execution_gap_ms")))
+        rows["in-execution gaps"].append(_ms(s.in_execution_gap_ms))
         used = sum(r[-1] for name, r in rows.items() if name != "idle")
         rows["idle"].append(max(wall - used, 0.0))
         walls.append(wall)
-    x = [int(s["step"]) for s in steps]
+    x = [s.step for s in steps]
     note = ""
     if len(steps) > max_bars:
         k = math.ceil(len(steps) / max_bars)

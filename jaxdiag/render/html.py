@@ -127,7 +127,7 @@ def _steps_table(report: "Report") -> str:
         return ""
     header = tuple(report.throughput.unit if c == "tokens" else c for c in _STEP_COLUMNS)
     return "<h2>Per step (ms)</h2>" + _table(
-        header, ([_num(s.get(c)) for c in _STEP_COLUMNS] for s in report.steps), numeric=range(len(_STEP_COLUMNS))
+        header, ([_num(getattr(s, c)) for c in _STEP_COLUMNS] for s in report.steps), numeric=range(len(_STEP_COLUMNS))
     )
 
 

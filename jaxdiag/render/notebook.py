@@ -69,7 +69,7 @@ class Dashboard:
         from jaxdiag.render import figures
 
         source = self.report.source
-        steps = [int(s["step"]) for s in self.report.steps if s.get("step") is not None]
+        steps = [s.step for s in self.report.steps]
         hosts = [str(h) for h in source.get("hosts") or []]
         devices = [d for d in source.get("devices") or [] if self.host is None or d.get("host") == self.host]
         planes = list(dict.fromkeys(str(d.get("plane")) for d in devices))

@@ -15,6 +15,7 @@ from jaxdiag.trace.versions import versions_text
 from jaxdiag.render.terminal_text import esc
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.step_section import StepFigures
     from rich.console import Console
 
     from jaxdiag.reporting.model import Report
@@ -92,7 +93,7 @@ def _header(report: "Report", console: "Console") -> None:
         console.print(f"[yellow]skipped {esc(skipped.get('file'))}: {esc(skipped.get('reason'))}[/yellow]")
     tp = report.throughput
     unit = tp.unit
-    walls = [s.get("wall_ms") or 0.0 for s in report.steps]
+    walls = [s.wall_ms for s in report.steps]
     parts = [f"{len(report.steps)} steps"]
     if walls:
         parts.append(f"mean step {sum(walls) / len(walls):.2f} ms")
@@ -164,14 +165,14 @@ def _steps(report: "Report", console: "Console") -> None:
     t = Table(title="Per step (ms)", title_justify="left", show_edge=False)
     for _, label in cols:
         t.add_column(label, justify="right")
-    rows = report.steps
+    rows: list[StepFigures | None] = list(report.steps)
     if len(rows) > _MAX_STEP_ROWS:
         rows = rows[: _MAX_STEP_ROWS // 2] + [None] + rows[-_MAX_STEP_ROWS // 2 :]
     for row in rows:
         if row is None:
             t.add_row(*(["…"] * len(cols)))
             continue
-        t.add_row(*[_int(row.get(k)) if k in ("step", "tokens") else _ms(row.get(k)) for k, _ in cols])
+        t.add_row(*[_int(getattr(row, k)) if k in ("step", "tokens") else _ms(getattr(row, k)) for k, _ in cols])
     console.print(t)
     console.print()
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.analyses.host_wait_section import HostWaits
     from jaxdiag.analyses.recompile_section import RecompileRow
     from jaxdiag.analyses.small_op_section import SmallOps
+    from jaxdiag.analyses.step_section import StepFigures
     from jaxdiag.analyses.throughput_section import Throughput
 
     from jaxdiag.trace.frames import TraceFrames
@@ -53,7 +54,7 @@ class Report:
     Attributes:
       source: where it came from: ``run_dir``, ``files``, ``hosts``, ``devices``,
         ``skipped``, ``step_source``, ``meta``.
-      steps: one dict per step (``step``, ``wall_ms``, ``device_busy_ms``, ...).
+      steps: a ``StepFigures`` per step (``step``, ``wall_ms``, ``device_busy_ms``, ...; typed, as ``host_waits``).
       recompiles: a ``RecompileRow`` per compile on the timeline (typed, as ``host_waits``).
       host_waits: a ``HostWaits`` (a typed section: renderers read its attributes; a dict given
         here is read into the type).
@@ -75,7 +76,7 @@ class Report:
     """
 
     source: dict[str, Any]
-    steps: list[dict[str, Any]]
+    steps: tuple[StepFigures, ...]
     recompiles: tuple[RecompileRow, ...]
     host_waits: HostWaits
     small_ops: SmallOps
@@ -198,7 +199,7 @@ class Report:
         """Per-step figures as a DataFrame indexed by step."""
         import pandas as pd
 
-        df = pd.DataFrame(self.steps)
+        df = pd.DataFrame([codec.to_json(s) for s in self.steps])
         return df.set_index("step") if "step" in df else df
 
     def findings_frame(self) -> "pd.DataFrame":

@@ -29,7 +29,7 @@ def build(inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> dict[str, An
     empty = {"threshold_us": threshold, "bins_per_decade": BINS_PER_DECADE, "edges_us": [], "counts": []}
     ops = device_ops(inputs.frames)
     keep = is_compute(inputs.frames, ops)
-    steps = {int(s["step"]) for s in sections.get("steps") or [] if s.get("step") is not None}
+    steps = {s.step for s in sections.get("steps") or ()}
     if steps:
         keep = keep & ops[F.STEP].isin(steps).to_numpy()
     if not keep.any():

@@ -18,6 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.step_section import StepFigures
     import numpy as np
 
     from jaxdiag.analyses.base import AnalysisInputs
@@ -113,7 +114,7 @@ def build(inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> dict[str, An
     return {"max_rects": MAX_RECTS, "windows": windows}
 
 
-def chosen_steps(steps: Sequence[Mapping[str, Any]]) -> list[int | None]:
+def chosen_steps(steps: Sequence["StepFigures"]) -> list[int | None]:
     """The steps a report keeps events for; ``[None]`` (the whole capture) without steps.
 
     A typical step (``default_step``, the one drawn by default) and the slowest of
@@ -124,20 +125,18 @@ def chosen_steps(steps: Sequence[Mapping[str, Any]]) -> list[int | None]:
     typical = default_step(steps)
     if typical is None:
         return [None]
-    numbered = [s for s in steps if s.get("step") is not None]
-    steady = [s for s in numbered if not (s.get("compile_ms") or 0) > 0] or numbered
-    slowest = max(steady, key=lambda s: (_ms(s.get("wall_ms")), -int(s["step"])))
-    return list(dict.fromkeys([typical, int(slowest["step"])]))
+    steady = [s for s in steps if not s.compile_ms > 0] or list(steps)
+    slowest = max(steady, key=lambda s: (_ms(s.wall_ms), -s.step))
+    return list(dict.fromkeys([typical, slowest.step]))
 
 
-def default_step(steps: Sequence[Mapping[str, Any]]) -> int | None:
+def default_step(steps: Sequence["StepFigures"]) -> int | None:
     """A typical step to draw: the median-wall step among those that did not compile."""
-    steps = [s for s in steps if s.get("step") is not None]
-    steady = [s for s in steps if not (s.get("compile_ms") or 0) > 0] or steps
+    steady = [s for s in steps if not s.compile_ms > 0] or list(steps)
     if not steady:
         return None
-    ranked = sorted(steady, key=lambda s: (_ms(s.get("wall_ms")), s["step"]))
-    return int(ranked[(len(ranked) - 1) // 2]["step"])
+    ranked = sorted(steady, key=lambda s: (_ms(s.wall_ms), s.step))
+    return ranked[(len(ranked) - 1) // 2].step
 
 
 def from_frames(frames: Any, step: int | None, host: str | None, max_rects: int = MAX_RECTS) -> "Window | str":

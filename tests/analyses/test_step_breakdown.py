@@ -9,6 +9,7 @@ import pytest
 from jaxdiag.analyses import step_breakdown
 from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.config import Thresholds
+from jaxdiag.reporting import codec
 from tests.frames_builders import compile_events, device_event, frames, host_event
 
 TH = Thresholds(host_wait_min_us=50)
@@ -79,9 +80,9 @@ def test_step_figures(case):
     assert row.compile_ms == 0
 
 
-def test_to_dict_keys_and_tokens():
+def test_section_json_keys_and_tokens():
     f = frames([device_event(0, 100), device_event(1000, 100)], steps=[(0, 1000), (1000, 2000)])
-    out = step_breakdown.analyze(AnalysisInputs(f, tokens_per_step={1: 512})).to_dict()
+    out = codec.to_json(step_breakdown.analyze(AnalysisInputs(f, tokens_per_step={1: 512})).section())
     assert [set(r) for r in out] == [KEYS, KEYS]
     assert [r["tokens"] for r in out] == [None, 512.0]
     assert [r["step"] for r in out] == [0, 1]
@@ -138,7 +139,7 @@ def test_step_filter_and_empty_capture():
     f = frames([device_event(0, 100)], steps=[(0, 1000), (1000, 2000), (2000, 3000)])
     assert [r.step for r in step_breakdown.analyze(AnalysisInputs(f, steps=[1, 2])).rows] == [1, 2]
     assert step_breakdown.analyze(AnalysisInputs(f, steps=[7])).rows == ()
-    assert step_breakdown.analyze(AnalysisInputs(frames([], steps=[]))).to_dict() == []
+    assert step_breakdown.analyze(AnalysisInputs(frames([], steps=[]))).section() == ()
 
 
 def test_capture_without_steps_is_one_window():

@@ -56,7 +56,7 @@ def test_steps_are_the_training_steps_executions(captures: Path, pattern: str) -
     assert len(report.steps) == len(train)
     assert report.source["step_source"] == "module" and report.source["step_program"] == TRAIN
     for row, execution in zip(report.steps, train):
-        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+        assert row.device_busy_ms == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
@@ -65,13 +65,13 @@ def test_no_host_wait_is_longer_than_the_time_with_nothing_in_flight(captures: P
     windows = report.frames.steps.sort_values("start_ns")
     free = [truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 for a, b in zip(windows["start_ns"], windows["end_ns"])]
     for row, nothing in zip(report.steps, free):
-        assert row["host_wait_ms"] <= nothing + 1e-3
+        assert row.host_wait_ms <= nothing + 1e-3
     assert report.host_waits.total_ms <= sum(free) + 1e-3
     # The per-step column and the breakdown by cause are one quantity, compile waits included.
     by_step = {s.step: s.total_ms for s in report.host_waits.by_step}
     for row in report.steps:
-        assert row["host_wait_ms"] == pytest.approx(by_step.get(row["step"], 0.0), abs=2e-3)
-    assert sum(row["host_wait_ms"] for row in report.steps) == pytest.approx(report.host_waits.total_ms, abs=5e-3)
+        assert row.host_wait_ms == pytest.approx(by_step.get(row.step, 0.0), abs=2e-3)
+    assert sum(row.host_wait_ms for row in report.steps) == pytest.approx(report.host_waits.total_ms, abs=5e-3)
     # On XLA:CPU the idle time between an execution's ops is counted, and named, apart.
     assert "XLA:CPU" in report.host_waits.in_execution.label
     assert report.host_waits.in_execution.total_ms > 0
@@ -136,7 +136,7 @@ def test_annotated_steps_that_never_read_get_the_work_they_dispatched(captures: 
     train = truth.of(TRAIN)
     assert report.source["step_source"] == "annotation" and len(report.steps) == len(train)
     for row, execution in zip(report.steps, train):
-        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+        assert row.device_busy_ms == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
     assert report.throughput.steady_steps_per_s == pytest.approx(truth.steady_rate(TRAIN), rel=0.10)
     assert report.throughput.host_ahead.max == max(truth.host_ahead(TRAIN)) >= 3
 
@@ -203,7 +203,7 @@ def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_pr
     assert report.source["step_source"] == "annotation" and len(report.steps) == len(train)
     assert max(truth.host_ahead(TRAIN)) >= 3
     for row, execution in zip(report.steps, train):
-        assert row["device_busy_ms"] == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
+        assert row.device_busy_ms == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
     rows = report.section("between_steps")["rows"]
     assert [(r["after_step"], r["before_step"]) for r in rows] == [(5, 6), (11, -1)]
     assert all([p["function"] for p in r["programs"]] == ["accuracy"] for r in rows)
@@ -216,8 +216,8 @@ def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_pr
     # The host ran ahead: its step windows are short, and the steps are graded at the device's pace.
     rate = report.throughput.steady_steps_per_s
     assert report.throughput.steady_from.startswith("device executions")
-    basis = max(sum(s["wall_ms"] - s["compile_wait_ms"] for s in report.steps), len(report.steps) * 1000 / rate)
-    assert basis > sum(s["wall_ms"] for s in report.steps)
+    basis = max(sum(s.wall_ms - s.compile_wait_ms for s in report.steps), len(report.steps) * 1000 / rate)
+    assert basis > sum(s.wall_ms for s in report.steps)
     assert finding.severity == severity_for(finding.time_lost_ms, basis, DEFAULT_SETTINGS)
 
 
@@ -235,7 +235,7 @@ def test_eager_ops_every_step_and_work_queued_before_the_trace_are_the_steps_own
     eager_ms = sum(e.busy_ns for m in ("jit_convert_element_type", "jit_multiply") for e in truth.of(m)) / 1e6
     for row, execution in zip(report.steps, mine):
         own = execution.busy_ns / 1e6
-        assert own * 0.95 - 0.02 <= row["device_busy_ms"] <= own * 1.05 + 0.02 + eager_ms
+        assert own * 0.95 - 0.02 <= row.device_busy_ms <= own * 1.05 + 0.02 + eager_ms
     periods = [b.start_ns - a.start_ns for a, b in zip(mine, mine[1:])]
     assert report.throughput.steady_from.startswith("device executions")
     assert report.throughput.steady_steps_per_s == pytest.approx(len(periods) / (sum(periods) / 1e9), rel=0.02)
@@ -277,13 +277,13 @@ def test_a_recompile_with_nothing_in_flight_is_its_steps_host_wait(captures: Pat
     free = [truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 for a, b in zip(windows["start_ns"], windows["end_ns"])]
     row = report.steps[RECOMPILE_AT]
     # The loop read every step: nothing was in flight while the new shape compiled, and the device waited.
-    assert row["compile_ms"] > 0 and row["compile_wait_ms"] >= 0.9 * row["compile_ms"]
-    assert row["compile_wait_ms"] <= row["host_wait_ms"] <= free[RECOMPILE_AT] + 1e-3
+    assert row.compile_ms > 0 and row.compile_wait_ms >= 0.9 * row.compile_ms
+    assert row.compile_wait_ms <= row.host_wait_ms <= free[RECOMPILE_AT] + 1e-3
     causes = {s.step: {c.cause: c.ms for c in s.by_cause} for s in report.host_waits.by_step}
-    assert causes[RECOMPILE_AT]["compile"] == pytest.approx(row["compile_wait_ms"], abs=2e-3)
+    assert causes[RECOMPILE_AT]["compile"] == pytest.approx(row.compile_wait_ms, abs=2e-3)
     (finding,) = _recompile_findings(report, "train_step")
     assert not finding.evidence.get("one_off") and finding.severity.value != "info"
-    waited = sum(report.steps[s]["compile_wait_ms"] for s in new)
+    waited = sum(report.steps[s].compile_wait_ms for s in new)
     assert finding.time_lost_ms == pytest.approx(waited, rel=0.01, abs=0.05)
     assert "at step" in finding.message and "outside the captured steps" not in finding.message
 
@@ -322,13 +322,13 @@ def test_an_eager_evaluation_compiling_each_shape_once_is_one_off(captures: Path
     # What a compile cost a step is device time with nothing in flight, and never more.
     windows = report.frames.steps.sort_values("start_ns")
     for row, (a, b) in zip(report.steps, zip(windows["start_ns"], windows["end_ns"])):
-        assert row["compile_wait_ms"] <= truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 + 1e-3
-        assert row["compile_wait_ms"] <= row["compile_ms"] + 1e-3
+        assert row.compile_wait_ms <= truth.nothing_in_flight_ns(int(a), int(b)) / 1e6 + 1e-3
+        assert row.compile_wait_ms <= row.compile_ms + 1e-3
     # A step whose compiles ran while the device worked through queued steps stays in the steady rate.
     # (Which steps' compiles ran under queued work depends on the scheduler: each such step is checked.)
     compiled = {s.step for s in report.throughput.per_step if s.compiled}
     for row in report.steps:
-        if row["compile_ms"] > 0 and row["compile_wait_ms"] == 0:
-            assert row["step"] not in compiled, row
-    by_step = {row["step"]: row for row in report.steps}
-    assert all(by_step[s]["compile_wait_ms"] > 0 for s in compiled)
+        if row.compile_ms > 0 and row.compile_wait_ms == 0:
+            assert row.step not in compiled, row
+    by_step = {row.step: row for row in report.steps}
+    assert all(by_step[s].compile_wait_ms > 0 for s in compiled)

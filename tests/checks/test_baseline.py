@@ -68,7 +68,7 @@ def test_figures_come_from_steady_steps_only() -> None:
     )
     b = baseline_from_report(report)
     # Step 0 compiled (compile_ms); step 4 has a compile on the timeline though its row shows none.
-    assert [s["step"] for s in steady_steps(report)] == [1, 2, 3, 5]
+    assert [s.step for s in steady_steps(report)] == [1, 2, 3, 5]
     assert (b.steps, b.steady_steps, b.compiles) == (6, 4, 2)
     assert b.step_time_ms == Spread(10.75, 0.875, 0.5, 4)  # quartiles 10.375 and 11.25
     # tokens/s is the median of per-step rates, here of steps 2 and 5 (10.5 and 11 ms).

@@ -67,29 +67,29 @@ def test_partial_hand_built_sections_draw():
 
 def test_step_breakdown_stacks_each_step_to_its_wall_time(cpu_report, cpu_trace_dir):
     fig = figures.step_breakdown(cpu_report)
-    steps = {s["step"]: s for s in cpu_report.steps}
+    steps = {s.step: s for s in cpu_report.steps}
     x = list(trace(fig, "device compute").x)
     assert x == sorted(steps)
     total = np.sum([np.asarray(t.y, dtype=float) for t in fig.data], axis=0)
     for i, step in enumerate(x):
         s = steps[step]
         # host_wait_ms holds the compile wait; compile_ms (host compile time) is no part of its own.
-        parts = s["device_busy_ms"] + s["host_wait_ms"] + s["in_execution_gap_ms"]
+        parts = s.device_busy_ms + s.host_wait_ms + s.in_execution_gap_ms
         # The idle part fills the step up to its wall time unless the parts overlap past it.
-        assert total[i] == pytest.approx(max(s["wall_ms"], parts), rel=0.02, abs=0.05)
+        assert total[i] == pytest.approx(max(s.wall_ms, parts), rel=0.02, abs=0.05)
     compile_wait = dict(zip(x, trace(fig, "compile wait").y))
-    assert compile_wait == {k: pytest.approx(steps[k]["compile_wait_ms"]) for k in x}
+    assert compile_wait == {k: pytest.approx(steps[k].compile_wait_ms) for k in x}
     assert compile_wait[cpu_trace_dir.recompile_step] > 1.0
     assert all(v == 0 for k, v in compile_wait.items() if k < cpu_trace_dir.recompile_step)
     gaps = dict(zip(x, trace(fig, "in-execution gaps").y))
-    assert gaps == {k: pytest.approx(steps[k]["in_execution_gap_ms"]) for k in x}
+    assert gaps == {k: pytest.approx(steps[k].in_execution_gap_ms) for k in x}
     load = dict(zip(x, trace(fig, "host wait: load_batch").y))
     for step in cpu_trace_dir.sleep_steps:
         assert load[step] > 0.8 * cpu_trace_dir.sleep_s * 1000
     # The "% of step" button restyles every trace to shares that add up to 100 per step.
     pct = fig.layout.updatemenus[0].buttons[1].args[0]["y"]
     assert len(pct) == len(fig.data)
-    np.testing.assert_allclose(np.sum(pct, axis=0), 100 * total / [steps[s]["wall_ms"] for s in x], rtol=1e-6)
+    np.testing.assert_allclose(np.sum(pct, axis=0), 100 * total / [steps[s].wall_ms for s in x], rtol=1e-6)
 
 
 def test_step_breakdown_draws_the_compile_wait_inside_the_host_wait_once():
@@ -133,7 +133,7 @@ def test_timeline_puts_host_annotations_above_device_streams(cpu_report, cpu_tra
     assert host.name == "host annotations" and devices
     labels = list(fig.layout.yaxis.categoryarray)
     assert max(labels.index(y) for y in host.y) < min(labels.index(y) for d in devices for y in d.y)
-    wall = next(s["wall_ms"] for s in cpu_report.steps if s["step"] == step)
+    wall = next(s.wall_ms for s in cpu_report.steps if s.step == step)
     assert fig.layout.xaxis.range[1] == pytest.approx(wall, rel=1e-3)
     names = list(host.text)
     load = names.index("load_batch")
@@ -170,7 +170,7 @@ def test_saved_report_draws_its_kept_steps_and_says_why_not_others(cpu_report):
     assert kept and figures.default_step(cpu_report) == kept[0]
     for step in kept:
         assert figures.step_timeline(saved, step).to_json() == figures.step_timeline(cpu_report, step).to_json()
-    other = next(s["step"] for s in cpu_report.steps if s["step"] not in kept)
+    other = next(s.step for s in cpu_report.steps if s.step not in kept)
     why = annotations(figures.step_timeline(saved, other))
     assert any(f"keeps the events of steps {', '.join(map(str, kept))} only" in t for t in why)
     why = annotations(figures.step_timeline(saved, kept[0], host="another-host"))

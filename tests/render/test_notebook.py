@@ -35,7 +35,7 @@ def test_selection_figures_follow_the_chosen_step(cpu_report, cpu_trace_dir):
 
 def test_choices_list_steps_hosts_and_devices(cpu_report):
     choices = Dashboard(cpu_report).choices()
-    assert choices["step"] == [s["step"] for s in cpu_report.steps]
+    assert choices["step"] == [s.step for s in cpu_report.steps]
     assert choices["host"] == list(cpu_report.frames.hosts)
     assert choices["device"] == list(dict.fromkeys(cpu_report.frames.devices["plane"]))
     assert choices["default_step"][0] in choices["step"]

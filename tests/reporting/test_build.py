@@ -45,8 +45,8 @@ def test_severity_is_one_rule_and_findings_are_ordered_by_time_lost(cpu_trace_di
     from jaxdiag.analyses.base import Severity, severity_for
 
     built = report(cpu_trace_dir.logdir)
-    step_time_ms = sum(s["wall_ms"] - s["compile_ms"] for s in built.steps)
-    assert step_time_ms < sum(s["wall_ms"] for s in built.steps)  # the capture recompiles
+    step_time_ms = sum(s.wall_ms - s.compile_ms for s in built.steps)
+    assert step_time_ms < sum(s.wall_ms for s in built.steps)  # the capture recompiles
     timed = [f for f in built.findings if f.time_lost_ms > 0]
     assert len({f.kind for f in timed}) >= 3  # recompile, host_wait, small_ops at least
     for f in timed:

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxdiag
+from jaxdiag.analyses.step_section import StepFigures
 from jaxdiag.reporting import timeline_events as timeline
 
 
@@ -99,7 +100,7 @@ def test_a_kept_step_with_nothing_to_draw_says_why_as_the_trace_did():
 
 def test_chosen_steps_are_a_typical_one_and_the_slowest_that_did_not_compile():
     steps = [
-        {"step": i, "wall_ms": w, "compile_ms": c}
+        StepFigures(step=i, wall_ms=w, compile_ms=c)
         for i, (w, c) in enumerate([(50, 40), (10, 0), (12, 0), (11, 0), (900, 880), (30, 0)])
     ]
     assert timeline.chosen_steps(steps) == [3, 5]
