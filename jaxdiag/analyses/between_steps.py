@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
 
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.between_step_section import BetweenStepsRow, BetweenStepsSection, ProgramRuns, where
 from jaxdiag.analyses.booking import UNBOOKED, dispatched_at, queued_after, step_program
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import device_ops, executions_of, hosts_of, intervals_of, step_windows
@@ -58,23 +58,20 @@ class BetweenRow:
 
     def where(self) -> str:
         """``between steps 468 and 469``, ``before step 0`` or ``after step 469``."""
-        if self.after_step < 0:
-            return f"before step {self.before_step}"
-        if self.before_step < 0:
-            return f"after step {self.after_step}"
-        return f"between steps {self.after_step} and {self.before_step}"
+        return where(self.after_step, self.before_step)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "after_step": self.after_step,
-            "before_step": self.before_step,
-            "start_ns": self.start_ns,
-            "end_ns": self.end_ns,
-            "ms": round(self.ms, 4),
-            "device_busy_ms": round(self.device_busy_ms, 4),
-            "programs": [{"function": n, "executions": c} for n, c in self.programs],
-        }
+    def row(self) -> BetweenStepsRow:
+        """This stretch's row of the report's ``between_steps`` section."""
+        return BetweenStepsRow(
+            self.host,
+            self.after_step,
+            self.before_step,
+            self.start_ns,
+            self.end_ns,
+            round(self.ms, 4),
+            round(self.device_busy_ms, 4),
+            tuple(ProgramRuns(n, c) for n, c in self.programs),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,8 +85,9 @@ class BetweenSteps:
     def total_ms(self) -> float:
         return sum(r.ms for r in self.rows)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"total_ms": round(self.total_ms, 4), "rows": [r.to_dict() for r in self.rows]}
+    def section(self) -> BetweenStepsSection:
+        """The report's ``between_steps`` section."""
+        return BetweenStepsSection(round(self.total_ms, 4), tuple(r.row() for r in self.rows))
 
 
 def function_of(module: str) -> str:
@@ -253,7 +251,7 @@ def _findings(r: BetweenSteps, inputs: AnalysisInputs, steady_ms: float) -> tupl
                 "run it less often or on fewer batches; it does not slow the training step itself."
             ),
             evidence={
-                "rows": [row.to_dict() for row in rows[:20]],
+                "rows": [dataclasses.asdict(row.row()) for row in rows[:20]],
                 "total_ms": round(total, 3),
                 "before_step_0_ms": round(setup, 3),
             },

@@ -15,6 +15,7 @@ from jaxdiag.trace.versions import versions_text
 from jaxdiag.render.terminal_text import esc
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.between_step_section import BetweenStepsSection
     from jaxdiag.analyses.step_section import StepFigures
     from rich.console import Console
 
@@ -178,21 +179,15 @@ def _steps(report: "Report", console: "Console") -> None:
 
 
 def _between_steps(report: "Report", console: "Console") -> None:
-    section = report.section("between_steps") or {}
-    rows = section.get("rows") or []
+    section: BetweenStepsSection = report.section("between_steps")
+    rows = section.rows
     if not rows:
         return
-    console.print(f"[bold]Work between steps[/bold] {_ms(section.get('total_ms'))} ms, outside every step:")
+    console.print(f"[bold]Work between steps[/bold] {_ms(section.total_ms)} ms, outside every step:")
     for r in rows[:10]:
-        listed = ", ".join(f"`{esc(p.get('function'))}` x{esc(p.get('executions'))}" for p in r.get("programs") or [])
-        where = f"between steps {esc(r.get('after_step'))} and {esc(r.get('before_step'))}"
-        if r.get("before_step") == -1:
-            where = f"after step {esc(r.get('after_step'))}"
-        if r.get("after_step") == -1:
-            where = f"before step {esc(r.get('before_step'))}"
+        listed = ", ".join(f"`{esc(p.function)}` x{p.executions}" for p in r.programs)
         console.print(
-            f"  {where}: {listed or 'no device program'}, "
-            f"{_ms(r.get('ms'))} ms (device busy {_ms(r.get('device_busy_ms'))} ms)"
+            f"  {r.where()}: {listed or 'no device program'}, {_ms(r.ms)} ms (device busy {_ms(r.device_busy_ms)} ms)"
         )
     if len(rows) > 10:
         console.print(f"  ... and {len(rows) - 10} more")

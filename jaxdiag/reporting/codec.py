@@ -124,10 +124,17 @@ def schema_row(name: str, kind: Any) -> str:
     """The row of ``docs/report-schema.md`` for the section ``name`` of type ``kind`` (a tuple: an array section,
     led by its rows' type's first docstring line, ``one object per ...``)."""
     if not _is_sequence(kind):
-        return f"| `{name}` | object | {describe(kind)}. |"
+        body = _body(kind)
+        return f"| `{name}` | object | {body + ' ' if body else ''}{describe(kind)}. |"
     row = typing.get_args(kind)[0]
     lead = (row.__doc__ or "").strip().splitlines()[0].rstrip(".")
     return f"| `{name}` | array | {lead[:1].lower() + lead[1:]}: {describe(row)}. |"
+
+
+def _body(kind: Any) -> str:
+    """A type's docstring past its summary line, as one line of markdown (what the whole section holds)."""
+    paragraphs = (kind.__doc__ or "").strip().split("\n\n")[1:]
+    return " ".join(" ".join(p.split()) for p in paragraphs).replace("``", "`")
 
 
 def _element(hint: Any) -> Any:

@@ -92,7 +92,7 @@ class Section:
 SECTIONS: tuple[Section, ...] = (
     Section("capture", "1.4", dict, analysis="completeness"),  # printed first, as notes (``build``)
     Section("steps", "1.0", list, analysis="step_breakdown", kind="step_section:StepFigures"),
-    Section("between_steps", "1.4", dict, analysis="between_steps"),
+    Section("between_steps", "1.4", dict, analysis="between_steps", kind="between_step_section:BetweenStepsSection"),
     Section(
         "timeline",
         "1.3",

@@ -20,6 +20,7 @@ import pytest
 
 import jaxdiag
 from jaxdiag.analyses.base import severity_for, steady_wall_ms
+from jaxdiag.analyses.between_step_section import ProgramRuns
 from jaxdiag.config import DEFAULT_SETTINGS
 from tests.analyses import trace_truth
 from tests.analyses.timeline_programs import PATTERNS, RECOMPILE_AT
@@ -112,10 +113,10 @@ def test_work_between_steps_has_its_own_rows(captures: Path) -> None:
         evals = [e for e in truth.of("jit_accuracy") if e.start_ns >= lo and (hi is None or e.start_ns < hi)]
         if evals:
             expected.append((i, i + 1 if hi is not None else -1, len(evals)))
-    rows = report.section("between_steps")["rows"]
-    got = [(r["after_step"], r["before_step"], r["programs"][0]["executions"]) for r in rows]
+    rows = report.section("between_steps").rows
+    got = [(r.after_step, r.before_step, r.programs[0].executions) for r in rows]
     assert got == expected == [(5, 6, 2), (11, -1, 1)]
-    assert all(r["programs"][0]["function"] == "accuracy" for r in rows)
+    assert all(r.programs[0].function == "accuracy" for r in rows)
     finding = next(f for f in report.findings if f.kind == "between_steps")
     assert "between steps 5 and 6: `accuracy` x2" in finding.message
     # Left out of the steps: no step holds the evaluation's device time (checked above per step),
@@ -126,7 +127,7 @@ def test_work_between_steps_has_its_own_rows(captures: Path) -> None:
 @pytest.mark.parametrize("pattern", [p for p in PATTERNS if p != "eval_between"])
 def test_no_work_between_steps_where_none_ran(captures: Path, pattern: str) -> None:
     report, _truth = _case(captures, pattern)
-    assert report.section("between_steps")["rows"] == []
+    assert report.section("between_steps").rows == ()
 
 
 def test_annotated_steps_that_never_read_get_the_work_they_dispatched(captures: Path) -> None:
@@ -204,13 +205,13 @@ def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_pr
     assert max(truth.host_ahead(TRAIN)) >= 3
     for row, execution in zip(report.steps, train):
         assert row.device_busy_ms == pytest.approx(execution.busy_ns / 1e6, rel=0.05, abs=0.02)
-    rows = report.section("between_steps")["rows"]
-    assert [(r["after_step"], r["before_step"]) for r in rows] == [(5, 6), (11, -1)]
-    assert all([p["function"] for p in r["programs"]] == ["accuracy"] for r in rows)
-    assert sum(r["programs"][0]["executions"] for r in rows) == len(evals) == 6
+    rows = report.section("between_steps").rows
+    assert [(r.after_step, r.before_step) for r in rows] == [(5, 6), (11, -1)]
+    assert all([p.function for p in r.programs] == ["accuracy"] for r in rows)
+    assert sum(r.programs[0].executions for r in rows) == len(evals) == 6
     for r in rows:  # each row holds its evaluations and overlaps no execution of the step's program
-        assert sum(r["start_ns"] <= e.start_ns and e.end_ns <= r["end_ns"] for e in evals) == 3
-        assert not [e for e in train if e.start_ns < r["end_ns"] and e.end_ns > r["start_ns"]]
+        assert sum(r.start_ns <= e.start_ns and e.end_ns <= r.end_ns for e in evals) == 3
+        assert not [e for e in train if e.start_ns < r.end_ns and e.end_ns > r.start_ns]
     finding = next(f for f in report.findings if f.kind == "between_steps")
     assert "train_step" not in finding.message
     # The host ran ahead: its step windows are short, and the steps are graded at the device's pace.
@@ -239,23 +240,23 @@ def test_eager_ops_every_step_and_work_queued_before_the_trace_are_the_steps_own
     periods = [b.start_ns - a.start_ns for a, b in zip(mine, mine[1:])]
     assert report.throughput.steady_from.startswith("device executions")
     assert report.throughput.steady_steps_per_s == pytest.approx(len(periods) / (sum(periods) / 1e9), rel=0.02)
-    assert report.section("between_steps")["rows"] == []
+    assert report.section("between_steps").rows == ()
     assert not [f for f in report.findings if f.kind == "between_steps"]
     assert not report.top_ops["between_rows"]
 
 
 def test_the_work_between_steps_finding_states_its_share_as_graded_and_what_it_leaves_out(captures: Path) -> None:
     report, truth = _case(captures, "setup_then_eval")
-    rows = report.section("between_steps")["rows"]
-    assert [(r["after_step"], r["before_step"], r["programs"]) for r in rows] == [
-        (-1, 0, [{"function": "rescale", "executions": len(truth.of("jit_rescale"))}]),
-        (5, 6, [{"function": "accuracy", "executions": len(truth.of("jit_accuracy"))}]),
+    rows = report.section("between_steps").rows
+    assert [(r.after_step, r.before_step, r.programs) for r in rows] == [
+        (-1, 0, (ProgramRuns("rescale", len(truth.of("jit_rescale"))),)),
+        (5, 6, (ProgramRuns("accuracy", len(truth.of("jit_accuracy"))),)),
     ]
     finding = next(f for f in report.findings if f.kind == "between_steps")
     before, between = rows
-    assert finding.time_lost_ms == pytest.approx(between["ms"], abs=1e-3)  # the section's total is both rows
-    assert report.section("between_steps")["total_ms"] == pytest.approx(before["ms"] + between["ms"], abs=1e-3)
-    assert f"The {before['ms']:.1f} ms before step 0 (work queued before the loop) is not counted here." in (
+    assert finding.time_lost_ms == pytest.approx(between.ms, abs=1e-3)  # the section's total is both rows
+    assert report.section("between_steps").total_ms == pytest.approx(before.ms + between.ms, abs=1e-3)
+    assert f"The {before.ms:.1f} ms before step 0 (work queued before the loop) is not counted here." in (
         finding.message
     )
     basis = steady_wall_ms(report.steps, report.throughput.device_steady_rate())  # what the report grades against
