@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from jaxdiag.analyses.capture_section import CaptureNote, CaptureSection
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import platform_of
 from jaxdiag.analyses.device_work import device_ops, host_events, hosts_of, name_matches, step_windows
@@ -41,31 +42,6 @@ _LAUNCH = re.compile(r"^PjitFunction\((.+)\)$")
 _MODULE = re.compile(r"^(?:jit|pjit)[_(](.+?)\)?(?:\.\d+)?$")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CaptureNote:
-    """One way the capture is not whole.
-
-    Attributes:
-      kind: ``device_work_missing``, ``events_dropped``, ``hosts_missing`` or ``short_window``.
-      message: what the trace lacks, and which figures it makes wrong.
-      change: what to change in the capture.
-      evidence: the facts behind it.
-    """
-
-    kind: str
-    message: str
-    change: str
-    evidence: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def text(self) -> str:
-        """The note as one line: what is missing, then what to change."""
-        return f"{self.message} {self.change}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "change": self.change, "evidence": dict(self.evidence)}
-
-
 @dataclasses.dataclass(frozen=True)
 class CompletenessResult:
     """The notes on what the capture lacks; ``whole`` when there are none."""
@@ -77,8 +53,9 @@ class CompletenessResult:
     def whole(self) -> bool:
         return not self.notes
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"whole": self.whole, "notes": [n.to_dict() for n in self.notes]}
+    def section(self) -> CaptureSection:
+        """The report's ``capture`` section."""
+        return CaptureSection(self.whole, self.notes)
 
 
 def analyze(inputs: AnalysisInputs) -> CompletenessResult:

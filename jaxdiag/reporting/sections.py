@@ -90,7 +90,9 @@ class Section:
 
 #: Every section, in the order the JSON report, the terminal and the HTML report show them.
 SECTIONS: tuple[Section, ...] = (
-    Section("capture", "1.4", dict, analysis="completeness"),  # printed first, as notes (``build``)
+    Section(
+        "capture", "1.4", dict, analysis="completeness", kind="capture_section:CaptureSection"
+    ),  # printed first, as notes (``build``)
     Section("steps", "1.0", list, analysis="step_breakdown", kind="step_section:StepFigures"),
     Section("between_steps", "1.4", dict, analysis="between_steps", kind="between_step_section:BetweenStepsSection"),
     Section(

@@ -17,6 +17,7 @@ import pytest
 import jaxdiag
 from jaxdiag.analyses import completeness
 from jaxdiag.analyses.base import AnalysisInputs
+from jaxdiag.analyses.capture_section import CaptureSection
 from tests.frames_builders import device_event, frames
 
 STEPS = 6
@@ -72,20 +73,20 @@ def test_a_trace_stopped_before_the_device_ran_its_steps_says_so(unread):
     assert truth["steps"] == list(range(STEPS))
     missing = STEPS - truth["executions"]
     if missing == 0:  # the device kept up with the host this time: nothing to say, and nothing said
-        assert report.capture["whole"]
+        assert report.capture.whole
         return
-    (note,) = [n for n in report.capture["notes"] if n["kind"] == "device_work_missing"]
-    assert note["evidence"]["launches"] == {"heavy": {"missing": missing, "of": STEPS}}
-    assert note["evidence"]["steps"] == list(range(STEPS - missing, STEPS))  # the last launches never ran
-    assert "block_until_ready" in note["change"]
-    assert report.notes[0] == f"{note['message']} {note['change']}"
+    (note,) = [n for n in report.capture.notes if n.kind == "device_work_missing"]
+    assert note.evidence["launches"] == {"heavy": {"missing": missing, "of": STEPS}}
+    assert note.evidence["steps"] == list(range(STEPS - missing, STEPS))  # the last launches never ran
+    assert "block_until_ready" in note.change
+    assert report.notes[0] == f"{note.message} {note.change}"
 
 
 def test_the_notes_come_before_the_findings(unread):
     from jaxdiag.render import html, terminal
 
     report, _ = unread
-    if report.capture["whole"]:
+    if report.capture.whole:
         pytest.skip("the device kept up with the host")
     text = terminal.render(report, width=200)
     assert text.index("note: The trace of") < text.index("Per step (ms)")
@@ -102,7 +103,7 @@ def test_capture_waits_for_the_device_so_the_same_loop_is_whole(tmp_path):
                 w, x = heavy(w, x)
     assert _truth(tmp_path)["executions"] == STEPS
     report = jaxdiag.report(cap.run_dir)
-    assert report.capture == {"whole": True, "notes": []}
+    assert report.capture == CaptureSection(whole=True, notes=())
 
 
 def test_a_one_step_window_and_a_missing_host_are_said(tmp_path):
@@ -112,14 +113,14 @@ def test_a_one_step_window_and_a_missing_host_are_said(tmp_path):
             with cap.step():
                 float(f(jnp.ones((64, 64))))
     assert _truth_steps(cap.run_dir) == [1]
-    kinds = {n["kind"]: n for n in jaxdiag.report(cap.run_dir).capture["notes"]}
-    assert set(kinds) == {"short_window"} and kinds["short_window"]["evidence"] == {"steps": 1}
+    kinds = {n.kind: n for n in jaxdiag.report(cap.run_dir).capture.notes}
+    assert set(kinds) == {"short_window"} and kinds["short_window"].evidence == {"steps": 1}
     # The run's other process wrote nothing here: its sidecar says there were two.
     (sidecar,) = cap.run_dir.glob("jaxdiag-*.json")
     doc = json.loads(sidecar.read_text())
     sidecar.write_text(json.dumps({**doc, "process_count": 2}))
-    kinds = {n["kind"]: n for n in jaxdiag.report(cap.run_dir).capture["notes"]}
-    assert kinds["hosts_missing"]["evidence"] == {"expected": 2, "read": 1, "missing_processes": [1]}
+    kinds = {n.kind: n for n in jaxdiag.report(cap.run_dir).capture.notes}
+    assert kinds["hosts_missing"].evidence == {"expected": 2, "read": 1, "missing_processes": [1]}
 
 
 def _truth_steps(run_dir: Path) -> list[int]:
