@@ -21,32 +21,11 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
+from jaxdiag.analyses.divergence_section import Divergence, DivergenceSection
 from jaxdiag.recording.host_check import _ranges, describe, entry
 from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN, CompileRecord
 
 _HANG = "in a multi-controller run the processes run different programs and hang or fail at the next collective"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Divergence:
-    """One function compiled differently on some processes."""
-
-    function: str
-    compile_index: int | None  # None: the number of compiles differs
-    processes: tuple[int, ...]  # the processes that differ from the rest
-    others: tuple[int, ...]
-    step: int | None
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "function": self.function,
-            "compile_index": self.compile_index,
-            "processes": list(self.processes),
-            "others": list(self.others),
-            "step": self.step,
-            "detail": self.detail,
-        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,10 +36,11 @@ class DivergenceResult:
     divergences: tuple[Divergence, ...]
     findings: tuple[Finding, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def section(self) -> DivergenceSection:
+        """The report's ``divergence`` section: empty (``{}``) with fewer than two processes."""
         if len(self.processes) < 2:
-            return {}
-        return {"processes": list(self.processes), "divergences": [d.to_dict() for d in self.divergences]}
+            return DivergenceSection()
+        return DivergenceSection(self.processes, self.divergences)
 
 
 def _whole(value: Any) -> int | None:

@@ -119,7 +119,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("top_ops", "1.3", dict, analysis="top_ops"),
     Section("memory", "1.3", dict, analysis="memory"),
     Section("stragglers", "1.3", dict, analysis="stragglers"),
-    Section("divergence", "1.3", dict, analysis="divergence"),
+    Section("divergence", "1.3", dict, analysis="divergence", kind="divergence_section:DivergenceSection"),
 )
 
 

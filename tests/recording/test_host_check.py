@@ -130,13 +130,14 @@ def test_the_report_names_the_process_step_and_argument_that_diverged(tmp_path):
     assert count.evidence["step"] == 2 and "at step 2" in count.message
     assert "process(es) 1 compiled `train_step` twice while process(es) 0 compiled it once" in count.message
     assert "args[0] axis 0 = 24 in process 1 vs 32 in process 0" in count.message
-    assert report.divergence["processes"] == [0, 1]
+    assert report.divergence.processes == (0, 1)
     assert report.to_dict()["divergence"]["divergences"]
 
 
 def test_one_process_has_nothing_to_compare():
     from jaxdiag.analyses.base import AnalysisInputs
     from jaxdiag.analyses.divergence import analyze
+    from jaxdiag.reporting import codec
 
     records = [
         {
@@ -149,7 +150,7 @@ def test_one_process_has_nothing_to_compare():
         }
     ]
     result = analyze(AnalysisInputs(frames=None, compile_log=records))  # type: ignore[arg-type]
-    assert result.to_dict() == {} and not result.findings
+    assert codec.to_json(result.section()) == {} and not result.findings
 
 
 def test_records_without_a_readable_process_or_compile_index_are_left_out():
@@ -158,6 +159,7 @@ def test_records_without_a_readable_process_or_compile_index_are_left_out():
 
     from jaxdiag.analyses.base import AnalysisInputs
     from jaxdiag.analyses.divergence import analyze
+    from jaxdiag.analyses.divergence_section import DivergenceSection
 
     def record(process: object, compile_index: object = 1, shape: int = 2) -> dict:
         return {
@@ -174,4 +176,4 @@ def test_records_without_a_readable_process_or_compile_index_are_left_out():
         frames=frames([host_event(0, 1, "x", host="h-p0")]), compile_log=[record(0), record(1.0), *damaged]
     )
     result = analyze(inputs)
-    assert result.to_dict() == {"processes": [0, 1], "divergences": []} and not result.findings
+    assert result.section() == DivergenceSection((0, 1), ()) and not result.findings
