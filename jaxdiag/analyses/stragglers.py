@@ -34,10 +34,18 @@ little past 400 lines.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from jaxdiag.analyses.host_wait_section import CauseWait
+from jaxdiag.analyses.straggler_section import (
+    AlignmentFacts,
+    HostStep,
+    StepSetBy,
+    StragglerRow,
+    StragglersSection,
+)
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.config import Settings
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
@@ -79,35 +87,16 @@ class Alignment:
     def aligned(self) -> bool:
         return self.residual_ms is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reference": self.reference,
-            "aligned": self.aligned,
-            "shared_collectives": self.shared,
-            "residual_ms": None if self.residual_ms is None else round(self.residual_ms, 3),
-            "offsets_ms": {h: round(v, 3) for h, v in self.offsets_ms.items()},
-            "note": self.note,
-        }
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HostStep:
-    """One host in one step: its wall time, how late it came to collectives, how long it waited in them."""
-
-    host: str
-    step: int
-    wall_ms: float
-    late_ms: float
-    waited_ms: float  # per device of the host (mean): time waiting in collectives for a later host
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "step": self.step,
-            "wall_ms": round(self.wall_ms, 3),
-            "late_ms": round(self.late_ms, 3),
-            "waited_ms": round(self.waited_ms, 3),
-        }
+    def facts(self) -> AlignmentFacts:
+        """What the report's ``stragglers.alignment`` says (ms to 3 decimals)."""
+        return AlignmentFacts(
+            self.reference,
+            self.aligned,
+            self.shared,
+            None if self.residual_ms is None else round(self.residual_ms, 3),
+            {h: round(v, 3) for h, v in self.offsets_ms.items()},
+            self.note,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,15 +110,16 @@ class Straggler:
     waiting_devices: int  # the other hosts' devices that waited for it
     doing: tuple[tuple[str, str, float], ...]  # (cause, kind, ms) of its own host waits in those steps
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "steps": list(self.steps),
-            "late_ms": round(self.late_ms, 3),
-            "others_waited_device_ms": round(self.others_waited_ms, 3),
-            "waiting_devices": self.waiting_devices,
-            "doing": [{"cause": c, "kind": k, "ms": round(ms, 3)} for c, k, ms in self.doing],
-        }
+    def row(self) -> StragglerRow:
+        """This host's row of the report's ``stragglers.stragglers`` (ms to 3 decimals)."""
+        return StragglerRow(
+            self.host,
+            self.steps,
+            round(self.late_ms, 3),
+            round(self.others_waited_ms, 3),
+            self.waiting_devices,
+            tuple(CauseWait(c, k, round(ms, 3)) for c, k, ms in self.doing),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,16 +137,20 @@ class StragglersResult:
     stragglers: tuple[Straggler, ...]
     findings: tuple[Finding, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def section(self) -> StragglersSection:
+        """The report's ``stragglers`` section: empty (``{}``) with fewer than two hosts."""
         if len(self.hosts) < 2:
-            return {}
-        return {
-            "hosts": list(self.hosts),
-            "alignment": None if self.alignment is None else self.alignment.to_dict(),
-            "per_host_step": [r.to_dict() for r in self.table],
-            "step_set_by": [{"step": s, "host": h} for s, h in sorted(self.step_hosts.items())],
-            "stragglers": [s.to_dict() for s in self.stragglers],
-        }
+            return StragglersSection()
+        return StragglersSection(
+            hosts=self.hosts,
+            alignment=None if self.alignment is None else self.alignment.facts(),
+            per_host_step=tuple(
+                HostStep(r.host, r.step, round(r.wall_ms, 3), round(r.late_ms, 3), round(r.waited_ms, 3))
+                for r in self.table
+            ),
+            step_set_by=tuple(StepSetBy(s, h) for s, h in sorted(self.step_hosts.items())),
+            stragglers=tuple(s.row() for s in self.stragglers),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

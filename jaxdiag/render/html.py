@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from jaxdiag.trace.versions import versions_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.straggler_section import HostStep, StragglersSection
     from jaxdiag.analyses.throughput_section import Throughput
     from jaxdiag.reporting.model import Report
 
@@ -133,31 +134,27 @@ def _steps_table(report: "Report") -> str:
 
 def hosts_table(report: "Report") -> str:
     """With several hosts: wall ms per host and step (late to / waited in collectives), and who set each step."""
-    section = getattr(report, "stragglers", None) or {}
-    rows = section.get("per_host_step") or []
+    section: StragglersSection = report.section("stragglers")
+    rows = section.per_host_step
     if not rows:
         return ""
-    al = section.get("alignment") or {}
+    al = section.alignment
     aligned = (
-        f"clocks aligned on {_num(al.get('shared_collectives'))} shared collectives, to within "
-        f"{_num(al.get('residual_ms'))} ms"
-        if al.get("aligned")
-        else _e(al.get("note") or "clocks not aligned")
+        f"clocks aligned on {_num(al.shared_collectives)} shared collectives, to within {_num(al.residual_ms)} ms"
+        if al is not None and al.aligned
+        else _e((al.note if al else "") or "clocks not aligned")
     )
-    hosts = section.get("hosts") or sorted({r.get("host") for r in rows})
-    by = {(r.get("host"), r.get("step")): r for r in rows}
-    set_by = {r.get("step"): r.get("host") for r in section.get("step_set_by") or []}
+    hosts = section.hosts or sorted({r.host for r in rows})
+    by = {(r.host, r.step): r for r in rows}
+    set_by = {r.step: r.host for r in section.step_set_by}
 
-    def cell(r: dict[str, Any] | None) -> str:
+    def cell(r: HostStep | None) -> str:
         if r is None:
             return "—"
-        extra = [
-            f"late {_num(r.get('late_ms'))}" if r.get("late_ms") else "",
-            f"waited {_num(r.get('waited_ms'))}" if r.get("waited_ms") else "",
-        ]
-        return _num(r.get("wall_ms")) + "".join(f" ({e})" for e in extra if e)
+        extra = [f"late {_num(r.late_ms)}" if r.late_ms else "", f"waited {_num(r.waited_ms)}" if r.waited_ms else ""]
+        return _num(r.wall_ms) + "".join(f" ({e})" for e in extra if e)
 
-    steps = sorted({r.get("step") for r in rows})
+    steps = sorted({r.step for r in rows})
     return f"<h2>Per host and step (ms)</h2><p class='meta'>{aligned}</p>" + _table(
         ("step", *hosts, "step time set by"),
         ([_num(s), *(cell(by.get((h, s))) for h in hosts), _e(set_by.get(s, "—"))] for s in steps),

@@ -15,6 +15,7 @@ from jaxdiag.trace.versions import versions_text
 from jaxdiag.render.terminal_text import esc
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.straggler_section import StragglersSection
     from jaxdiag.analyses.between_step_section import BetweenStepsSection
     from jaxdiag.analyses.step_section import StepFigures
     from rich.console import Console
@@ -268,22 +269,22 @@ def _stragglers(report: "Report", console: "Console") -> None:
     """With several hosts: how their clocks were aligned, and the host x step table."""
     from rich.table import Table
 
-    section = getattr(report, "stragglers", None) or {}
-    rows = section.get("per_host_step") or []
+    section: StragglersSection = report.section("stragglers")
+    rows = section.per_host_step
     if not rows:
         return
-    al = section.get("alignment") or {}
-    if al.get("aligned"):
+    al = section.alignment
+    if al is not None and al.aligned:
         console.print(
-            f"[bold]Hosts[/bold]: clocks aligned on {esc(al.get('shared_collectives'))} shared collectives, "
-            f"to within {_ms(al.get('residual_ms'))} ms"
+            f"[bold]Hosts[/bold]: clocks aligned on {al.shared_collectives} shared collectives, "
+            f"to within {_ms(al.residual_ms)} ms"
         )
     else:
-        console.print(f"[bold]Hosts[/bold]: {esc(al.get('note') or 'clocks not aligned')}")
-    set_by = {r.get("step"): r.get("host") for r in section.get("step_set_by") or []}
-    hosts = section.get("hosts") or sorted({r.get("host") for r in rows})
-    by = {(r.get("host"), r.get("step")): r for r in rows}
-    steps = sorted({r.get("step") for r in rows})
+        console.print(f"[bold]Hosts[/bold]: {esc((al.note if al else '') or 'clocks not aligned')}")
+    set_by = {r.step: r.host for r in section.step_set_by}
+    hosts = section.hosts or sorted({r.host for r in rows})
+    by = {(r.host, r.step): r for r in rows}
+    steps = sorted({r.step for r in rows})
     if len(steps) > _MAX_STEP_ROWS:
         steps = steps[: _MAX_STEP_ROWS // 2] + steps[-_MAX_STEP_ROWS // 2 :]
     t = Table(
@@ -300,11 +301,8 @@ def _stragglers(report: "Report", console: "Console") -> None:
             if r is None:
                 cells.append("—")
                 continue
-            extra = [
-                f"late {_ms(r.get('late_ms'))}" if r.get("late_ms") else "",
-                f"waited {_ms(r.get('waited_ms'))}" if r.get("waited_ms") else "",
-            ]
-            cells.append(_ms(r.get("wall_ms")) + "".join(f" ({e})" for e in extra if e))
+            extra = [f"late {_ms(r.late_ms)}" if r.late_ms else "", f"waited {_ms(r.waited_ms)}" if r.waited_ms else ""]
+            cells.append(_ms(r.wall_ms) + "".join(f" ({e})" for e in extra if e))
         t.add_row(_int(step), *cells, esc(set_by.get(step, "—")))
     console.print(t)
     console.print()

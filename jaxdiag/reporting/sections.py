@@ -118,7 +118,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("sharding", "1.2", dict, analysis="sharding"),
     Section("top_ops", "1.3", dict, analysis="top_ops"),
     Section("memory", "1.3", dict, analysis="memory"),
-    Section("stragglers", "1.3", dict, analysis="stragglers"),
+    Section("stragglers", "1.3", dict, analysis="stragglers", kind="straggler_section:StragglersSection"),
     Section("divergence", "1.3", dict, analysis="divergence", kind="divergence_section:DivergenceSection"),
 )
 

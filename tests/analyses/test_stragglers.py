@@ -115,24 +115,24 @@ def test_the_late_host_is_named_with_its_steps_lateness_cause_and_cost(planted_r
 def test_host_table_alignment_and_who_set_the_step_time(planted_run):
     planted, (truth, residual) = planted_run
     section = planted.stragglers
-    assert section["alignment"]["aligned"] and section["alignment"]["shared_collectives"] == 6
-    assert abs(section["alignment"]["residual_ms"] - residual) < 0.01
-    rows = section["per_host_step"]
-    assert {r["host"][-2:] for r in rows} == {"p0", "p1"} and len(rows) == 12
+    assert section.alignment.aligned and section.alignment.shared_collectives == 6
+    assert abs(section.alignment.residual_ms - residual) < 0.01
+    rows = section.per_host_step
+    assert {r.host[-2:] for r in rows} == {"p0", "p1"} and len(rows) == 12
     called = {s for s, g in enumerate(truth) if g > residual}  # step 0 compiles: either may be late
-    late = [r for r in rows if r["host"].endswith("-p1") and r["step"] in called]
-    waited = [r for r in rows if r["host"].endswith("-p0") and r["step"] in called]
-    assert all(r["late_ms"] > 0 and r["waited_ms"] == 0 for r in late)
-    assert all(r["waited_ms"] > 0 and r["late_ms"] == 0 for r in waited)
-    assert sum(r["late_ms"] for r in late) >= len(late) * 30  # the machine is shared: steps vary, their sum less
+    late = [r for r in rows if r.host.endswith("-p1") and r.step in called]
+    waited = [r for r in rows if r.host.endswith("-p0") and r.step in called]
+    assert all(r.late_ms > 0 and r.waited_ms == 0 for r in late)
+    assert all(r.waited_ms > 0 and r.late_ms == 0 for r in waited)
+    assert sum(r.late_ms for r in late) >= len(late) * 30  # the machine is shared: steps vary, their sum less
     # with two hosts, one waited as long as the other was late, or less where its op was shorter;
     # steps tile the run, so a wait and the lateness behind it may fall either side of a boundary,
     # and lateness is measured on clocks aligned to within the alignment's residual
-    slack = len(waited) * max(section["alignment"]["residual_ms"], 0.5)
-    assert sum(r["waited_ms"] for r in waited) <= 1.01 * sum(r["late_ms"] for r in late) + slack
-    for entry in section["step_set_by"]:  # the run's step time is the slowest host's
-        walls = {r["host"]: r["wall_ms"] for r in rows if r["step"] == entry["step"]}
-        assert walls[entry["host"]] == max(walls.values())
+    slack = len(waited) * max(section.alignment.residual_ms, 0.5)
+    assert sum(r.waited_ms for r in waited) <= 1.01 * sum(r.late_ms for r in late) + slack
+    for entry in section.step_set_by:  # the run's step time is the slowest host's
+        walls = {r.host: r.wall_ms for r in rows if r.step == entry.step}
+        assert walls[entry.host] == max(walls.values())
     text = planted.to_json()
     assert '"stragglers"' in text
 
@@ -161,9 +161,9 @@ def test_a_gather_the_program_asked_for_is_not_implicit_resharding(planted):
 def test_without_the_sleep_the_late_host_is_gone(balanced):
     # The advice applied (no slow input pipeline): on a shared machine a process may still come a few
     # ms late now and then (and step 0 compiles, on each process in its own time), never 30 ms a step.
-    assert balanced.stragglers["alignment"]["aligned"]
-    steady = [r for r in balanced.stragglers["per_host_step"] if r["step"] > 0]
-    assert sum(r["late_ms"] for r in steady) < 5 * 30 / 2
+    assert balanced.stragglers.alignment.aligned
+    steady = [r for r in balanced.stragglers.per_host_step if r.step > 0]
+    assert sum(r.late_ms for r in steady) < 5 * 30 / 2
     for f in _of(balanced, "straggler"):
         assert len([s for s in f.evidence["steps"] if s > 0]) < 3 or f.evidence["late_ms_per_step"] < 10, f.message
 
@@ -174,7 +174,7 @@ def test_terminal_and_html_show_the_host_table(planted):
     text = terminal.render(planted, width=160)
     assert "Per host and step" in text and "step time set by" in text and "clocks aligned on 6" in text
     page = html.render_summary_html(planted, full=True)
-    assert "Per host and step (ms)" in page and planted.stragglers["hosts"][1] in page
+    assert "Per host and step (ms)" in page and planted.stragglers.hosts[1] in page
 
 
 def _two_hosts(tmp_path, shift_ns: int, late_ns: int):
@@ -220,8 +220,8 @@ def test_a_clock_offset_alone_is_aligned_away(tmp_path):
     import jaxdiag
 
     report = jaxdiag.report(_two_hosts(tmp_path, shift_ns=7_000_000, late_ns=0))
-    al = report.stragglers["alignment"]
-    assert al["aligned"] and al["offsets_ms"]["host1"] == -7.0 and al["residual_ms"] == 0.0
+    al = report.stragglers.alignment
+    assert al.aligned and al.offsets_ms["host1"] == -7.0 and al.residual_ms == 0.0
     assert not _of(report, "straggler") and report.collectives.waiting_for_hosts_ms == 0
 
 
