@@ -106,7 +106,7 @@ def test_settings_reach_the_analyses_through_build_report() -> None:
     tight = build_report(AnalysisInputs(frames=fr, thresholds=DEFAULT_SETTINGS.replace(small_op_us=5)))
     assert tight.small_ops.threshold_us == 5.0 and tight.small_ops.count == 0
     few = build_report(AnalysisInputs(frames=fr, thresholds=DEFAULT_SETTINGS.replace(top_ops=1)))
-    assert len(few.device_time["top_ops"]) == 1 < len(default.device_time["top_ops"])
+    assert len(few.device_time.top_ops) == 1 < len(default.device_time.top_ops)
 
 
 def test_severity_cut_offs_are_settings() -> None:

@@ -11,7 +11,7 @@ out, as everywhere else.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.categories import positions_by_code
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
+from jaxdiag.analyses.device_time_section import DeviceTimeSection, ModuleTime
+from jaxdiag.analyses.host_wait_section import StepMs
+from jaxdiag.analyses.small_op_section import OpTotal
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,12 +35,13 @@ TOP_OPS = 20
 class DeviceTime:
     """Device time per module (with its per-step split) and the costliest ops."""
 
-    by_module: tuple[dict[str, Any], ...]
-    top_ops: tuple[dict[str, Any], ...]
+    by_module: tuple[ModuleTime, ...]
+    top_ops: tuple[OpTotal, ...]
     findings: tuple[Finding, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"by_module": list(self.by_module), "top_ops": list(self.top_ops)}
+    def section(self) -> DeviceTimeSection:
+        """The report's ``device_time`` section."""
+        return DeviceTimeSection(self.by_module, self.top_ops)
 
 
 def analyze(inputs: AnalysisInputs) -> DeviceTime:
@@ -66,29 +70,29 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
     sums = dict(zip(per_step.index.tolist(), per_step.tolist()))
     for m, rows in enumerate(positions_by_code(module_code, len(modules))):
         by_module.append(
-            {
-                "module": str(modules[m]),
-                "count": int(len(rows)),
-                "total_ms": round(float(pd.Series(ms[rows]).sum()), 4),
-                "per_step": [
-                    {"step": int(steps[k]), "ms": round(float(sums[m * max(len(steps), 1) + k]), 4)}
+            ModuleTime(
+                str(modules[m]),
+                int(len(rows)),
+                round(float(pd.Series(ms[rows]).sum()), 4),
+                tuple(
+                    StepMs(int(steps[k]), round(float(sums[m * max(len(steps), 1) + k]), 4))
                     for k in np.unique(step_code[rows]).tolist()
                     if steps[k] >= 0
-                ],
-            }
+                ),
+            )
         )
-    by_module.sort(key=lambda m: -m["total_ms"])
+    by_module.sort(key=lambda m: -m.total_ms)
     op_code, ops_named = pd.factorize(op, sort=False)
     pair, pairs = pd.factorize(op_code * max(len(modules), 1) + module_code, sort=False)
     top = pd.Series(ms).groupby(pair, sort=False).agg(["count", "sum"])
     top = top.sort_values("sum", ascending=False).head(inputs.thresholds.top_ops)
     top_ops = tuple(
-        {
-            "name": str(ops_named[pairs[k] // max(len(modules), 1)]),
-            "module": str(modules[pairs[k] % max(len(modules), 1)]),
-            "count": int(n),
-            "total_ms": round(float(total), 4),
-        }
+        OpTotal(
+            str(ops_named[pairs[k] // max(len(modules), 1)]),
+            str(modules[pairs[k] % max(len(modules), 1)]),
+            int(n),
+            round(float(total), 4),
+        )
         for k, n, total in zip(top.index.tolist(), top["count"].tolist(), top["sum"].tolist())
     )
     return DeviceTime(tuple(by_module), top_ops)

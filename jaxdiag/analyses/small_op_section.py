@@ -21,8 +21,8 @@ class SmallOpsStep:
 
 
 @dataclasses.dataclass(frozen=True)
-class SmallOpRow:
-    """Small ops of one kind in one module (``top``: the worst offenders)."""
+class OpTotal:
+    """Ops of one name in one module: how many ran, and their total time (small ops' ``top``, ``device_time``'s)."""
 
     name: str
     module: str = ""
@@ -39,4 +39,4 @@ class SmallOps:
     device_time_share: float | None = described("their share of device busy time", None)
     per_step: tuple[SmallOpsStep, ...] = ()
     launch_gap_ms: float = described("idle gaps between consecutive small ops on one stream", 0.0)
-    top: tuple[SmallOpRow, ...] = described("the worst offenders by total time", ())
+    top: tuple[OpTotal, ...] = described("the worst offenders by total time", ())

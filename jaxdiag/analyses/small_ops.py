@@ -46,7 +46,7 @@ from jaxdiag.analyses.device_work import (
     row_groups,
     step_windows,
 )
-from jaxdiag.analyses.small_op_section import SmallOpRow, SmallOps, SmallOpsStep
+from jaxdiag.analyses.small_op_section import OpTotal, SmallOps, SmallOpsStep
 from jaxdiag.analyses.step_pattern import describe_steps
 from jaxdiag.trace import frames as F
 
@@ -116,7 +116,7 @@ class SmallOpsResult:
     launch_gap_ms: float
     time_lost_ms: float
     per_step: tuple[SmallOpsStep, ...]
-    top: tuple[SmallOpRow, ...]
+    top: tuple[OpTotal, ...]
     by_module: tuple[ModuleSmallOps, ...] = ()
     findings: tuple[Finding, ...] = ()
 
@@ -135,7 +135,7 @@ class SmallOpsResult:
                 for s in self.per_step
             ),
             launch_gap_ms=round(self.launch_gap_ms, 4),
-            top=tuple(SmallOpRow(o.name, o.module, int(o.count), round(o.total_ms, 4)) for o in self.top),
+            top=tuple(OpTotal(o.name, o.module, int(o.count), round(o.total_ms, 4)) for o in self.top),
         )
 
 
@@ -361,7 +361,7 @@ def _labels(small: "pd.DataFrame") -> np.ndarray:
     return np.asarray(labels, dtype=object)[inverse.reshape(-1)]
 
 
-def _top(small: "pd.DataFrame | None", keep: int) -> tuple[SmallOpRow, ...]:
+def _top(small: "pd.DataFrame | None", keep: int) -> tuple[OpTotal, ...]:
     if small is None or small.empty:
         return ()
     import pandas as pd
@@ -376,7 +376,7 @@ def _top(small: "pd.DataFrame | None", keep: int) -> tuple[SmallOpRow, ...]:
     np.add.at(total_ns, group, small[F.DUR_NS].to_numpy(np.int64)[named])
     top = np.argsort(-total_ns, kind="stable")[:keep]
     return tuple(
-        SmallOpRow(
+        OpTotal(
             str(labels[keys[i] // len(modules)]), str(modules[keys[i] % len(modules)]), int(count[i]), total_ns[i] / 1e6
         )
         for i in top.tolist()

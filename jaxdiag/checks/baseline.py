@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from jaxdiag.errors import BaselineError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.device_time_section import DeviceTimeSection
     from jaxdiag.analyses.recompile_section import RecompileRow
     from jaxdiag.analyses.small_op_section import SmallOpsStep
     from jaxdiag.analyses.step_section import StepFigures
@@ -323,26 +324,24 @@ def _periods(report: "Report") -> dict[Any, float]:
 def module_device_ms(report: "Report") -> dict[str, float]:
     """Device time per step by module, from the report's ``device_time`` section when it has one.
 
-    Reads ``device_time.by_module`` (``[{module, total_ms, per_step: [{step, ms}]}]``):
-    the median over steady steps when ``per_step`` is there, else ``total_ms`` over
-    the report's step count. Reports without the section give ``{}``.
+    Reads ``device_time.by_module``: the median over steady steps when ``per_step`` is
+    there, else ``total_ms`` over the report's step count. Reports without the section
+    give ``{}``.
     """
-    section = getattr(report, "device_time", None) or {}
-    return module_table(section, [s.step for s in steady_steps(report)], len(report.steps))
+    return module_table(report.device_time, [s.step for s in steady_steps(report)], len(report.steps))
 
 
-def module_table(section: Mapping[str, Any], steady: Sequence[Any], n_steps: int) -> dict[str, float]:
+def module_table(section: "DeviceTimeSection", steady: Sequence[Any], n_steps: int) -> dict[str, float]:
     """Per-step device ms by module from a ``device_time`` section (see ``module_device_ms``)."""
     out: dict[str, float] = {}
     wanted = set(steady)
-    for row in section.get("by_module") or []:
-        name = str(row.get("module") or "")
-        per_step = [p for p in row.get("per_step") or [] if p.get("step") in wanted and _is_num(p.get("ms"))]
+    for row in section.by_module:
+        per_step = [p for p in row.per_step if p.step in wanted and _is_num(p.ms)]
         if per_step:
-            by_step = {p["step"]: float(p["ms"]) for p in per_step}
-            out[name] = round(statistics.median(by_step.get(s, 0.0) for s in wanted), 4)
-        elif _is_num(row.get("total_ms")) and n_steps:
-            out[name] = round(float(row["total_ms"]) / n_steps, 4)
+            by_step = {p.step: p.ms for p in per_step}
+            out[row.module] = round(statistics.median(by_step.get(s, 0.0) for s in wanted), 4)
+        elif _is_num(row.total_ms) and n_steps:
+            out[row.module] = round(row.total_ms / n_steps, 4)
     return out
 
 

@@ -23,6 +23,7 @@ from jaxdiag.checks import stats
 from jaxdiag.checks.baseline import Baseline, Recompile, baseline_from_report, module_device_ms, steady_steps
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.small_op_section import OpTotal
     from jaxdiag.analyses.step_section import StepFigures
     from jaxdiag.reporting.model import Report
 
@@ -226,24 +227,19 @@ def _device_times(r: "Report") -> dict[tuple[str, str], float]:
     """(kind, name) -> device ms per step, from every breakdown the report has."""
     n = max(len(r.steps), 1)
     out: dict[tuple[str, str], float] = {}
-    section = getattr(r, "device_time", None) or {}
 
     def add(key: tuple[str, str], ms: float) -> None:
         out[key] = round(out.get(key, 0.0) + ms, 4)
 
     for name, ms in module_device_ms(r).items():
         add(("module", stable_name(name)), ms)
-    for row in _rows(section.get("top_ops")):
-        add(("op", _op_name(row)), _per_step(row.get("total_ms"), n))
+    for op in r.device_time.top_ops:
+        add(("op", _op_name(op)), _per_step(op.total_ms, n))
     for small in r.small_ops.top:
-        add(("small_op", _op_name({"name": small.name, "module": small.module})), _per_step(small.total_ms, n))
+        add(("small_op", _op_name(small)), _per_step(small.total_ms, n))
     for kind in r.collectives.by_kind:
         add(("collective", kind.kind), _per_step(kind.total_ms, n))
     return out
-
-
-def _rows(value: Any) -> list[Mapping[str, Any]]:
-    return [row for row in value if isinstance(row, Mapping)] if isinstance(value, list) else []
 
 
 #: XLA's numbering: ``.4`` in ``fusion.4``, ``.1`` twice in ``add.1.1``; not a version-like ``v1.5``.
@@ -290,10 +286,9 @@ def _recompile_changes(
     return tuple(new), tuple(gone)
 
 
-def _op_name(row: Mapping[str, Any]) -> str:
-    module = row.get("module")
-    name = stable_name(str(row.get("name")))
-    return f"{name} ({stable_name(str(module))})" if module else name
+def _op_name(op: "OpTotal") -> str:
+    name = stable_name(op.name)
+    return f"{name} ({stable_name(op.module)})" if op.module else name
 
 
 def _per_step(total: Any, n: int) -> float:

@@ -66,7 +66,6 @@ _SHAPE: dict[str, Any] = {
     "source": {"devices": [{}], "files": [], "hosts": []},
     "steps": [_STEP],
     "findings": [{"evidence": {}}],
-    "device_time": {"by_module": [{"per_step": [_STEP]}], "top_ops": [{}]},
     "sharding": {
         "functions": [
             {

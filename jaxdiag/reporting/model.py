@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from jaxdiag.analyses.collective_section import Collectives
+    from jaxdiag.analyses.device_time_section import DeviceTimeSection
     from jaxdiag.analyses.host_wait_section import HostWaits
     from jaxdiag.analyses.recompile_section import RecompileRow
     from jaxdiag.analyses.small_op_section import SmallOps
@@ -84,7 +85,7 @@ class Report:
     throughput: Throughput
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
-    device_time: dict[str, Any] = dataclasses.field(default_factory=dict)
+    device_time: DeviceTimeSection = dataclasses.field(default_factory=lambda: _typed("device_time", {}))
     sharding: dict[str, Any] = dataclasses.field(default_factory=dict)
     sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION

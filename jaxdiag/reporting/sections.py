@@ -114,7 +114,7 @@ SECTIONS: tuple[Section, ...] = (
         check="jaxdiag.reporting.op_durations:check",
     ),
     Section("collectives", "1.0", dict, analysis="collectives", kind="collective_section:Collectives"),
-    Section("device_time", "1.1", dict, analysis="device_time"),
+    Section("device_time", "1.1", dict, analysis="device_time", kind="device_time_section:DeviceTimeSection"),
     Section("sharding", "1.2", dict, analysis="sharding"),
     Section("top_ops", "1.3", dict, analysis="top_ops"),
     Section("memory", "1.3", dict, analysis="memory"),

@@ -9,6 +9,7 @@ import pytest
 from report_builders import make_report
 
 from jaxdiag.analyses.base import Finding, Severity
+from jaxdiag.analyses.device_time_section import DeviceTimeSection
 from jaxdiag.checks.baseline import (
     Baseline,
     Spread,
@@ -19,6 +20,7 @@ from jaxdiag.checks.baseline import (
     steady_steps,
 )
 from jaxdiag.errors import BaselineError
+from jaxdiag.reporting import codec
 
 
 def step(
@@ -143,8 +145,9 @@ def test_module_table_uses_steady_steps_or_the_total() -> None:
             {"module": "jit_eval", "total_ms": 8.0},
         ]
     }
-    assert module_table(section, steady=[1, 2, 3], n_steps=4) == {"jit_step": 5.0, "jit_eval": 2.0}
-    assert module_table({}, steady=[1], n_steps=4) == {}
+    typed = codec.from_json(DeviceTimeSection, section, "device_time")
+    assert module_table(typed, steady=[1, 2, 3], n_steps=4) == {"jit_step": 5.0, "jit_eval": 2.0}
+    assert module_table(DeviceTimeSection(), steady=[1], n_steps=4) == {}
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
