@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity
+from jaxdiag.analyses.memory_section import CompileFootprint, MemoryPeak, MemorySection
 from jaxdiag.trace import frames as F
 
 _FIELDS = ("argument_bytes", "output_bytes", "temp_bytes", "generated_code_bytes")
@@ -64,11 +65,20 @@ class CompileMemory:
     def total_bytes(self) -> int:
         return sum(getattr(self, f) or 0 for f in _FIELDS)
 
-    def to_dict(self, capacity: float | None) -> dict[str, Any]:
-        d = {f: getattr(self, f) for f in ("function", "compile_index", *_FIELDS, "source")}
-        d["total_bytes"] = self.total_bytes
-        d["share_of_capacity"] = None if not capacity else round(self.total_bytes / capacity, 5)
-        return d
+    def footprint(self, capacity: float | None) -> CompileFootprint:
+        """This compile's row of the report's ``memory.compiles``."""
+        share = None if not capacity else round(self.total_bytes / capacity, 5)
+        return CompileFootprint(
+            self.function,
+            self.compile_index,
+            self.argument_bytes,
+            self.output_bytes,
+            self.temp_bytes,
+            self.generated_code_bytes,
+            self.source,
+            self.total_bytes,
+            share,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,16 +97,18 @@ class DevicePeak:
     peak_time_ps: int | None = None
     lifetime_peak_bytes: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "allocator": self.allocator,
-            "peak_bytes": self.peak_bytes,
-            "capacity_bytes": self.capacity_bytes,
-            "peak_time_ps": self.peak_time_ps,
-            "lifetime_peak_bytes": self.lifetime_peak_bytes,
-            "share_of_capacity": None if not self.capacity_bytes else round(self.peak_bytes / self.capacity_bytes, 5),
-        }
+    def peak(self) -> MemoryPeak:
+        """This allocator's row of the report's ``memory.peaks``."""
+        share = None if not self.capacity_bytes else round(self.peak_bytes / self.capacity_bytes, 5)
+        return MemoryPeak(
+            self.host,
+            self.allocator,
+            self.peak_bytes,
+            self.capacity_bytes,
+            self.peak_time_ps,
+            self.lifetime_peak_bytes,
+            share,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -109,13 +121,14 @@ class MemoryResult:
     peaks: tuple[DevicePeak, ...] = ()
     findings: tuple[Finding, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "capacity_bytes": None if self.capacity_bytes is None else int(self.capacity_bytes),
-            "capacity_source": self.capacity_source,
-            "compiles": [c.to_dict(self.capacity_bytes) for c in self.compiles],
-            "peaks": [p.to_dict() for p in self.peaks],
-        }
+    def section(self) -> MemorySection:
+        """The report's ``memory`` section."""
+        return MemorySection(
+            None if self.capacity_bytes is None else int(self.capacity_bytes),
+            self.capacity_source,
+            tuple(c.footprint(self.capacity_bytes) for c in self.compiles),
+            tuple(p.peak() for p in self.peaks),
+        )
 
 
 def analyze(inputs: AnalysisInputs) -> MemoryResult:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
     from rich.console import Console
 
+    from jaxdiag.analyses.memory_section import CompileFootprint, MemorySection
     from jaxdiag.reporting.model import Report
 
 #: Rows shown in the terminal (the JSON and HTML have every kept row).
@@ -112,12 +113,13 @@ def _print_mfu_basis(report: "Report", console: "Console") -> None:
 def _print_memory(report: "Report", console: "Console") -> None:
     from rich.table import Table
 
-    mem = getattr(report, "memory", None) or {}
-    compiles, peaks = mem.get("compiles") or [], mem.get("peaks") or []
+    mem: MemorySection = report.section("memory")
+    compiles, peaks = mem.compiles, mem.peaks
     if not compiles and not peaks:
         return
-    cap = mem.get("capacity_bytes")
-    console.print(f"[bold]Memory[/bold] per device; capacity {byte_size(cap)} ({esc(mem.get('capacity_source'))})")
+    console.print(
+        f"[bold]Memory[/bold] per device; capacity {byte_size(mem.capacity_bytes)} ({esc(mem.capacity_source)})"
+    )
     if compiles:
         t = Table(show_edge=False)
         for col in MEMORY_COLUMNS:
@@ -127,8 +129,8 @@ def _print_memory(report: "Report", console: "Console") -> None:
         console.print(t)
     for p in peaks:
         console.print(
-            f"  measured peak {esc(p.get('host'))} {esc(p.get('allocator'))}: {byte_size(p.get('peak_bytes'))} "
-            f"of {byte_size(p.get('capacity_bytes'))} (XProf memory_profile)"
+            f"  measured peak {esc(p.host)} {esc(p.allocator)}: {byte_size(p.peak_bytes)} "
+            f"of {byte_size(p.capacity_bytes)} (XProf memory_profile)"
         )
     console.print()
 
@@ -195,17 +197,17 @@ def roofline(report: "Report") -> "go.Figure":
 MEMORY_COLUMNS = ("function", "compile", "arguments", "outputs", "temporaries", "code", "total", "of capacity")
 
 
-def memory_row(c: Any) -> list[Any]:
+def memory_row(c: "CompileFootprint") -> list[Any]:
     """One compile's memory row (the terminal prints each cell as text; HTML shows a missing one as a dash)."""
     return [
-        c.get("function"),
-        c.get("compile_index"),
-        byte_size(c.get("argument_bytes")),
-        byte_size(c.get("output_bytes")),
-        byte_size(c.get("temp_bytes")),
-        byte_size(c.get("generated_code_bytes")),
-        byte_size(c.get("total_bytes")),
-        percent(c.get("share_of_capacity")),
+        c.function,
+        c.compile_index,
+        byte_size(c.argument_bytes),
+        byte_size(c.output_bytes),
+        byte_size(c.temp_bytes),
+        byte_size(c.generated_code_bytes),
+        byte_size(c.total_bytes),
+        percent(c.share_of_capacity),
     ]
 
 

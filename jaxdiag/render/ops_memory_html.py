@@ -12,6 +12,7 @@ from jaxdiag.render.html import _e  # the HTML report's one escape
 from jaxdiag.render.ops_memory import MEMORY_COLUMNS, big_number, byte_size, memory_row, number, percent, scaled
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.memory_section import MemorySection
     from jaxdiag.analyses.base import Finding
     from jaxdiag.reporting.model import Report
 
@@ -107,27 +108,27 @@ def html_top_ops(report: "Report") -> str:
 def html_memory(report: "Report") -> str:
     """The memory tables as HTML (empty when the section is)."""
     parts: list[str] = []
-    mem = getattr(report, "memory", None) or {}
-    if mem.get("compiles") or mem.get("peaks"):
+    mem: MemorySection = report.section("memory")
+    if mem.compiles or mem.peaks:
         parts.append(
-            f"<h2>Memory per device</h2><p class='meta'>capacity {_e(byte_size(mem.get('capacity_bytes')))} "
-            f"({_e(mem.get('capacity_source'))})</p>"
+            f"<h2>Memory per device</h2><p class='meta'>capacity {_e(byte_size(mem.capacity_bytes))} "
+            f"({_e(mem.capacity_source)})</p>"
         )
-        if mem.get("compiles"):
-            parts.append(_table(MEMORY_COLUMNS, (memory_row(c) for c in mem["compiles"])))
-        if mem.get("peaks"):
+        if mem.compiles:
+            parts.append(_table(MEMORY_COLUMNS, (memory_row(c) for c in mem.compiles)))
+        if mem.peaks:
             parts.append(
                 _table(
                     ("host", "allocator", "measured peak", "capacity", "of capacity"),
                     (
                         [
-                            p.get("host"),
-                            p.get("allocator"),
-                            byte_size(p.get("peak_bytes")),
-                            byte_size(p.get("capacity_bytes")),
-                            percent(p.get("share_of_capacity")),
+                            p.host,
+                            p.allocator,
+                            byte_size(p.peak_bytes),
+                            byte_size(p.capacity_bytes),
+                            percent(p.share_of_capacity),
                         ]
-                        for p in mem["peaks"]
+                        for p in mem.peaks
                     ),
                 )
             )

@@ -117,7 +117,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("device_time", "1.1", dict, analysis="device_time", kind="device_time_section:DeviceTimeSection"),
     Section("sharding", "1.2", dict, analysis="sharding"),
     Section("top_ops", "1.3", dict, analysis="top_ops"),
-    Section("memory", "1.3", dict, analysis="memory"),
+    Section("memory", "1.3", dict, analysis="memory", kind="memory_section:MemorySection"),
     Section("stragglers", "1.3", dict, analysis="stragglers", kind="straggler_section:StragglersSection"),
     Section("divergence", "1.3", dict, analysis="divergence", kind="divergence_section:DivergenceSection"),
 )

@@ -23,12 +23,12 @@ def test_footprints_match_memory_analysis(matmul_capture):
     from jaxdiag.reporting.build import report
 
     r = report(matmul_capture.run_dir)
-    compiles = [c for c in r.memory["compiles"] if c["function"] == "step"]
+    compiles = [c for c in r.memory.compiles if c.function == "step"]
     assert compiles, "the capture window records memory analysis by default"
     for field, value in matmul_capture.memory.items():
-        assert compiles[0][field] == value
-    assert compiles[0]["total_bytes"] == sum(matmul_capture.memory.values())
-    assert r.memory["capacity_bytes"] is None and r.memory["capacity_source"].startswith("unknown")
+        assert getattr(compiles[0], field) == value
+    assert compiles[0].total_bytes == sum(matmul_capture.memory.values())
+    assert r.memory.capacity_bytes is None and r.memory.capacity_source.startswith("unknown")
 
 
 def test_temporaries_dominating_name_the_function_and_advise_remat():
@@ -40,7 +40,7 @@ def test_temporaries_dominating_name_the_function_and_advise_remat():
     (finding,) = r.findings
     assert finding.kind == "memory_temporaries" and "train_step" in finding.message and "train.py:10" in finding.message
     assert "jax.checkpoint" in finding.suggestion and "micro-batches" in finding.suggestion
-    assert r.to_dict()["compiles"][0]["share_of_capacity"] == pytest.approx(24 / 80)
+    assert r.section().compiles[0].share_of_capacity == pytest.approx(24 / 80)
 
 
 def test_near_capacity_advises_donation_and_offloading():
