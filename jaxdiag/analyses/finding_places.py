@@ -15,23 +15,24 @@ findings to the collective rows, a finding about one collective op (evidence
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from jaxdiag.analyses.base import Finding
+from jaxdiag.analyses.top_op_section import OpRow, TopOpsSection
 from jaxdiag.trace import frames as F
 
 _COLLECTIVE_KINDS = ("exposed_collective", "collective")
 
 
 def place_findings(
-    findings: Sequence[Finding], frames: Any, top_ops: Mapping[str, Any] | None = None, host: str | None = None
+    findings: Sequence[Finding], frames: Any, top_ops: TopOpsSection | None = None, host: str | None = None
 ) -> tuple[Finding, ...]:
     """``findings`` with ``evidence["where"]`` (and ``top_op_rows`` where rows match) added."""
-    rows = list((top_ops or {}).get("rows") or ())
+    rows = top_ops.rows if top_ops is not None else ()
     run = Path(str(frames.run_dir)).name
     hosts = [host] if host is not None else list(frames.hosts)
     out = []
@@ -134,18 +135,17 @@ def _step_window(frames: Any, host: str, step: int) -> tuple[int, int] | None:
     return int(st[F.START_NS].to_numpy()[mine].min()), int(st["end_ns"].to_numpy()[mine].max())
 
 
-def _linked_rows(kind: str, evidence: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    rows = list(rows)
+def _linked_rows(kind: str, evidence: Mapping[str, Any], rows: Sequence[OpRow]) -> list[str]:
     if kind == "small_ops":
         module = evidence.get("module")
         names = set(evidence.get("top_ops") or ())
-        mine = [r for r in rows if r.get("module") == module]
-        named = [r for r in mine if r.get("name") in names]
-        return [str(r["id"]) for r in (named or mine)]
+        mine = [r for r in rows if r.module == module]
+        named = [r for r in mine if r.name in names]
+        return [r.id for r in (named or mine)]
     op = evidence.get("op")
-    named = [r for r in rows if op and r.get("name") == op and r.get("kind") == "collective"]
+    named = [r for r in rows if op and r.name == op and r.kind == "collective"]
     if named:  # a finding about one collective (e.g. implicit_resharding): its row
-        return [str(r["id"]) for r in named]
+        return [r.id for r in named]
     if kind in _COLLECTIVE_KINDS:
-        return [str(r["id"]) for r in rows if r.get("kind") == "collective"]
+        return [r.id for r in rows if r.kind == "collective"]
     return []

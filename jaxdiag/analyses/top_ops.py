@@ -19,7 +19,6 @@ collectives name the rows they concern (see ``finding_places``).
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 
 from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.top_op_section import OpRow, TopOpsSection, round_or_none
 from jaxdiag.analyses.booking import between_programs, op_steps
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.mfu import positive as _positive
@@ -38,62 +38,6 @@ TOP = 25
 #: Rows kept for the ops of work between steps, shown apart.
 BETWEEN_TOP = 10
 _MODULE_FUNCTION = re.compile(r"^(?:jit|pjit|pmap|xmap|shard_map)[_(](.*?)\)?$")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class OpRow:
-    """One op (or fusion) of one module, over the analysed steps.
-
-    ``flops`` and ``bytes_accessed`` are totals over every execution; ``None``
-    where unknown. ``bound`` is ``"compute"``, ``"memory"`` or ``"unknown"``.
-    """
-
-    id: str
-    name: str
-    module: str
-    function: str
-    kind: str
-    count: int
-    total_ms: float
-    per_step_ms: float | None
-    share: float
-    source: str = ""
-    programs: tuple[int, ...] = ()
-    category: str = ""
-    flops: float | None = None
-    bytes_accessed: float | None = None
-    intensity: float | None = None
-    bound: str = "unknown"
-    xprof_bound_by: str = ""
-    facts_from: str = "trace"
-    kernel: dict[str, Any] | None = None
-    achieved_flops_per_s: float | None = None
-    dtype: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "module": self.module,
-            "function": self.function,
-            "kind": self.kind,
-            "count": self.count,
-            "total_ms": round(self.total_ms, 4),
-            "per_step_ms": _round(self.per_step_ms, 4),
-            "share": round(self.share, 5),
-            "source": self.source,
-            "programs": list(self.programs),
-            "category": self.category,
-            "flops": _round(self.flops, 1),
-            "bytes_accessed": _round(self.bytes_accessed, 1),
-            "intensity": _round(self.intensity, 3),
-            "bound": self.bound,
-            "xprof_bound_by": self.xprof_bound_by,
-            "facts_from": self.facts_from,
-            "kernel": self.kernel,
-            "achieved_flops_per_s": _round(self.achieved_flops_per_s, 1),
-            "dtype": self.dtype,
-        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -131,23 +75,20 @@ class TopOps:
             return None
         return self.peak_flops / self.memory_bandwidth_bps
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rows": [r.to_dict() for r in self.rows],
-            "total_ms": round(self.total_ms, 4),
-            "steps": self.steps,
-            "peak_flops": _round(self.peak_flops, 1),
-            "memory_bandwidth_bps": _round(self.memory_bandwidth_bps, 1),
-            "ridge_point": _round(self.ridge_point, 3),
-            "roofline_source": self.roofline_source,
-            "peak_flops_by_dtype": {k: _round(v, 1) for k, v in self.peak_by_dtype.items()},
-            "deep": self.deep,
-            "between_rows": [r.to_dict() for r in self.between_rows],
-        }
-
-
-def _round(x: float | None, digits: int) -> float | None:
-    return None if x is None or not math.isfinite(x) else round(float(x), digits)
+    def section(self) -> TopOpsSection:
+        """The report's ``top_ops`` section (rounded as ``OpRow.rounded``; peaks to 1 decimal)."""
+        return TopOpsSection(
+            rows=tuple(r.rounded() for r in self.rows),
+            total_ms=round(self.total_ms, 4),
+            steps=self.steps,
+            peak_flops=round_or_none(self.peak_flops, 1),
+            memory_bandwidth_bps=round_or_none(self.memory_bandwidth_bps, 1),
+            ridge_point=round_or_none(self.ridge_point, 3),
+            roofline_source=self.roofline_source,
+            peak_flops_by_dtype={k: round_or_none(v, 1) for k, v in self.peak_by_dtype.items()},
+            deep=self.deep,
+            between_rows=tuple(r.rounded() for r in self.between_rows),
+        )
 
 
 def function_of(module: str) -> str:

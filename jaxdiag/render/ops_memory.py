@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
     from rich.console import Console
 
+    from jaxdiag.analyses.top_op_section import TopOpsSection
     from jaxdiag.analyses.memory_section import CompileFootprint, MemorySection
     from jaxdiag.reporting.model import Report
 
@@ -39,17 +40,17 @@ def terminal_memory(report: "Report", console: "Console") -> None:
 def _print_top_ops(report: "Report", console: "Console") -> None:
     from rich.table import Table
 
-    top = getattr(report, "top_ops", None) or {}
-    rows = top.get("rows") or []
+    top: TopOpsSection = report.section("top_ops")
+    rows = top.rows
     if not rows:
         return
-    ridge = top.get("ridge_point")
+    ridge = top.ridge_point
     console.print(
         "[bold]Top ops[/bold] by device time"
-        + (f"; ridge point {esc(number(ridge))} FLOP/byte ({esc(top.get('roofline_source'))})" if ridge else "")
-        + ("" if top.get("deep") else "; FLOPs, bytes and bound with --deep")
+        + (f"; ridge point {esc(number(ridge))} FLOP/byte ({esc(top.roofline_source)})" if ridge else "")
+        + ("" if top.deep else "; FLOPs, bytes and bound with --deep")
     )
-    per_step = bool(top.get("steps"))  # without steps the figure is each op's total
+    per_step = bool(top.steps)  # without steps the figure is each op's total
     t = Table(show_edge=False)
     for col, right in (
         ("id", False),
@@ -64,20 +65,20 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
     ):
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in rows[:TERMINAL_ROWS]:
-        flops = r.get("flops")
+        flops = r.flops
         t.add_row(
-            esc(r.get("id")),
-            esc(r.get("name")),
-            esc(r.get("function") or "—"),
-            number(r.get("per_step_ms") if per_step else r.get("total_ms")),
-            percent(r.get("share")),
+            esc(r.id),
+            esc(r.name),
+            esc(r.function or "—"),
+            number(r.per_step_ms if per_step else r.total_ms),
+            percent(r.share),
             esc(scaled(flops, 1e9)),
-            esc(number(r.get("intensity"))),
-            esc(r.get("bound") or "unknown"),
-            esc(r.get("source") or "—"),
+            esc(number(r.intensity)),
+            esc(r.bound or "unknown"),
+            esc(r.source or "—"),
         )
     console.print(t)
-    between = top.get("between_rows") or []
+    between = top.between_rows
     if between:
         console.print(
             "[bold]Ops of work between steps[/bold] (programs run in fewer than half of the steps; "
@@ -88,11 +89,11 @@ def _print_top_ops(report: "Report", console: "Console") -> None:
             b.add_column(col, justify="right" if right else "left", overflow="fold")
         for r in between[:TERMINAL_ROWS]:
             b.add_row(
-                esc(r.get("id")),
-                esc(r.get("name")),
-                esc(r.get("function") or "—"),
-                number(r.get("count")),
-                number(r.get("total_ms")),
+                esc(r.id),
+                esc(r.name),
+                esc(r.function or "—"),
+                number(r.count),
+                number(r.total_ms),
             )
         console.print(b)
     console.print()
@@ -144,32 +145,36 @@ def roofline(report: "Report") -> "go.Figure":
 
     from jaxdiag.render.figures import _finish, no_data
 
-    top = getattr(report, "top_ops", None) or {}
+    top: TopOpsSection = report.section("top_ops")
     title = "Top ops on the roofline"
-    points = [r for r in top.get("rows") or [] if r.get("achieved_flops_per_s") and r.get("intensity")]
+    points = [
+        (r, float(r.intensity), float(r.achieved_flops_per_s))
+        for r in top.rows
+        if r.intensity and r.achieved_flops_per_s
+    ]
     if not points:
         why = (
             "run jaxdiag report --deep for FLOPs and bytes per op"
-            if not top.get("deep")
+            if not top.deep
             else "XProf gave no FLOPs for the top ops"
         )
         return no_data(title, why)
-    x = [float(r["intensity"]) for r in points]
-    y = [float(r["achieved_flops_per_s"]) / 1e12 for r in points]
+    x = [i for _, i, _ in points]
+    y = [f / 1e12 for _, _, f in points]
     fig = go.Figure(
         go.Scatter(
             x=x,
             y=y,
             mode="markers+text",
-            text=[r.get("id") for r in points],
+            text=[r.id for r, _, _ in points],
             textposition="top center",
-            customdata=[[r.get("name"), r.get("function"), r.get("bound")] for r in points],
+            customdata=[[r.name, r.function, r.bound] for r, _, _ in points],
             hovertemplate="%{customdata[0]} (%{customdata[1]}): %{x:.1f} FLOP/B, %{y:.2f} TFLOP/s, "
             "%{customdata[2]}-bound<extra></extra>",
             name="ops",
         )
     )
-    peak, bw = top.get("peak_flops"), top.get("memory_bandwidth_bps")
+    peak, bw = top.peak_flops, top.memory_bandwidth_bps
     note = ""
     if peak and bw:
         lo, hi = min(x + [1.0]) / 2, max(x + [peak / bw]) * 2

@@ -12,6 +12,7 @@ from jaxdiag.render.html import _e  # the HTML report's one escape
 from jaxdiag.render.ops_memory import MEMORY_COLUMNS, big_number, byte_size, memory_row, number, percent, scaled
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.top_op_section import TopOpsSection
     from jaxdiag.analyses.memory_section import MemorySection
     from jaxdiag.analyses.base import Finding
     from jaxdiag.reporting.model import Report
@@ -20,14 +21,14 @@ if TYPE_CHECKING:  # pragma: no cover
 def html_top_ops(report: "Report") -> str:
     """The top-ops table and MFU's basis as HTML (empty when the section is)."""
     parts: list[str] = []
-    top = getattr(report, "top_ops", None) or {}
-    rows = top.get("rows") or []
+    top: TopOpsSection = report.section("top_ops")
+    rows = top.rows
     if rows:
-        ridge = top.get("ridge_point")
+        ridge = top.ridge_point
         parts.append(
             "<h2>Top ops by device time</h2><p class='meta'>"
-            + (_e(f"ridge point {number(ridge)} FLOP/byte ({top.get('roofline_source')})") if ridge else "")
-            + ("" if top.get("deep") else " · FLOPs, bytes and bound: jaxdiag report --deep")
+            + (_e(f"ridge point {number(ridge)} FLOP/byte ({top.roofline_source})") if ridge else "")
+            + ("" if top.deep else " · FLOPs, bytes and bound: jaxdiag report --deep")
             + "</p>"
         )
         parts.append(
@@ -50,27 +51,27 @@ def html_top_ops(report: "Report") -> str:
                 ),
                 (
                     [
-                        r.get("id"),
-                        r.get("name"),
-                        r.get("module"),
-                        r.get("function"),
-                        r.get("kind"),
-                        number(r.get("count")),
-                        number(r.get("per_step_ms")),
-                        percent(r.get("share")),
-                        scaled(r.get("flops"), 1e9),
-                        scaled(r.get("bytes_accessed"), 1e6),
-                        number(r.get("intensity")),
-                        r.get("bound"),
-                        r.get("xprof_bound_by") or "—",
-                        r.get("source") or "—",
+                        r.id,
+                        r.name,
+                        r.module,
+                        r.function,
+                        r.kind,
+                        number(r.count),
+                        number(r.per_step_ms),
+                        percent(r.share),
+                        scaled(r.flops, 1e9),
+                        scaled(r.bytes_accessed, 1e6),
+                        number(r.intensity),
+                        r.bound,
+                        r.xprof_bound_by or "—",
+                        r.source or "—",
                     ]
                     for r in rows
                 ),
-                row_ids=[f"jd-{r.get('id')}" for r in rows],
+                row_ids=[f"jd-{r.id}" for r in rows],
             )
         )
-    between = top.get("between_rows") or []
+    between = top.between_rows
     if between:
         parts.append(
             "<h3>Ops of work between steps</h3><p class='meta'>Programs run in fewer than half of the steps; "
@@ -81,14 +82,14 @@ def html_top_ops(report: "Report") -> str:
                 ("id", "op", "module", "function", "kind", "count", "total ms", "share"),
                 (
                     [
-                        r.get("id"),
-                        r.get("name"),
-                        r.get("module"),
-                        r.get("function"),
-                        r.get("kind"),
-                        number(r.get("count")),
-                        number(r.get("total_ms")),
-                        percent(r.get("share")),
+                        r.id,
+                        r.name,
+                        r.module,
+                        r.function,
+                        r.kind,
+                        number(r.count),
+                        number(r.total_ms),
+                        percent(r.share),
                     ]
                     for r in between
                 ),

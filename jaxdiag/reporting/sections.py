@@ -2,10 +2,10 @@
 
 A new analysis is one module plus one line here::
 
-    Section("top_ops", "1.4", dict, analysis="top_ops", kind="top_ops_section:TopOps"),
+    Section("top_ops", "1.4", dict, analysis="top_ops", kind="top_op_section:TopOpsSection"),
 
 where ``jaxdiag/analyses/top_ops.py`` defines ``analyze(inputs)`` returning a frozen
-result with ``findings`` and ``section()``, the section as a ``TopOps`` (a frozen
+result with ``findings`` and ``section()``, the section as a ``TopOpsSection`` (a frozen
 dataclass of ``described`` fields, in a module of its own that imports nothing heavy, so
 that a saved report renders without loading the analyses: its JSON, its reading back and
 its row of the schema document are made from it, ``reporting.codec``), and ``"1.4"`` is the schema version that
@@ -116,7 +116,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("collectives", "1.0", dict, analysis="collectives", kind="collective_section:Collectives"),
     Section("device_time", "1.1", dict, analysis="device_time", kind="device_time_section:DeviceTimeSection"),
     Section("sharding", "1.2", dict, analysis="sharding"),
-    Section("top_ops", "1.3", dict, analysis="top_ops"),
+    Section("top_ops", "1.3", dict, analysis="top_ops", kind="top_op_section:TopOpsSection"),
     Section("memory", "1.3", dict, analysis="memory", kind="memory_section:MemorySection"),
     Section("stragglers", "1.3", dict, analysis="stragglers", kind="straggler_section:StragglersSection"),
     Section("divergence", "1.3", dict, analysis="divergence", kind="divergence_section:DivergenceSection"),

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from jaxdiag.analyses.top_op_section import OpRow
+
 
 @pytest.fixture(scope="module")
 def cpu_report(cpu_trace_dir):
@@ -33,9 +35,9 @@ def test_recompile_is_placed_at_its_step(cpu_report, cpu_trace_dir):
 
 def test_small_ops_link_to_top_op_rows(cpu_report, cpu_trace_dir):
     small = next(f for f in cpu_report.findings if f.kind == "small_ops")
-    rows = {r["id"]: r for r in cpu_report.top_ops["rows"]}
+    rows = {r.id: r for r in cpu_report.top_ops.rows}
     linked = small.evidence["top_op_rows"]
-    assert linked and all(rows[i]["module"] == cpu_trace_dir.soup_module for i in linked)
+    assert linked and all(rows[i].module == cpu_trace_dir.soup_module for i in linked)
     where = small.evidence["where"]
     assert where["device"] is not None and where["step"] is not None
 
@@ -44,9 +46,10 @@ def test_collective_findings_link_collective_rows():
     from jaxdiag.analyses.finding_places import _linked_rows
 
     rows = [
-        {"id": "op1", "name": "fusion.1", "kind": "compute", "module": "m"},
-        {"id": "op2", "name": "all-reduce.3", "kind": "collective", "module": "m"},
-        {"id": "op3", "name": "all-gather.1", "kind": "collective", "module": "m"},
+        OpRow(f"op{i}", name, "m", "f", kind, 1, 1.0, 1.0, 0.5)
+        for i, (name, kind) in enumerate(
+            [("fusion.1", "compute"), ("all-reduce.3", "collective"), ("all-gather.1", "collective")], 1
+        )
     ]
     assert _linked_rows("exposed_collective", {}, rows) == ["op2", "op3"]
     assert _linked_rows("implicit_resharding", {"op": "all-gather.1"}, rows) == ["op3"]

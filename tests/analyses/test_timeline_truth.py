@@ -121,7 +121,7 @@ def test_work_between_steps_has_its_own_rows(captures: Path) -> None:
     assert "between steps 5 and 6: `accuracy` x2" in finding.message
     # Left out of the steps: no step holds the evaluation's device time (checked above per step),
     # and no op table per step counts it.
-    assert all(op["module"] != "jit_accuracy" or op["per_step_ms"] is None for op in report.top_ops.get("rows", []))
+    assert all(op.module != "jit_accuracy" or op.per_step_ms is None for op in report.top_ops.rows)
 
 
 @pytest.mark.parametrize("pattern", [p for p in PATTERNS if p != "eval_between"])
@@ -165,13 +165,13 @@ def test_top_ops_per_step_are_the_step_programs_totals_over_the_steps(captures: 
     report, truth = _case(captures, pattern)
     train = truth.of(TRAIN)
     top = report.top_ops
-    assert top["steps"] == len(train)
-    for row in top["rows"][:5]:
-        assert row["module"] == TRAIN
-        durations = [dur for e in train for op, dur in e.ops if op == row["name"]]
-        assert row["count"] == len(durations) == len(train)
-        assert row["total_ms"] == pytest.approx(sum(durations) / 1e6, rel=1e-3)
-        assert row["per_step_ms"] == pytest.approx(sum(durations) / 1e6 / len(train), rel=1e-3)
+    assert top.steps == len(train)
+    for row in top.rows[:5]:
+        assert row.module == TRAIN
+        durations = [dur for e in train for op, dur in e.ops if op == row.name]
+        assert row.count == len(durations) == len(train)
+        assert row.total_ms == pytest.approx(sum(durations) / 1e6, rel=1e-3)
+        assert row.per_step_ms == pytest.approx(sum(durations) / 1e6 / len(train), rel=1e-3)
 
 
 def test_an_evaluation_between_annotated_steps_is_in_no_per_step_op_table(captures: Path) -> None:
@@ -179,13 +179,13 @@ def test_an_evaluation_between_annotated_steps_is_in_no_per_step_op_table(captur
     evals = truth.of("jit_accuracy")
     assert len(evals) == 6
     top = report.top_ops
-    assert {row["module"] for row in top["rows"]} == {TRAIN}
-    apart = [row for row in top["between_rows"] if row["module"] == "jit_accuracy"]
-    assert apart and all(row["per_step_ms"] is None for row in apart)
+    assert {row.module for row in top.rows} == {TRAIN}
+    apart = [row for row in top.between_rows if row.module == "jit_accuracy"]
+    assert apart and all(row.per_step_ms is None for row in apart)
     costliest = apart[0]
-    durations = [dur for e in evals for op, dur in e.ops if op == costliest["name"]]
-    assert costliest["count"] == len(durations) == len(evals)
-    assert costliest["total_ms"] == pytest.approx(sum(durations) / 1e6, rel=1e-3)
+    durations = [dur for e in evals for op, dur in e.ops if op == costliest.name]
+    assert costliest.count == len(durations) == len(evals)
+    assert costliest.total_ms == pytest.approx(sum(durations) / 1e6, rel=1e-3)
     # Rendered apart, with totals: the per-step table names no evaluation op.
     from jaxdiag.render import html, terminal
 
@@ -242,7 +242,7 @@ def test_eager_ops_every_step_and_work_queued_before_the_trace_are_the_steps_own
     assert report.throughput.steady_steps_per_s == pytest.approx(len(periods) / (sum(periods) / 1e9), rel=0.02)
     assert report.section("between_steps").rows == ()
     assert not [f for f in report.findings if f.kind == "between_steps"]
-    assert not report.top_ops["between_rows"]
+    assert not report.top_ops.between_rows
 
 
 def test_the_work_between_steps_finding_states_its_share_as_graded_and_what_it_leaves_out(captures: Path) -> None:

@@ -68,7 +68,7 @@ def test_roofline_bound_from_intensity_and_ridge():
     assert row.intensity == pytest.approx(row.flops / row.bytes_accessed)
     assert row.bound == ("compute" if row.intensity >= 100 else "memory")
     assert row.source == "a.py:3" and row.dtype == "bfloat16" and row.xprof_bound_by == "Compute"
-    assert joined.deep and joined.to_dict()["ridge_point"] == pytest.approx(100.0)
+    assert joined.deep and joined.section().ridge_point == pytest.approx(100.0)
 
 
 def test_unmatched_op_stays_unknown():

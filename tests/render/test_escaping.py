@@ -101,7 +101,7 @@ def _hostile(d: dict[str, Any], payload: Any, numbers: bool) -> tuple[Report, in
 
 def test_html_every_string_and_number_field(report_dict: dict[str, Any]) -> None:
     report, changed = _hostile(report_dict, _html_payload, numbers=True)
-    assert changed > 200, changed
+    assert changed > 150, changed  # typed sections refuse text in their number fields: those stay numbers
     page = html.render_summary_html(report, full=True)
     assert not re.search(r"<script>jd\d|<img src=x onerror=jd\d|<jdtag\d", page)
     # The payloads are on the page, as text (text in a typed section's number field is refused, not shown).

@@ -32,7 +32,7 @@ def test_json_round_trip_keeps_the_sections(matmul_report, tmp_path):
     path = tmp_path / "r.json"
     matmul_report.save(path)
     again = Report.open(path)
-    assert again.top_ops["rows"][0]["id"] == "op1" and again.memory.compiles
+    assert again.top_ops.rows[0].id == "op1" and again.memory.compiles
     assert json.loads(path.read_text())["throughput"]["mfu_basis"]["flops_source"].startswith("compile records")
 
 
