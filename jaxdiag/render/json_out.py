@@ -10,4 +10,4 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def render(report: "Report") -> str:
     """The report as indented JSON text, NaN written as ``null``."""
-    return report.to_json(indent=2) + "\n"
+    return report.to_json() + "\n"

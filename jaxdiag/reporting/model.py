@@ -8,9 +8,7 @@ field names and units are documented in ``docs/report-schema.md``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -131,18 +129,14 @@ class Report:
         value = self.section(section.name)
         return codec.to_json(value) if section.kind is not None else value
 
-    def to_json(self, indent: int | None = 2) -> str:
-        """The JSON text; indented, with each array of numbers on one line (the timeline's are long)."""
-        value = clean(self.to_dict())
-        if indent == 2:
-            from jaxdiag.reporting import json_text
+    def to_json(self) -> str:
+        """The JSON text, indented by two, with each array of numbers on one line (the timeline's are long).
 
-            try:
-                return json_text.dumps(value)  # the same text as below, in well under half the time
-            except json_text.Unsupported:
-                pass
-        text = json.dumps(value, indent=indent, default=_json_default, allow_nan=False)
-        return _NUMBER_ARRAY.sub(_one_line, text) if indent is not None else text
+        ``clean`` makes every value one JSON holds, so ``json_text`` is the one writer.
+        """
+        from jaxdiag.reporting import json_text
+
+        return json_text.dumps(clean(self.to_dict()))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Report":
@@ -297,7 +291,9 @@ _NUMBERS = frozenset({int, float, bool, type(None)})
 
 
 def clean(value: Any) -> Any:
-    """Replace NaN/inf with ``None`` (JSON has no NaN) and numpy scalars with Python ones."""
+    """``value`` as values JSON holds: NaN/inf as ``None`` (JSON has no NaN), numpy scalars and arrays as
+    Python numbers and lists, sets and tuples as lists, dataclasses as dicts, dict keys as text, and any
+    other object as its ``str``."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:  # most of a report: nothing to do
         return value
@@ -312,37 +308,19 @@ def clean(value: Any) -> Any:
         if kinds <= _NUMBERS:
             return [v if type(v) is not float or math.isfinite(v) else None for v in value]
         return [clean(v) for v in value]
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, set, frozenset)):
         return [clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            value = value.item()
-        except (TypeError, ValueError):
-            return value
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-#: An indented array of numbers. It starts with a line break, which JSON strings never hold.
-_NUMBER_ARRAY = re.compile(r"\[\n\s*-?\d[-+.\deE]*(?:,\n\s*-?\d[-+.\deE]*)*\n\s*\]")
-_SPACE = re.compile(r"\s+")
-
-
-def _one_line(match: "re.Match[str]") -> str:
-    return _SPACE.sub("", match.group(0)).replace(",", ", ")
-
-
-def _json_default(value: Any) -> Any:
-    """Make numpy scalars and other stragglers JSON-safe."""
-    for attr in ("item", "tolist"):
-        if hasattr(value, attr):
-            return getattr(value, attr)()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return str(value)
+        return clean(dataclasses.asdict(value))
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        return clean(value.tolist())  # a numpy scalar or array
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)  # an IntEnum as its number
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    return value if isinstance(value, str) else str(value)
 
 
 def steps_from(source: dict[str, Any]) -> str:

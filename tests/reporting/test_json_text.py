@@ -5,18 +5,23 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxdiag.reporting import json_text
-from jaxdiag.reporting.model import _NUMBER_ARRAY, _json_default, _one_line, clean
+from jaxdiag.reporting.model import clean
+
+#: An indented array of numbers. It starts with a line break, which JSON strings never hold.
+_NUMBER_ARRAY = re.compile(r"\[\n\s*-?\d[-+.\deE]*(?:,\n\s*-?\d[-+.\deE]*)*\n\s*\]")
 
 
 def reference(value) -> str:
-    """How ``Report.to_json`` wrote a report before ``json_text``."""
-    return _NUMBER_ARRAY.sub(_one_line, json.dumps(value, indent=2, default=_json_default, allow_nan=False))
+    """The text the report's JSON is held to: ``json.dumps``'s, indented by two, each array of numbers on one line."""
+    text = json.dumps(value, indent=2, allow_nan=False)
+    return _NUMBER_ARRAY.sub(lambda m: re.sub(r"\s+", "", m.group(0)).replace(",", ", "), text)
 
 
 class Level(enum.IntEnum):
@@ -60,9 +65,26 @@ def test_edge_cases(value) -> None:
 
 
 @pytest.mark.parametrize("value", [{1: "x"}, {"s": {1, 2}}, [object()], [math.nan], {"x": math.inf}])
-def test_what_it_does_not_write_is_left_to_json(value) -> None:
+def test_what_clean_has_not_made_plain_is_refused_and_clean_makes_it_plain(value) -> None:
     with pytest.raises(json_text.Unsupported):
         json_text.dumps(value)
+    assert json.loads(json_text.dumps(clean(value))) == json.loads(json.dumps(clean(value)))
+
+
+def test_clean_makes_numpy_sets_dataclasses_and_objects_plain() -> None:
+    import dataclasses
+
+    import numpy as np
+
+    @dataclasses.dataclass
+    class Row:
+        ms: float
+
+    value = {"a": np.arange(3), "b": np.float32(1.5), "c": {2, 1}, "d": Row(math.nan), "e": object, 3: (1, 2)}
+    plain = clean(value)
+    assert plain["a"] == [0, 1, 2] and plain["b"] == 1.5 and sorted(plain["c"]) == [1, 2] and plain["d"] == {"ms": None}
+    assert plain["e"] == str(object) and plain["3"] == [1, 2]
+    assert json_text.dumps(plain) == reference(plain)
 
 
 def test_a_real_report(cpu_trace_dir) -> None:
