@@ -273,3 +273,18 @@ def test_a_log_read_in_pieces_by_workers_reads_as_line_by_line(
     assert out["workers_left"] == 0
     if how == "as planned":  # the workers read some of it
         assert out["read_here"] < out["pieces_in_all"]
+
+
+def test_the_writer_puts_the_fields_where_the_reader_cuts(real_lines: list[str]) -> None:
+    """``LineValues.decode`` reads a line's argument list and explanation apart only where the writer
+    (``jsonl_sink``) puts ``in_tree`` right after ``args`` and ``cost`` right after ``explanation``:
+    a writer that changed that order would make every line decode whole, slower but alike."""
+    from jaxdiag.recording.log_reader import LineValues
+
+    values = LineValues()
+    with_both = [ln for ln in real_lines if json.loads(ln)["args"] and json.loads(ln).get("explanation")]
+    assert with_both
+    for line in with_both:
+        whole, parts = values.decode(line)
+        assert set(parts) == {"args", "explanation"}, list(json.loads(line))
+        assert whole == {**json.loads(line), **{k: whole[k] for k in parts}}
