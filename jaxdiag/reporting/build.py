@@ -164,8 +164,10 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
             for name, result in deepened.items():
                 if result is not results[name]:
                     results[name] = result
-                    typed = registry.named(name)
-                    sections[name] = result.section() if typed and typed.kind else clean(result.to_dict())
+                    section = registry.named(name)
+                    assert section is not None  # deepen returns the results it was given, some replaced
+                    value = section.value_of(result)
+                    sections[name] = value if section.kind is not None else clean(value)
         for section in registry.SECTIONS:  # views read the analyses' sections
             if section.view is not None:
                 sections[section.name] = clean(section.run(inputs, sections)[0])

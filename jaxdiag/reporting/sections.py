@@ -45,7 +45,7 @@ class Section:
       since: the schema version that added it (reports saved before read it as ``empty()``).
       empty: its JSON value when absent (``list`` or ``dict``).
       analysis: the module in ``jaxdiag.analyses`` (or a full dotted module name) whose ``analyze(inputs)`` fills it
-        (its result's ``to_dict()`` is the section, its ``findings`` join the report's).
+        (``value_of`` its result is the section, its ``findings`` join the report's).
       view: ``"module:function"`` filling it instead, from the trace and the sections
         before it, ``fn(inputs, sections) -> value``: data kept for renderers only
         (events of a few steps, histogram bins), with no findings.
@@ -78,11 +78,16 @@ class Section:
         kind = resolve(self.kind if "." in self.kind.partition(":")[0] else f"jaxdiag.analyses.{self.kind}")
         return tuple[kind, ...] if self.empty is list else kind  # type: ignore[valid-type]
 
+    def value_of(self, result: Any) -> Any:
+        """The section from its analysis's result: the typed value (``section()``), or, for a section not typed
+        yet, its JSON (``to_dict()``)."""
+        return result.section() if self.kind is not None else result.to_dict()
+
     def run(self, inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> "tuple[Any, AnalysisResult | None]":
         """This section's value for ``inputs``, and the analysis result behind it (``None`` for a view)."""
         if self.analysis is not None:
             result: Any = importlib.import_module(self.analysis_module).analyze(inputs)
-            return (result.section() if self.kind is not None else result.to_dict()), result
+            return self.value_of(result), result
         if self.view is not None:
             return resolve(self.view)(inputs, sections), None
         return self.empty(), None
