@@ -1,6 +1,6 @@
 """A typed report section and its JSON, both ways, and its row of ``docs/report-schema.md``, all from its type.
 
-A typed section is a frozen dataclass of the analyses (``analyses.host_waits.HostWaits``): its
+A typed section is a frozen dataclass of the analyses (``analyses.host_wait_section.HostWaits``): its
 fields, in order, are the JSON object's keys; a tuple is an array; ``X | None`` may be ``null``.
 Each field says what it holds in its metadata (``analyses.base.described``), which is where the
 schema document's text comes from, so the type, the JSON and the document cannot drift apart. A
@@ -9,8 +9,8 @@ field ``described(only_with="logged")`` is written only when ``logged`` is true.
 
 Reading back checks every value against its field's type and names the first that does not fit
 (``host_waits.by_cause[2].ms: a string, not a number``); a float's ``null`` reads as NaN, which
-is what a report writes for it. A key the type lacks (a newer minor
-version's field) is dropped; a key an older report lacks takes the field's default.
+is what a report writes for it. A key the type lacks (a newer minor version's field) is dropped;
+a key an older report lacks takes the field's default.
 """
 
 from __future__ import annotations
@@ -152,8 +152,7 @@ def _is_sequence(hint: Any) -> bool:
 
 @functools.cache
 def _fields(kind: type) -> tuple[dataclasses.Field[Any], ...]:
-    """A section type's serialized fields (a field with ``json=False`` metadata is the analysis's own)."""
-    return tuple(f for f in dataclasses.fields(kind) if f.metadata.get("json", True))
+    return dataclasses.fields(kind)
 
 
 @functools.cache
