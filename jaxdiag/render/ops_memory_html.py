@@ -12,10 +12,15 @@ from jaxdiag.render.html import _e  # the HTML report's one escape
 from jaxdiag.render.ops_memory import MEMORY_COLUMNS, big_number, byte_size, memory_row, number, percent, scaled
 
 if TYPE_CHECKING:  # pragma: no cover
-    from jaxdiag.analyses.top_op_section import TopOpsSection
+    from jaxdiag.analyses.top_op_section import OpRow, TopOpsSection
     from jaxdiag.analyses.memory_section import MemorySection
     from jaxdiag.analyses.base import Finding
     from jaxdiag.reporting.model import Report
+
+
+def _op_cells(r: "OpRow") -> list[Any]:
+    """The cells both top-op tables open with: id, op, module, function, kind, count."""
+    return [r.id, r.name, r.module, r.function, r.kind, number(r.count)]
 
 
 def html_top_ops(report: "Report") -> str:
@@ -51,12 +56,7 @@ def html_top_ops(report: "Report") -> str:
                 ),
                 (
                     [
-                        r.id,
-                        r.name,
-                        r.module,
-                        r.function,
-                        r.kind,
-                        number(r.count),
+                        *_op_cells(r),
                         number(r.per_step_ms),
                         percent(r.share),
                         scaled(r.flops, 1e9),
@@ -82,12 +82,7 @@ def html_top_ops(report: "Report") -> str:
                 ("id", "op", "module", "function", "kind", "count", "total ms", "share"),
                 (
                     [
-                        r.id,
-                        r.name,
-                        r.module,
-                        r.function,
-                        r.kind,
-                        number(r.count),
+                        *_op_cells(r),
                         number(r.total_ms),
                         percent(r.share),
                     ]
