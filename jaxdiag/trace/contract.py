@@ -15,22 +15,29 @@ value (uint64 unsigned, a reference as the name it refers to); a stat whose meta
 missing is left out. Execution facts are stats (``run_id``, ``program_id``, ``hlo_module``),
 and module spans are the events of their lines (``XLA Modules``): a reader asks for them by name.
 
-The loader does not read through this contract yet: ``xspace`` still parses with ``ProfileData``
-after ``prepared`` has cut the lines it decoded in bulk out of the bytes. Moving ``xspace``,
-``host_plane``, ``device_plane`` and ``reading`` onto ``ColumnReader`` removes ``prepared``,
-``device_bytes``, most of ``host_bytes`` and ``wire.sub_space``.
+A reader is told which planes and lines to read (``select``: a worker reads some planes, or some
+threads of the host plane, of a file it maps whole) and which stats of each line's events
+(``stats``, by plane and line name). ``xspace`` reads every host file through ``reader()``:
+``ColumnReader`` where protobuf's upb is installed, else ``ProfileDataReader``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import Any, Callable, Collection, Protocol, Union
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import line_bytes, schema, wire
 from jaxdiag.trace.schema import XPlane, XSpace
-from jaxdiag.trace.host_bytes import _frame_ids, _frame_mask
+from jaxdiag.trace.line_bytes import METADATA_ID
 from jaxdiag.trace.stat_bytes import event_stats
+
+#: Which stats of a line's events to read: one set for every line, a function of the plane's and the
+#: line's names, or ``None`` for every stat.
+Stats = Union[frozenset[str], Callable[[str, str], frozenset[str]], None]
+#: Which lines of a plane to read, given its index and name: ``True`` every one, ``False`` none (the
+#: plane's name and stats only), some line indices, or ``None`` to leave the plane out.
+Select = Callable[[int, str], Union[bool, Collection[int], None]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -41,8 +48,9 @@ class LineColumns:
     names: list[str]
     starts: list[float]
     durs: list[float]
-    stats: list[dict[str, Any]]  # each event's stats asked for
+    stats: list[dict[str, Any]]  # each event's stats asked for (entries may be one shared empty dict)
     frames: int = 0
+    index: int = -1  # the line's place in its plane
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,39 +58,64 @@ class PlaneColumns:
     name: str
     stats: dict[str, Any]
     lines: list[LineColumns]
+    index: int = -1  # the plane's place in the XSpace
 
 
 class TraceReader(Protocol):
     """From one serialized XSpace to its planes' columns.
 
-    ``stats``: the event stats to read (``None``: every one); ``frames``: keep Python-tracer frames.
+    ``stats``: the event stats to read (``Stats``); ``frames``: keep Python-tracer frames;
+    ``select``: the planes and lines to read (``Select``; default: all).
 
     Raises:
       TraceFormatError: empty, truncated or not an XSpace.
     """
 
     def read(
-        self, data: bytes, source: str, *, stats: frozenset[str] | None = None, frames: bool = True
+        self, data: Any, source: str, *, stats: Stats = None, frames: bool = True, select: Select | None = None
     ) -> list[PlaneColumns]: ...
+
+
+def reader() -> TraceReader:
+    """The backend the loader reads with: ``ColumnReader`` where protobuf's upb is installed."""
+    return ColumnReader() if schema.message_classes() is not None else ProfileDataReader()
 
 
 def _wanted(key: Any, stats: frozenset[str] | None) -> bool:
     return key is not None and (stats is None or key in stats)
 
 
+def _stats_of(stats: Stats, plane: str, line: str) -> frozenset[str] | None:
+    return stats(plane, line) if callable(stats) else stats
+
+
+def _lines_of(select: Select | None, index: int, name: str) -> bool | Collection[int] | None:
+    return True if select is None else select(index, name)
+
+
+#: The stats of an event none of whose stats were asked for: one dict for all of them, never written to.
+_NO_STATS: dict[str, Any] = {}
+
+
 class ProfileDataReader:
     """The reference backend: jaxlib's ``ProfileData``, one Python object per event."""
 
     def read(
-        self, data: bytes, source: str, *, stats: frozenset[str] | None = None, frames: bool = True
+        self, data: Any, source: str, *, stats: Stats = None, frames: bool = True, select: Select | None = None
     ) -> list[PlaneColumns]:
         from jaxdiag.jax_internals import parse_xspace
 
         wire.check_wire(data, source)
         planes = []
-        for plane in parse_xspace(data, source):
+        for index, plane in enumerate(parse_xspace(bytes(data), source)):
+            chosen = _lines_of(select, index, plane.name)
+            if chosen is None:
+                continue
             lines = []
-            for line in plane.lines:
+            for number, line in enumerate(plane.lines):
+                if chosen is False or (chosen is not True and number not in chosen):
+                    continue
+                wanted = _stats_of(stats, plane.name, line.name)
                 names: list[str] = []
                 starts: list[float] = []
                 durs: list[float] = []
@@ -96,10 +129,10 @@ class ProfileDataReader:
                     names.append(name)
                     starts.append(event.start_ns)
                     durs.append(event.duration_ns)
-                    event_stats_.append({k: v for k, v in event.stats if _wanted(k, stats)})
-                lines.append(LineColumns(line.name, names, starts, durs, event_stats_, skipped))
+                    event_stats_.append({k: v for k, v in event.stats if _wanted(k, wanted)})
+                lines.append(LineColumns(line.name, names, starts, durs, event_stats_, skipped, number))
             plane_stats = {k: v for k, v in plane.stats if k is not None}
-            planes.append(PlaneColumns(plane.name, plane_stats, lines))
+            planes.append(PlaneColumns(plane.name, plane_stats, lines, index))
         return planes
 
 
@@ -107,7 +140,7 @@ class ColumnReader:
     """The fast backend: whole lines decoded from the bytes into columns (numpy), metadata by upb."""
 
     def read(
-        self, data: bytes, source: str, *, stats: frozenset[str] | None = None, frames: bool = True
+        self, data: Any, source: str, *, stats: Stats = None, frames: bool = True, select: Select | None = None
     ) -> list[PlaneColumns]:
         classes = schema.message_classes()
         if classes is None:
@@ -115,82 +148,111 @@ class ColumnReader:
         view = memoryview(data)
         wire.check_wire(data, source)
         planes = []
+        index = -1
         for field, _, start, end in wire._top_records(data, source):
             if field != XSpace.PLANES:
                 continue
+            index += 1
+            chosen = True if select is None else select(index, wire._plane_name(view, start, end) or "")
+            if chosen is None:
+                continue
             try:
-                planes.append(self._plane(view, start, end, classes, stats, frames))
+                planes.append(self._plane(view, start, end, index, classes, stats, frames, chosen))
             except (TraceFormatError, line_bytes.Unexpected, ValueError) as exc:
-                raise TraceFormatError(f"{source}: corrupt XSpace, a plane could not be read ({exc})") from None
+                raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it ({exc})") from None
         return planes
 
     def _plane(
-        self, view: memoryview, start: int, end: int, classes: dict[str, Any], stats: Any, frames: bool
+        self,
+        view: memoryview,
+        start: int,
+        end: int,
+        index: int,
+        classes: dict[str, Any],
+        stats: Stats,
+        frames: bool,
+        chosen: bool | Collection[int],
     ) -> PlaneColumns:
-        lines: list[tuple[int, int]] = []
+        lines: list[tuple[int, int, int]] = []
         other: list[memoryview] = []
         for field, header, _, stop in wire._fields(view, start, end):
             if field == XPlane.LINES:
-                lines.append((header, stop))
+                lines.append((header, stop, len(lines)))
             else:
                 other.append(view[header:stop])
         try:
             meta = classes["XPlane"].FromString(b"".join(other))
         except Exception as exc:  # noqa: BLE001 - upb's DecodeError
             raise TraceFormatError(f"unparsable plane metadata ({exc})") from None
-        event_names = {key: value.name for key, value in meta.event_metadata.items()}
+        if chosen is not True:
+            lines = [] if chosen is False else [line for line in lines if line[2] in chosen]
         stat_names = {key: value.name for key, value in meta.stat_metadata.items()}
         plane_stats = _message_stats(meta.stats, stat_names, None)
-        padded, bases = line_bytes.copy_lines(view, lines) if lines else (None, [])
+        if not lines:
+            return PlaneColumns(meta.name, plane_stats, [], index)
+        event_names = {key: value.name for key, value in meta.event_metadata.items()}
+        padded, bases = line_bytes.copy_lines(view, [(a, b) for a, b, _ in lines])
         frame_ids = _frame_ids(event_names)
-        columns = [
-            self._line(view, padded, base, a, b, event_names, stat_names, classes, stats, frames, frame_ids)
-            for (a, b), base in zip(lines, bases)
-        ]
-        return PlaneColumns(meta.name, plane_stats, columns)
+        plane = _Plane(meta.name, view, padded, event_names, stat_names, classes, stats, frames, frame_ids)
+        columns = [plane.line(base, a, b, number) for (a, b, number), base in zip(lines, bases)]
+        return PlaneColumns(meta.name, plane_stats, columns, index)
 
-    def _line(
-        self,
-        view: memoryview,
-        padded: Any,
-        base: int,
-        a: int,
-        b: int,
-        event_names: dict[int, str],
-        stat_names: dict[int, str],
-        classes: dict[str, Any],
-        stats: frozenset[str] | None,
-        frames: bool,
-        frame_ids: Any,
-    ) -> LineColumns:
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plane:
+    """What reading a plane's lines needs: its bytes (copied, padded), names by metadata id, what to read."""
+
+    name: str
+    view: memoryview
+    padded: Any
+    event_names: dict[int, str]
+    stat_names: dict[int, str]
+    classes: dict[str, Any]
+    stats: Stats
+    frames: bool
+    frame_ids: Any
+
+    def line(self, base: int, a: int, b: int, number: int) -> LineColumns:
+        """The line record ``view[a:b]``, the plane's ``number``-th, which ``padded`` holds from ``a - base``."""
         import numpy as np
 
+        view, padded = self.view, self.padded
         try:
             located = line_bytes.locate(view, padded, base, a, b)
-            skipped = 0
-            if not frames and len(frame_ids):  # frames told by the id each is written with first, left unwalked
-                frame = _frame_mask(padded, located, frame_ids)
-                skipped = int(np.count_nonzero(frame))
-                if skipped == len(frame):
-                    return LineColumns(_line_name(view, located, b, classes), [], [], [], [], skipped)
-                kept = np.flatnonzero(~frame)
-                located = dataclasses.replace(
-                    located, starts=located.starts[kept], content=located.content[kept], sizes=located.sizes[kept]
-                )
-            rounds: list[Any] = []
-            got = line_bytes.decode_lines(padded, {0: located}, event_names, stats=rounds)
-            rows = np.arange(len(got.names)) if frames else np.flatnonzero(~got.frames)
-            if len(rows) < len(got.names):  # frames left out before their stats are read
-                position = np.full(len(got.names), -1, dtype=np.int64)
-                position[rows] = np.arange(len(rows))
-                rounds = [(position[o][k], st[k], n[k]) for o, st, n in rounds for k in [position[o] >= 0]]
-            wanted = stats if stats is not None else frozenset(stat_names.values())
-            values = event_stats(padded, rounds, len(rows), stat_names, wanted, bytes_as_str=True)
         except line_bytes.Unexpected:  # no events, or not one run of them: upb parses the line whole
-            return _message_line(classes["XLine"], bytes(_payload(view, a, b)), event_names, stat_names, stats, frames)
-        name = _line_name(view, located, b, classes)
+            return self._parsed(a, b, number)
+        name = _line_name(view, located, b, self.classes)
+        wanted = _stats_of(self.stats, self.name, name)
+        if wanted is None:
+            wanted = frozenset(self.stat_names.values())
+        skipped = 0
+        if not self.frames and len(self.frame_ids):  # frames told by the id each is written with first, unwalked
+            frame = _frame_mask(padded, located, self.frame_ids)
+            skipped = int(np.count_nonzero(frame))
+            if skipped == len(frame):
+                return LineColumns(name, [], [], [], [], skipped, number)
+            kept = np.flatnonzero(~frame)
+            located = dataclasses.replace(
+                located, starts=located.starts[kept], content=located.content[kept], sizes=located.sizes[kept]
+            )
+        rounds: list[Any] | None = [] if wanted else None
+        try:
+            got = line_bytes.decode_lines(padded, {0: located}, self.event_names, stats=rounds)
+            rows = np.arange(len(got.names)) if self.frames else np.flatnonzero(~got.frames)
+            if rounds is None:
+                values = [_NO_STATS] * len(rows)
+            else:
+                if len(rows) < len(got.names):  # frames left out before their stats are read
+                    position = np.full(len(got.names), -1, dtype=np.int64)
+                    position[rows] = np.arange(len(rows))
+                    rounds = [(position[o][k], st[k], n[k]) for o, st, n in rounds for k in [position[o] >= 0]]
+                values = event_stats(padded, rounds, len(rows), self.stat_names, wanted, bytes_as_str=True)
+        except line_bytes.Unexpected:
+            return self._parsed(a, b, number)
         if len(rows) == len(got.names):
-            return LineColumns(name, got.names.tolist(), got.starts.tolist(), got.durs.tolist(), values, skipped)
+            return LineColumns(
+                name, got.names.tolist(), got.starts.tolist(), got.durs.tolist(), values, skipped, number
+            )
         return LineColumns(
             name,
             got.names[rows].tolist(),
@@ -198,13 +260,70 @@ class ColumnReader:
             got.durs[rows].tolist(),
             values,
             skipped + len(got.names) - len(rows),
+            number,
         )
+
+    def _parsed(self, a: int, b: int, number: int) -> LineColumns:
+        """The line parsed whole by upb."""
+        return _message_line(
+            self.classes["XLine"],
+            bytes(_payload(self.view, a, b)),
+            self.event_names,
+            self.stat_names,
+            lambda line: _stats_of(self.stats, self.name, line),
+            self.frames,
+            number,
+        )
+
+
+def _frame_ids(names: dict[int, str]) -> Any:
+    """The sorted metadata ids of Python-tracer frames (an event is named by its metadata's ``name``)."""
+    import numpy as np
+
+    return np.array(sorted(key for key, name in names.items() if name.startswith("$")), dtype=np.int64)
+
+
+def _frame_mask(padded: Any, events: line_bytes.LineEvents, frames: Any) -> Any:
+    """Which of a line's events are Python frames, by the metadata id each is written with first."""
+    import numpy as np
+
+    at = events.content
+    first_field = padded[at] == METADATA_ID << 3
+    if frames[-1] < 1 << 14:  # every frame's id is one or two bytes: look those two bytes up at once
+        pairs = np.ndarray((len(padded) - 1,), dtype="<u2", buffer=padded, strides=(1,))  # bytes i, i + 1
+        width = _frame_id_widths(frames)[pairs[at + 1]]
+        return first_field & (width > 0) & (width < events.sizes)
+    ids, width = line_bytes.varints(padded, at + 1)
+    is_frame = np.zeros(int(frames[-1]) + 1, dtype=bool)
+    is_frame[frames] = True
+    frame = first_field & (width > 0) & (1 + width <= events.sizes)
+    frame &= (ids < len(is_frame)) & is_frame[np.minimum(ids, len(is_frame) - 1)]
+    return frame
+
+
+def _frame_id_widths(frames: Any) -> Any:
+    """For each two bytes (little-endian), the width of the frame id they begin with as a varint; 0 for no frame's.
+
+    An id under 128 is one byte, whatever follows it; one under 16384 is two.
+    """
+    import numpy as np
+
+    widths = np.zeros(1 << 16, dtype=np.uint8)
+    short = frames[frames < 1 << 7]
+    for low in short.tolist():
+        widths[low : 1 << 16 : 1 << 8] = 1  # the byte ``low``, then any byte
+    long = frames[frames >= 1 << 7]
+    widths[(long & 0x7F | 0x80) | (long >> 7) << 8] = 2
+    return widths
 
 
 def _line_name(view: memoryview, located: line_bytes.LineEvents, end: int, classes: dict[str, Any]) -> str:
     """A line's name, from its fields around its events."""
     head = bytes(view[located.payload : located.first]) + bytes(view[located.end : end])
-    return str(classes["XLine"].FromString(head).name)
+    try:
+        return str(classes["XLine"].FromString(head).name)
+    except Exception as exc:  # noqa: BLE001 - upb's DecodeError
+        raise TraceFormatError(f"unparsable line ({exc})") from None
 
 
 def _payload(view: memoryview, a: int, b: int) -> memoryview:
@@ -219,14 +338,17 @@ def _message_line(
     payload: bytes,
     event_names: dict[int, str],
     stat_names: dict[int, str],
-    stats: frozenset[str] | None,
+    stats_for: Callable[[str], frozenset[str] | None],
     frames: bool,
+    number: int,
 ) -> LineColumns:
-    """A line parsed whole by upb, into the columns ``ColumnReader`` decodes otherwise."""
+    """A line parsed whole by upb, into the columns ``ColumnReader`` decodes otherwise (``stats_for``: the
+    stats to read, given the line's name)."""
     try:
         line = line_class.FromString(payload)
     except Exception as exc:  # noqa: BLE001 - upb's DecodeError
         raise TraceFormatError(f"unparsable line ({exc})") from None
+    stats = stats_for(line.name)
     names: list[str] = []
     starts: list[float] = []
     durs: list[float] = []
@@ -241,7 +363,7 @@ def _message_line(
         starts.append(float(_div1000(event.offset_ps) + line.timestamp_ns))
         durs.append(float(_div1000(event.duration_ps)))
         values.append(_message_stats(event.stats, stat_names, stats))
-    return LineColumns(line.name, names, starts, durs, values, skipped)
+    return LineColumns(line.name, names, starts, durs, values, skipped, number)
 
 
 def _div1000(value: int) -> int:

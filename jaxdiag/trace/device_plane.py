@@ -1,21 +1,28 @@
 """Read a device plane (``/device:GPU:0``, ``/device:TPU:3``, a TPU's SparseCore) into event columns.
 
 Each line is a stream (GPU) or a kind of op (TPU); its kind (``LINE_KINDS`` in
-``frames.py``) says what its events are. Events come from the XSpace reader, or
-from ``device_bytes`` where the line was read from the bytes in bulk, with the
-same rules. A device also gets a row of facts (name, peak flop/s, memory).
+``frames.py``) says what its events are. Events come from the reader contract
+(``contract``), with ``DEVICE_STATS`` read. A device also gets a row of facts
+(name, peak flop/s, memory).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from jaxdiag.trace.gpu_specs import gpu_spec
 from jaxdiag.trace.columns import HostColumns
-from jaxdiag.trace.device_bytes import DeviceEvents
-from jaxdiag.trace.host_plane import int_or, line_names, program_id_of, stats_of
+from jaxdiag.trace.host_plane import int_or, program_id_of, unique_labels
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.trace.contract import LineColumns, PlaneColumns
+
+#: The stats ``read_device_plane`` reads of a device event.
+DEVICE_STATS = frozenset(
+    {"step_num", "group_id", "hlo_module", "hlo_op", "program_id", "display_name", "name", "tf_op"}
+)
 
 _COLLECTIVE_OPS = re.compile(
     r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
@@ -88,40 +95,25 @@ def is_collective(name: str, hlo_op: str) -> bool:
 
 
 def read_device_plane(
-    cols: HostColumns,
-    plane: Any,
-    platform: str,
-    ordinal: int,
-    sparsecore: bool = False,
-    read: dict[int, DeviceEvents] | None = None,
+    cols: HostColumns, plane: "PlaneColumns", platform: str, ordinal: int, sparsecore: bool = False
 ) -> None:
-    """Append a device plane's events; a SparseCore plane's go to its TPU core's ordinal, with no device row.
-
-    ``read``: lines whose events ``device_bytes`` read from the bytes (by line index; the stats
-    read below are ``device_bytes.DEVICE_STATS``); the others come from the reader.
-    """
+    """Append a device plane's events; a SparseCore plane's go to its TPU core's ordinal, with no device row."""
     if not sparsecore:
-        cols.devices.append(device_row(cols.host, plane.name, platform, ordinal, scalar_stats(plane.stats)))
+        cols.devices.append(device_row(cols.host, plane.name, platform, ordinal, scalar_stats(plane.stats.items())))
     modules: list[tuple[float, float, str, int]] = []
     op_ranges: list[tuple[int, int]] = []
-    for index, (line_name, line) in enumerate(line_names(plane.lines)):
+    for line_name, line in zip(unique_labels(line.name for line in plane.lines), plane.lines):
         kind = tpu_line_kind(line.name) if platform == "tpu" else gpu_line_kind(line.name)
         first = segment = len(cols.name)
         offload = False  # whether the open segment holds host offload copies (a "memcpy" run of an ops line)
         kernels = collectives = 0
-        bulk = read.get(index) if read else None
-        if bulk is not None and platform != "tpu":  # a GPU line read in bulk: the loop below, a column at a time
-            kernels, collectives = _add_gpu_events(cols, ordinal, bulk)
+        if platform != "tpu":  # a GPU line: the loop below, a column at a time
+            kernels, collectives = _add_gpu_events(cols, ordinal, line)
             if kind == "compute" and kernels and collectives == kernels:
                 kind = "collective"
             cols.close_segment(plane.name, line_name, kind, segment)
             continue
-        events: Iterable[tuple[str, float, float, dict[str, Any]]] = (
-            zip(bulk.names, bulk.starts, bulk.durs, bulk.stats)
-            if bulk is not None
-            else ((e.name, e.start_ns, e.duration_ns, stats_of(e)) for e in line.events)
-        )
-        for name, start, dur, stats in events:
+        for name, start, dur, stats in zip(line.names, line.starts, line.durs, line.stats):
             if kind == "steps":
                 if not sparsecore:
                     # XProf keys device steps by group_id; the name is the step number on the captures seen.
@@ -160,13 +152,13 @@ def read_device_plane(
         _assign_modules(cols, modules, op_ranges)
 
 
-def _add_gpu_events(cols: HostColumns, ordinal: int, bulk: DeviceEvents) -> tuple[int, int]:
-    """A GPU line's events as ``read_device_plane``'s loop adds them, a column at a time; its kernels and collectives.
+def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tuple[int, int]:
+    """A GPU line's events, a column at a time; its kernels and collectives.
 
     A GPU line holds thousands of kernels of a few hundred names: each column is
     one pass, and whether a kernel is a collective is asked once per name and op.
     """
-    stats = bulk.stats
+    stats = line.stats
     ops = [str(s.get("hlo_op", "")) for s in stats]
     known: dict[Any, int] = {}  # program id by stat value (a NaN is never found, and asked again)
     programs = [
@@ -175,7 +167,7 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, bulk: DeviceEvents) -> tupl
     frameworks = [str(s.get("name") or s.get("tf_op") or "") for s in stats]
     kernels = collectives = 0
     verdicts: dict[tuple[str, str], bool] = {}
-    for name, op in zip(bulk.names, ops):
+    for name, op in zip(line.names, ops):
         if not name.startswith(("Memcpy", "Memset")):
             kernels += 1
             verdict = verdicts.get((name, op))
@@ -184,9 +176,9 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, bulk: DeviceEvents) -> tupl
             collectives += verdict
     cols.add_device_events(
         ordinal,
-        bulk.names,
-        bulk.starts,
-        bulk.durs,
+        line.names,
+        line.starts,
+        line.durs,
         [str(s.get("hlo_module", "")) for s in stats],
         ops,
         ["" if f.startswith("XlaModule:") else f for f in frameworks],

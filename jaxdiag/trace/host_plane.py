@@ -13,8 +13,9 @@ How host events are categorised (``CATEGORIES`` in ``frames.py``):
   ``PjitFunction(step)``, ``StepTraceAnnotation`` events (``step_num`` stat) and
   user ``TraceAnnotation`` spans.
 
-The Python tracer's frames are most of a default capture's events, so the loops
-here touch nothing of an event but its name until they know it is kept.
+The Python tracer's frames are most of a default capture's events: the reader leaves them
+out unless they are asked for (``include_python``), and reads only the stats named here
+(``host_line_stats``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jaxdiag.trace.columns import HostColumns
 
 if TYPE_CHECKING:  # pragma: no cover
-    from jaxdiag.trace.prepared import PreparedSpace, ThreadEvents
+    from jaxdiag.trace.contract import LineColumns, PlaneColumns
 
 HOST_PLANE = "/host:CPU"
 _POOL_THREAD = re.compile(r"^(tf_|pjrt|py_xla|Host Threads|XLA|xla)|/-?\d+$")
@@ -55,14 +56,10 @@ _RUNTIME_NAMES = frozenset(
     }
 )
 _SOURCE_STATS = frozenset({"_src", "_c", "_ct", "_p", "_pt"})
-#: The stats read of a Python thread's events on a host with accelerators (``_top_level_category``).
+#: The stats read of a Python thread's events (``_top_level_category``).
 PYTHON_THREAD_STATS = _SOURCE_STATS | {"step_num", "group_id"}
-
-
-def line_names(lines: Iterable[Any]) -> Iterable[tuple[str, Any]]:
-    """Each line with a name unique in its plane: threads can share a name (two ``python3``)."""
-    lines = list(lines)
-    return zip(unique_labels([line.name for line in lines]), lines)
+#: The stats that make a host event an XLA:CPU op, on a host without accelerators (``_add_cpu_op``).
+CPU_OP_STATS = frozenset({"hlo_op", "hlo_module", "device_ordinal", "program_id", "run_id"})
 
 
 def unique_labels(names: Iterable[str]) -> list[str]:
@@ -75,30 +72,19 @@ def unique_labels(names: Iterable[str]) -> list[str]:
     return labels
 
 
-def stats_of(event: Any) -> dict[str, Any]:
-    """An event's stats as a dict, skipping entries whose metadata is missing."""
-    return {k: v for k, v in event.stats if k is not None}
+def host_line_stats(line: str, accelerated: bool) -> frozenset[str]:
+    """The stats ``read_host_line`` reads of a host thread's events (``accelerated``: the host has devices)."""
+    if not accelerated:
+        return CPU_OP_STATS | PYTHON_THREAD_STATS
+    return frozenset() if is_runtime_thread(line) else PYTHON_THREAD_STATS
 
 
-def read_host_plane(
-    cols: HostColumns, plane: Any, *, cpu_only: bool, include_python: bool, prepared: "PreparedSpace | None" = None
-) -> None:
-    """Append the events of every thread of ``plane`` (``cpu_only``: a host without accelerators).
-
-    ``prepared``: what ``prepared.prepare`` already read of the plane's threads, by line index.
-    """
+def read_host_plane(cols: HostColumns, plane: "PlaneColumns", *, cpu_only: bool, include_python: bool) -> None:
+    """Append the events of every thread of ``plane`` (``cpu_only``: a host without accelerators)."""
     no_hlo: set[str] = set()  # names seen without hlo stats: not XLA:CPU ops, skip their stats
-    for index, (label, line) in enumerate(line_names(plane.lines)):
-        read_host_line(
-            cols,
-            line,
-            label,
-            cpu_only=cpu_only,
-            include_python=include_python,
-            no_hlo=no_hlo,
-            dropped=prepared.dropped.get(index, 0) if prepared else 0,
-            read=prepared.threads.get(index) if prepared else None,
-        )
+    labels = unique_labels(line.name for line in plane.lines)
+    for label, line in zip(labels, plane.lines):
+        read_host_line(cols, line, label, cpu_only=cpu_only, include_python=include_python, no_hlo=no_hlo)
 
 
 def is_runtime_thread(name: str) -> bool:
@@ -107,114 +93,68 @@ def is_runtime_thread(name: str) -> bool:
 
 
 def read_host_line(
-    cols: HostColumns,
-    line: Any,
-    label: str,
-    *,
-    cpu_only: bool,
-    include_python: bool,
-    no_hlo: set[str],
-    dropped: int = 0,
-    read: "ThreadEvents | None" = None,
+    cols: HostColumns, line: "LineColumns", label: str, *, cpu_only: bool, include_python: bool, no_hlo: set[str]
 ) -> None:
     """Append the events of one thread, as line ``label`` (its name, unique in the plane).
 
     ``no_hlo`` holds names already seen without XLA:CPU op stats; a plane's threads share it.
-    ``dropped`` and ``read``: what ``prepared.prepare`` read of the thread (its Python
-    frames cut out of the bytes; its events read, and cut out too).
+    The line's Python frames were left out by the reader (``line.frames``) unless ``include_python``.
     """
     first = len(cols.name)
-    cols.python_frames += dropped
-    pool = is_runtime_thread(line.name)
-    if pool and not cpu_only and not include_python:
-        if read is None:
-            _read_runtime_line(cols, line, label, first)
-            return
-        cols.python_frames += read.frames
-        cols.add_host_events(read.names, read.starts, read.durs, "runtime")
-        cols.close_segment(HOST_PLANE, label, "host", first)
-        return
-    if read is not None and read.stats is not None and not pool and not cpu_only and not include_python:
-        cols.python_frames += read.frames
-        _read_main_events(cols, list(zip(read.starts, read.durs, read.names, read.stats)), cpu_only, no_hlo)
-        cols.close_segment(HOST_PLANE, label, "python" if read.frames + dropped else "host", first)
-        return
-    kept: list[tuple[str, Any]] = []
-    keep = kept.append
-    python: list[tuple[str, float, float]] = []
-    seen = -1
-    # The hot loop: a Python-traced run has ~1M frames here, so touch nothing but the name,
-    # and keep no frame objects alive (a million live wrappers slow everything down).
-    if include_python:
-        for seen, e in enumerate(line.events):
-            name = e.name
-            if name[:1] == "$":
-                python.append((name, e.start_ns, e.duration_ns))
-            else:
-                keep((name, e))
-    else:
-        for seen, e in enumerate(line.events):
-            name = e.name
-            if name[:1] != "$":
-                keep((name, e))
-    frames = seen + 1 - len(kept)
+    names, starts, durs, stats = line.names, line.starts, line.durs, line.stats
+    python: list[int] = []
+    if include_python:  # the frames are among the events: split them off
+        kept = [i for i, name in enumerate(names) if name[:1] != "$"]
+        if len(kept) < len(names):
+            python = [i for i, name in enumerate(names) if name[:1] == "$"]
+            names, starts, durs, stats = (
+                [names[i] for i in kept],
+                [starts[i] for i in kept],
+                [durs[i] for i in kept],
+                [stats[i] for i in kept],
+            )
+    frames = line.frames + len(python)
     cols.python_frames += frames
-    frames += dropped
-    if pool:
-        ops = _read_pool_events(cols, kept, cpu_only, no_hlo)
+    if is_runtime_thread(line.name):
+        ops = 0
+        if cpu_only:
+            ops = _read_pool_events(cols, names, starts, durs, stats, no_hlo)
+        else:
+            cols.add_host_events(names, starts, durs, "runtime")
         kind = "xla_cpu" if ops else "host"
     else:
-        _read_main_events(cols, [(e.start_ns, e.duration_ns, name, e) for name, e in kept], cpu_only, no_hlo)
+        _read_main_events(cols, list(zip(starts, durs, names, stats)), cpu_only, no_hlo)
         kind = "python" if frames else "host"
     if python:
-        names, starts, durs = zip(*python)
-        cols.add_host_events(list(names), list(starts), list(durs), "python")
+        cols.add_host_events(
+            [line.names[i] for i in python], [line.starts[i] for i in python], [line.durs[i] for i in python], "python"
+        )
     cols.close_segment(HOST_PLANE, label, kind, first)
 
 
-def _read_runtime_line(cols: HostColumns, line: Any, label: str, first: int) -> None:
-    """A runtime thread of an accelerated host: every event but Python frames is a runtime event.
-
-    One pass, keeping no event objects: these threads hold most of the events kept.
-    """
-    names: list[str] = []
-    starts: list[float] = []
-    durs: list[float] = []
-    frames = 0
-    for e in line.events:
-        name = e.name
-        if name[:1] != "$":
-            names.append(name)
-            starts.append(e.start_ns)
-            durs.append(e.duration_ns)
-        else:
-            frames += 1
-    cols.python_frames += frames
-    cols.add_host_events(names, starts, durs, "runtime")
-    cols.close_segment(HOST_PLANE, label, "host", first)
-
-
-def _read_pool_events(cols: HostColumns, kept: list[tuple[str, Any]], cpu_only: bool, no_hlo: set[str]) -> int:
-    """Runtime-thread events: XLA:CPU ops on CPU-only traces, else runtime. Returns the op count."""
-    if not cpu_only:
-        cols.add_host_events(
-            [n for n, _ in kept], [e.start_ns for _, e in kept], [e.duration_ns for _, e in kept], "runtime"
-        )
-        return 0
+def _read_pool_events(
+    cols: HostColumns,
+    names: list[str],
+    starts: list[float],
+    durs: list[float],
+    stats: list[dict[str, Any]],
+    no_hlo: set[str],
+) -> int:
+    """A runtime thread's events on a host without accelerators: XLA:CPU ops, else runtime. Returns the op count."""
     ops = 0
-    for name, e in kept:
-        if name not in no_hlo and _add_cpu_op(cols, name, e, no_hlo):
+    for name, start, dur, event_stats in zip(names, starts, durs, stats):
+        if name not in no_hlo and _add_cpu_op(cols, name, start, dur, event_stats, no_hlo):
             ops += 1
         else:
-            cols.add(-1, name, e.start_ns, e.duration_ns)
+            cols.add(-1, name, start, dur)
     return ops
 
 
 def _read_main_events(
-    cols: HostColumns, rows: list[tuple[float, float, str, Any]], cpu_only: bool, no_hlo: set[str]
+    cols: HostColumns, rows: list[tuple[float, float, str, dict[str, Any]]], cpu_only: bool, no_hlo: set[str]
 ) -> None:
-    """Python-thread events ``(start, duration, name, event)``, categorised by what encloses them (see the module
-    docstring); ``event``: the reader's, or its ``PYTHON_THREAD_STATS`` as read from the bytes."""
+    """Python-thread events ``(start, duration, name, stats)``, categorised by what encloses them (see the module
+    docstring)."""
     rows.sort(key=lambda r: (r[0], -r[1]))
     open_spans: list[tuple[float, bool]] = []  # (end, inside runtime or framework)
     kinds: dict[str, int] = {}  # by name: 1 a runtime name, 2 a framework span, 0 neither
@@ -222,7 +162,7 @@ def _read_main_events(
     starts: list[float] = []
     durs: list[float] = []
     categories: list[str] = []
-    for start, dur, name, e in rows:
+    for start, dur, name, stats in rows:
         while open_spans and open_spans[-1][0] <= start:
             open_spans.pop()
         opaque = bool(open_spans) and open_spans[-1][1]
@@ -233,7 +173,7 @@ def _read_main_events(
         if cpu_only and name not in no_hlo:
             cols.add_host_events(names, starts, durs, categories)  # the events before it, in order
             names, starts, durs, categories = [], [], [], []
-            is_op = _add_cpu_op(cols, name, e, no_hlo)
+            is_op = _add_cpu_op(cols, name, start, dur, stats, no_hlo)
         else:
             is_op = False
         if is_op:
@@ -243,7 +183,7 @@ def _read_main_events(
         elif kind == 2:
             category = "annotation"
         else:
-            category = _top_level_category(cols, name, e, start, dur)
+            category = _top_level_category(cols, name, stats, start, dur)
         if not is_op:
             names.append(name)
             starts.append(start)
@@ -253,8 +193,7 @@ def _read_main_events(
     cols.add_host_events(names, starts, durs, categories)
 
 
-def _top_level_category(cols: HostColumns, name: str, e: Any, start: float, dur: float) -> str:
-    stats = e if isinstance(e, dict) else stats_of(e)
+def _top_level_category(cols: HostColumns, name: str, stats: dict[str, Any], start: float, dur: float) -> str:
     step = stats.get("step_num", stats.get("group_id"))
     if step is not None:
         cols.step_marks.append((name, int_or(step, -1), start, start + dur))
@@ -262,17 +201,18 @@ def _top_level_category(cols: HostColumns, name: str, e: Any, start: float, dur:
     return "runtime" if _SOURCE_STATS.intersection(stats) else "annotation"
 
 
-def _add_cpu_op(cols: HostColumns, name: str, e: Any, no_hlo: set[str]) -> bool:
-    """Append ``e`` as an XLA:CPU op if its stats say it is one; remember names that are not."""
-    stats = stats_of(e)
+def _add_cpu_op(
+    cols: HostColumns, name: str, start: float, dur: float, stats: dict[str, Any], no_hlo: set[str]
+) -> bool:
+    """Append the event as an XLA:CPU op if its stats say it is one; remember names that are not."""
     if "hlo_op" not in stats or "hlo_module" not in stats:
         no_hlo.add(name)
         return False
     cols.add(
         int_or(stats.get("device_ordinal", 0), 0),
         name,
-        e.start_ns,
-        e.duration_ns,
+        start,
+        dur,
         str(stats["hlo_module"]),
         str(stats["hlo_op"]),
         "",

@@ -4,7 +4,8 @@
 processes (``pid``) are the XPlanes and its threads (``tid``) the XLines, named by
 ``process_name``/``thread_name`` metadata events; complete events (``ph: "X"``)
 carry ``ts``/``dur`` in microseconds and their stats in ``args``. The events are
-handed to ``xspace.collect_host`` so both formats follow the same rules. Plane
+read into the reader contract's columns and handed to ``xspace.collect_host``, so both
+formats follow the same rules. Plane
 stats (device facts, versions) are not in this format: those columns are NaN.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.files import MAX_DEPTH, loads, open_regular
+from jaxdiag.trace.contract import LineColumns, PlaneColumns
 from jaxdiag.trace.xspace import HostColumns, collect_host, is_profiler_plane
 
 #: Top-level keys and event categories of a PyTorch profiler (Kineto) trace, which jax.profiler never writes.
@@ -31,25 +33,11 @@ MAX_JSON_BYTES = 256 << 20
 _MAX_US = 1e16
 
 
-class _Event:
-    __slots__ = ("name", "start_ns", "duration_ns", "stats")
-
-    def __init__(self, name: str, start_ns: float, duration_ns: float, stats: list[tuple[str, Any]]):
-        self.name, self.start_ns, self.duration_ns, self.stats = name, start_ns, duration_ns, stats
-
-
 class _Line:
-    __slots__ = ("name", "events")
+    __slots__ = ("name", "names", "starts", "durs", "stats", "frames")
 
     def __init__(self, name: str):
-        self.name, self.events = name, []
-
-
-class _Plane:
-    __slots__ = ("name", "stats", "lines")
-
-    def __init__(self, name: str):
-        self.name, self.stats, self.lines = name, [], {}
+        self.name, self.names, self.starts, self.durs, self.stats, self.frames = name, [], [], [], [], 0
 
 
 def read_json_trace(path: Path, host: str, *, include_python: bool = False) -> HostColumns:
@@ -70,7 +58,7 @@ def read_json_trace(path: Path, host: str, *, include_python: bool = False) -> H
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise TraceFormatError(f"{path}: no 'traceEvents' list; not a Chrome trace")
-    planes, bad, first = _planes(events)
+    planes, bad, first = _planes(events, include_python)
     if not planes:
         why = f"; all {bad:,} were malformed (first: {first})" if bad else ""
         raise TraceFormatError(f"{path}: no complete ('X') events with a named process{why}")
@@ -127,8 +115,9 @@ def _names(names: Any, most: int = 4) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def _planes(events: list[Any]) -> tuple[list[_Plane], int, str]:
-    """Group complete events into planes and lines; count the malformed ones and say what was wrong with the first."""
+def _planes(events: list[Any], include_python: bool) -> tuple[list[PlaneColumns], int, str]:
+    """Group complete events into planes and lines (Python frames left out and counted unless
+    ``include_python``); count the malformed ones and say what was wrong with the first."""
     process: dict[Any, str] = {}
     thread: dict[tuple[Any, Any], str] = {}
     for e in events:
@@ -139,7 +128,7 @@ def _planes(events: list[Any]) -> tuple[list[_Plane], int, str]:
                 process[e.get("pid")] = str(e["args"].get("name", ""))
             elif e.get("name") == "thread_name":
                 thread[(e.get("pid"), e.get("tid"))] = str(e["args"].get("name", ""))
-    planes: dict[Any, _Plane] = {}
+    planes: dict[Any, dict[Any, _Line]] = {}
     bad, first = 0, ""
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -150,21 +139,31 @@ def _planes(events: list[Any]) -> tuple[list[_Plane], int, str]:
             bad += 1
             first = first or problem
             continue
-        start, dur = float(e["ts"]) * 1e3, float(e.get("dur", 0.0)) * 1e3
-        name = str(e.get("name", ""))
-        args = e.get("args")
-        stats = list(args.items()) if isinstance(args, dict) else []
-        plane = planes.get(pid)
-        if plane is None:
-            plane = planes[pid] = _Plane(process.get(pid, f"pid {pid}"))
-        line = plane.lines.get(tid)
+        lines = planes.setdefault(pid, {})
+        line = lines.get(tid)
         if line is None:
-            line = plane.lines[tid] = _Line(thread.get((pid, tid), f"tid {tid}"))
-        line.events.append(_Event(name, start, dur, stats))
-    out = []
-    for plane in planes.values():
-        plane.lines = list(plane.lines.values())
-        out.append(plane)
+            line = lines[tid] = _Line(thread.get((pid, tid), f"tid {tid}"))
+        name = str(e.get("name", ""))
+        if not include_python and name[:1] == "$":
+            line.frames += 1
+            continue
+        args = e.get("args")
+        line.names.append(name)
+        line.starts.append(float(e["ts"]) * 1e3)
+        line.durs.append(float(e.get("dur", 0.0)) * 1e3)
+        line.stats.append(dict(args) if isinstance(args, dict) else {})
+    out = [
+        PlaneColumns(
+            process.get(pid, f"pid {pid}"),
+            {},
+            [
+                LineColumns(x.name, x.names, x.starts, x.durs, x.stats, x.frames, i)
+                for i, x in enumerate(lines.values())
+            ],
+            index,
+        )
+        for index, (pid, lines) in enumerate(planes.items())
+    ]
     return out, bad, first
 
 

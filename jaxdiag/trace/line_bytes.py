@@ -4,15 +4,13 @@ The XSpace reader makes a Python object per event, and a per-event loop over
 those objects is most of the time a report takes on a large capture. Here numpy
 finds where every event record of a line lies (``locate``), then walks the
 fields of all events (or of all their stats) together, one field of each per
-round (``walk``); protobuf's C parser (upb) reads the planes' metadata, which
-names the events (``plane_metadata``). ``host_bytes`` and ``device_bytes`` build on it.
+round (``walk``). ``contract.ColumnReader`` builds on it; protobuf's C parser (upb)
+reads the planes' metadata there, which names the events.
 
 Values are decoded as jaxlib's ``ProfileEvent`` gives them: names from the
 plane's metadata ``name``; start ``offset_ps / 1000 + line.timestamp_ns`` and
 duration ``duration_ps / 1000`` in integer arithmetic. Anything not laid out as
-expected raises ``Unexpected``: the caller then leaves that line to the reader.
-Without upb (an old protobuf, or its pure-Python implementation) ``available``
-is false and nothing here is used.
+expected raises ``Unexpected``: the caller then parses that line whole with upb.
 
 Locating and walking a line's records are one decoder of one wire layout, which is why the module
 runs past 400 lines.
@@ -21,11 +19,10 @@ runs past 400 lines.
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Iterator, Sequence
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace import schema, wire
+from jaxdiag.trace import wire
 from jaxdiag.trace.schema import FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, XEvent, XLine, XPlane
 
 LINES = XPlane.LINES
@@ -33,7 +30,6 @@ EVENTS, _TIMESTAMP_NS = XLine.EVENTS, XLine.TIMESTAMP_NS
 METADATA_ID, OFFSET_PS, DURATION_PS, STATS = XEvent.METADATA_ID, XEvent.OFFSET_PS, XEvent.DURATION_PS, XEvent.STATS
 _CHUNK = 1 << 20
 PAD = 16  # zero bytes after each line's copy in ``padded`` arrays: reads past a line's end see zeros
-T = TypeVar("T")
 
 
 class Unexpected(Exception):
@@ -55,16 +51,6 @@ class LineEvents:
     content: Any  # each event's first byte, in ``padded``
     sizes: Any  # each event's length
 
-    def without_events(self, view: memoryview) -> bytes:
-        """The line's record with no events (its name, id and timestamp stay, for the reader)."""
-        body = bytes(view[self.payload : self.first]) + bytes(view[self.end : self.record_end])
-        return header(LINES, len(body)) + body
-
-
-def available() -> bool:
-    """Whether upb is here (else the reader reads every event)."""
-    return _plane_view() is not None
-
 
 def copy_lines(view: memoryview, lines: Sequence[tuple[int, int]]) -> tuple[Any, list[int]]:
     """The records ``view[a:b]`` copied into one uint8 array, each followed by ``PAD`` zeros, and each one's base."""
@@ -77,21 +63,6 @@ def copy_lines(view: memoryview, lines: Sequence[tuple[int, int]]) -> tuple[Any,
         bases.append(a - offset)
         offset += b - a + PAD
     return padded, bases
-
-
-def locate_lines(view: memoryview, lines: Sequence[tuple[int, int, int]]) -> tuple[Any, dict[int, LineEvents]]:
-    """The lines ``(start, end, index)`` copied into one array (``copy_lines``), and each one's events by index.
-
-    A line not laid out as expected is left out (the reader reads it).
-    """
-    padded, bases = copy_lines(view, [(a, b) for a, b, _ in lines])
-    located: dict[int, LineEvents] = {}
-    for (a, b, line), base in zip(lines, bases):
-        try:
-            located[line] = locate(view, padded, base, a, b)
-        except Unexpected:
-            pass
-    return padded, located
 
 
 def locate(view: memoryview, padded: Any, base: int, a: int, b: int) -> LineEvents:
@@ -359,42 +330,11 @@ def decode_lines(
     )
 
 
-def read_in_bulk(lines: dict[int, LineEvents], read: Callable[[dict[int, LineEvents]], dict[int, T]]) -> dict[int, T]:
-    """``read(lines)``, all lines at once; where a line cannot be read, each line on its own, to leave out that one."""
-    if not lines:
-        return {}
-    try:
-        return read(lines)
-    except (Unexpected, UnicodeDecodeError):
-        if len(lines) == 1:
-            return {}
-        return {line: got for one in lines.items() for line, got in read_in_bulk(dict([one]), read).items()}
-
-
 def divide_by_1000(values: Any) -> Any:
     """``values / 1000`` truncated toward zero, as C++ divides integers."""
     import numpy as np
 
     return np.where(values >= 0, values // 1000, -(-values // 1000))
-
-
-@functools.lru_cache(maxsize=8)  # the tasks of one file share its planes' metadata
-def plane_metadata(plane_fields: bytes) -> tuple[dict[int, str], dict[int, str]]:
-    """Event and stat names by metadata id, from a plane's fields other than its lines.
-
-    Raises:
-      Unexpected: unparsable, or a name that is not UTF-8 (the reader judges those).
-    """
-    try:
-        view = _plane_view()
-        if view is None:
-            raise Unexpected
-        plane = view.FromString(plane_fields)
-        events = {key: value.name for key, value in plane.event_metadata.items()}
-        stats = {key: value.name for key, value in plane.stat_metadata.items()}
-    except Exception:  # noqa: BLE001 - upb's DecodeError, a UnicodeDecodeError
-        raise Unexpected from None
-    return events, stats
 
 
 def header(field: int, length: int) -> bytes:
@@ -419,9 +359,3 @@ def _no_events_after(view: memoryview, start: int, end: int) -> bool:
         return all(field != EVENTS for field, _, _, _ in wire._fields(view, start, end))
     except TraceFormatError:
         return False
-
-
-def _plane_view() -> Any:
-    """The ``XPlane`` message class (``schema``); ``None`` without upb."""
-    classes = schema.message_classes()
-    return classes["XPlane"] if classes is not None else None

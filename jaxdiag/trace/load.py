@@ -143,12 +143,17 @@ def prefetch(path: str | Path, *, run: str | None = None, host: str | None = Non
 
 
 def _ready_xspace_reader() -> None:
-    """Load the XSpace reader and ask once whether it survives corrupt data, before any worker forks.
+    """Load the XSpace reader before any worker forks (``contract.reader``): protobuf's classes of the
+    planes; or, without upb, jaxlib's reader, asked once whether it survives corrupt data.
 
-    Forked workers inherit both; each would otherwise load the reader again and fork
-    a child of its own to ask, and this process would fork its child later, from the
+    Forked workers inherit them; each would otherwise load the reader again (and fork
+    a child of its own to ask), and this process would fork its child later, from the
     size pandas and the analyses have grown it to.
     """
+    from jaxdiag.trace import schema
+
+    if schema.message_classes() is not None:
+        return
     from jaxdiag.jax_internals import xspace_reader_raises
 
     xspace_reader_raises()

@@ -1,9 +1,9 @@
 """Read the host files of a run in parallel: a process pool here, or the workers of a Dask cluster.
 
 On this machine, ``start`` cuts the files into *tasks* (planes, or threads of
-an accelerated host's host plane, bundled to about a megabyte: ``wire.sub_space``
-cuts their bytes out of the mapped file, so nothing is serialized on the way
-in) and submits them all, the largest first, to a
+an accelerated host's host plane, bundled to about a megabyte; a worker maps the
+file and reads only its task's planes and lines through the reader contract, so
+nothing is serialized on the way in) and submits them all, the largest first, to a
 ``concurrent.futures.ProcessPoolExecutor`` with an explicit start method. This
 process reads too: file by file, it takes back the tasks no worker has begun
 (``Future.cancel``), smallest first, while the workers go on from the largest.
@@ -51,18 +51,15 @@ from jaxdiag.errors import TraceFormatError
 from jaxdiag.processes import fork_is_safe, kill_workers, workers_of
 from jaxdiag.trace import wire
 from jaxdiag.trace.discover import host_name
-from jaxdiag.trace.host_bytes import prepare_lines
-from jaxdiag.trace.prepared import PreparedSpace
 from jaxdiag.trace.host_plane import HOST_PLANE, is_runtime_thread, unique_labels
-from jaxdiag.trace.xspace import HostColumns, has_devices, is_device_plane, join_host, read_planes, read_xspace
+from jaxdiag.trace.xspace import HostColumns, has_devices, is_device_plane, join_host, read_units, read_xspace
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.dask_reading import DaskReading
 
 #: Rough cost of reading, in ns per byte in a worker (measured on the H100 captures): device
-#: events carry many stats; host threads are read from the bytes (``host_bytes``), a runtime
-#: thread's events all decoded, a Python thread's mostly frames cut out; other planes (metadata)
-#: are only parsed. Only the order of tasks, whether to use workers and how long to wait depend on it.
+#: events carry many stats; a runtime thread's events are all decoded, a Python thread's are
+#: mostly frames, left out unread; other planes (metadata) are only parsed. Only the order of tasks, whether to use workers and how long to wait depend on it.
 _NS_PER_BYTE = {"device": 38.0, "host": 22.0, "python": 5.5, "other": 0.3}
 #: Workers are started only for at least this much work: the 8 MB H100 capture (about 0.1 s)
 #: reports in 0.42 s with a worker and 0.50 s without, its reading beside the report's imports.
@@ -259,13 +256,13 @@ class Reading:
             return
         context = multiprocessing.get_context(method)
         if method == "fork":
-            # Every process needs numpy (the bulk reading, the frames) and protobuf's views of the planes
-            # (``line_bytes``): loaded once, before the fork.
+            # Every process needs numpy (the bulk reading, the frames) and protobuf's classes of the planes
+            # (``schema``): loaded once, before the fork.
             import numpy  # noqa: F401
 
-            from jaxdiag.trace import line_bytes
+            from jaxdiag.trace import schema
 
-            line_bytes.available()
+            schema.message_classes()
         elif method == "forkserver":
             context.set_forkserver_preload([__name__])  # type: ignore[attr-defined]
         try:
@@ -347,17 +344,8 @@ class Reading:
             pass
 
 
-#: In a worker: parsed planes, kept until the worker exits (freeing them costs time nobody waits for),
-#: up to about this many bytes of trace (one large host file); past that (a pod's files) they are freed as read.
-_KEEP_BYTES = 48 << 20
-_PARSED: list[Any] | None = None
-_kept_bytes = 0
-
-
 def _start_worker() -> None:
-    global _PARSED
     gc.disable()  # it lives for one reading and frees everything at exit: collections are wasted work
-    _PARSED = []
 
 
 def _read_task(
@@ -368,10 +356,8 @@ def _read_task(
     accelerated: bool,
 ) -> bytes | None:
     """In a worker: the pieces of ``units`` of the file at ``path``, pickled; ``None`` when they cannot be read apart."""
-    global _kept_bytes
     f = _File(Path(path), _map(Path(path)), planes, lines, accelerated)
-    _kept_bytes += sum(record.size for record in planes.values())
-    pieces = _read_runs(f, units, keep=_PARSED if _kept_bytes <= _KEEP_BYTES else None)
+    pieces = _read_runs(f, units)
     return pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -390,10 +376,10 @@ def _runs(units: Sequence[Unit]) -> list[tuple[Unit, ...]]:
     return [tuple(run) for run in runs]
 
 
-def _read_runs(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) -> list[HostColumns] | None:
+def _read_runs(f: _File, units: Sequence[Unit]) -> list[HostColumns] | None:
     """One piece per run of ``units`` (``_runs``), packed (``HostColumns.pack``): a few bytes per event to
     send, and to join; ``None`` if they cannot be read apart."""
-    pieces = _read_units(f, units, keep)
+    pieces = _read_units(f, units)
     if pieces is None:
         return None
     joined = []
@@ -407,44 +393,18 @@ def _read_runs(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) -
     return joined
 
 
-def _read_units(f: _File, units: Sequence[Unit], keep: list[Any] | None = None) -> list[HostColumns] | None:
+def _read_units(f: _File, units: Sequence[Unit]) -> list[HostColumns] | None:
     """One piece per unit of ``f`` (units in file order); ``None`` if they cannot be read apart."""
-    parts: list[tuple[wire.PlaneRecord, wire.PlaneLines | None, list[int] | None]] = []
-    expected: list[tuple[str, list[tuple[str, str]] | None]] = []
-    by_plane: dict[int, list[int]] = {}  # each plane's lines among ``units`` (one pass: a task may hold 50,000 planes)
+    by_plane: dict[
+        int, list[int] | None
+    ] = {}  # each plane's lines among ``units`` (one pass: a task may hold 50,000 planes)
     for plane, line in units:
-        by_plane.setdefault(plane, []).extend((line,) if line >= 0 else ())
-    for plane, mine in by_plane.items():
-        record, lines = f.planes[plane], f.lines.get(plane)
-        parts.append((record, lines, mine if lines is not None else None))
-        if lines is None:
-            expected.append((record.name, None))
-        else:
-            labels = unique_labels(lines.names)
-            expected.append((record.name, [(lines.names[i], labels[i]) for i in mine]))
-    accelerated = f.accelerated
-    by_line = [(record, lines, mine) for record, lines, mine in parts if lines is not None and mine is not None]
-    prepared = None
-    if by_line:  # a host plane's threads: prepared here, where the plane's layout is known (``host_bytes``)
-        record, lines, mine = by_line[0]
-        got = prepare_lines(f.data, lines, mine, accelerated=accelerated)
-        at = {line: i for i, line in enumerate(mine)}  # a line's index in the cut-out plane
-        prepared = (
-            got.cut,
-            {at[line]: n for line, n in got.dropped.items()},
-            {at[line]: events for line, events in got.threads.items()},
-        )
+        mine = by_plane.setdefault(plane, None if line < 0 else [])
+        if mine is not None:
+            mine.append(line)
+    labels = {plane: unique_labels(f.lines[plane].names) for plane, mine in by_plane.items() if mine is not None}
     try:
-        data = wire.sub_space(f.data, parts, replace=prepared[0] if prepared else None)
-        pieces = read_planes(
-            data,
-            host_name(f.path),
-            expected,
-            source=str(f.path),
-            accelerated=accelerated,
-            keep=keep,
-            prepared=PreparedSpace(data, prepared[1], prepared[2]) if prepared else None,
-        )
+        pieces = read_units(f.data, host_name(f.path), by_plane, labels, source=str(f.path), accelerated=f.accelerated)
     except TraceFormatError:
         return None
     return pieces if len(pieces) == len(units) else None
@@ -454,8 +414,7 @@ def _tasks(index: int, f: _File) -> list[_Task]:
     """``f`` cut into tasks: planes, and the threads of a host plane, alone when large, else bundled.
 
     Each task costs a parse of its planes' metadata, and a pickle of what it is
-    handed, so small planes go together, as do small threads (apart from whole
-    planes: a thread's plane is read with what ``reading`` prepared of it).
+    handed, so small planes go together, as do small threads (apart from whole planes).
     """
     tasks: list[_Task] = []
     bundles: dict[bool, tuple[list[Unit], float, float]] = {}  # by whether it holds threads: units, bytes, cost

@@ -1,18 +1,17 @@
 """The top level of a serialized XSpace, walked without parsing it.
 
 An XSpace is a sequence of records, and its planes are the records of field 1.
-Any selection of those records, concatenated, is again a valid XSpace: that is
-how ``parallel`` hands some planes of a file to another process without
-serializing anything. Walking the records costs microseconds (a capture has a
-few planes), so ``check_wire`` also turns the common failures, a file cut short
-while copying and a file that is not a trace at all, into a clear message before
-the C++ parser sees them.
+``reading`` walks them (and a host plane's lines) to cut a file into tasks, each a
+few planes or threads that a worker reads from the file itself. Walking the records
+costs microseconds (a capture has a few planes), so ``check_wire`` also turns the
+common failures, a file cut short while copying and a file that is not a trace at
+all, into a clear message before any parser sees them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Mapping
+from typing import Iterator
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.schema import LENGTH_DELIMITED, XLine, XPlane, XSpace
@@ -104,34 +103,6 @@ def plane_lines(data: Data, plane: PlaneRecord) -> PlaneLines | None:
     except (TraceFormatError, UnicodeDecodeError):
         return None
     return PlaneLines(tuple(names), tuple(chunks))
-
-
-def sub_space(
-    data: bytes | memoryview,
-    planes: list[tuple[PlaneRecord, PlaneLines | None, list[int] | None]],
-    replace: Mapping[int, bytes] | None = None,
-) -> bytes:
-    """A serialized XSpace of some planes of ``data``: whole, or (``lines`` given) with only those lines.
-
-    ``replace``: new records for some of those lines, by index (one plane's lines: the host plane's).
-    """
-    view = memoryview(data)  # slices of a view are not copies: the bytes are copied once, into the result
-    replace = replace or {}
-    out: list[bytes | memoryview] = []
-    for plane, layout, lines in planes:
-        if lines is None or layout is None:
-            out.append(view[plane.start : plane.end])
-            continue
-        keep = set(lines)
-        body = [replace.get(line, view[a:b]) for a, b, line in layout.chunks if line < 0 or line in keep]
-        out.append(plane_header(sum(map(len, body))))
-        out += body
-    return b"".join(out)
-
-
-def plane_header(length: int) -> bytes:
-    """The tag and length of an XSpace's plane record of ``length`` bytes."""
-    return bytes([_PLANES << 3 | _LENGTH_DELIMITED]) + _encode_varint(length)
 
 
 def _top_records(data: Data, source: str) -> Iterator[tuple[int, int, int, int]]:

@@ -1,30 +1,27 @@
 """Read one host's ``.xplane.pb`` into event columns, device facts and metadata.
 
-Parsing uses ``jaxlib._profile_data`` (the XSpace reader behind
-``jax.profiler.ProfileData``, reached through ``jaxdiag.jax_internals``), which
-imports in milliseconds without jax.
-``collect_host`` works on any objects shaped like its planes, lines and events,
-so the Chrome-JSON fallback reader shares every rule here. ``device_plane``
-reads device planes, and ``host_plane`` says how host events are categorised. ``read_planes``
-and ``join_host`` let ``reading`` read a file's planes in two processes. Before
-parsing, ``prepared.prepare`` reads what it can of the bytes in bulk (Python
-frames cut out, runtime threads and device lines decoded); the rules here then
-apply to its columns as to the reader's events.
+The bytes are read through the reader contract (``contract.reader()``: columns per plane and
+line, only the stats the rules here read). ``device_plane`` reads device planes, and
+``host_plane`` says how host events are categorised. ``collect_host`` works on the contract's
+columns, so the Chrome-JSON reader, which builds the same columns, shares every rule here.
+``read_units`` and ``join_host`` let ``reading`` read a file's planes, or its host plane's
+threads, in several processes.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.columns import HostColumns
-from jaxdiag.trace.device_plane import device_row, read_device_plane, scalar_stats
-from jaxdiag.trace.host_plane import HOST_PLANE, read_host_line, read_host_plane
-from jaxdiag.trace.prepared import PreparedSpace, prepare
+from jaxdiag.trace.contract import PlaneColumns, reader
+from jaxdiag.trace.device_plane import DEVICE_STATS, device_row, read_device_plane, scalar_stats
+from jaxdiag.trace.host_plane import HOST_PLANE, host_line_stats, read_host_line, read_host_plane
+from jaxdiag.trace import wire
 from jaxdiag.trace.wire import check_wire
 
-__all__ = ["HOST_PLANE", "HostColumns", "check_wire", "collect_host", "join_host", "read_planes", "read_xspace"]
+__all__ = ["HOST_PLANE", "HostColumns", "check_wire", "collect_host", "join_host", "read_units", "read_xspace"]
 
 META_PLANES = ("/host:metadata", "Task Environment")
 _DEVICE_PLANE = re.compile(r"^/device:([A-Z]+):(\d+)$")
@@ -32,7 +29,7 @@ _DEVICE_PLANE = re.compile(r"^/device:([A-Z]+):(\d+)$")
 _SPARSECORE_PLANE = re.compile(r"^/device:TPU:(\d+) SparseCore (\d+)$")
 
 
-def read_xspace(data: bytes, host: str, *, source: str, include_python: bool = False) -> HostColumns:
+def read_xspace(data: Any, host: str, *, source: str, include_python: bool = False) -> HostColumns:
     """Parse one serialized XSpace (one host) into columns.
 
     Args:
@@ -45,83 +42,84 @@ def read_xspace(data: bytes, host: str, *, source: str, include_python: bool = F
       TraceFormatError: empty, truncated or not an XSpace.
     """
     check_wire(data, source)
-    space = _prepare(data, source, None, include_python)
-    planes = _parse(space.data, source)
+    records = wire.plane_records(data, source) or []
+    accelerated = has_devices(record.name for record in records)
+    planes = reader().read(
+        data, source, stats=_stats_for(accelerated), frames=include_python, select=lambda _, name: _has_events(name)
+    )
     if not planes:
         raise TraceFormatError(f"{source}: no profile planes; not a jax.profiler capture")
     try:
-        return collect_host(planes, host, include_python=include_python, prepared=space)
+        return collect_host(planes, host, include_python=include_python)
     except _EVENT_ERRORS as exc:
         raise _unreadable(source, exc) from None
 
 
-def read_planes(
-    data: bytes,
+def read_units(
+    data: Any,
     host: str,
-    planes: Sequence[tuple[str, Sequence[tuple[str, str]] | None]],
+    units: Mapping[int, Collection[int] | None],
+    labels: Mapping[int, list[str]],
     *,
     source: str,
     accelerated: bool,
     include_python: bool = False,
-    keep: list[Any] | None = None,
-    prepared: PreparedSpace | None = None,
 ) -> list[HostColumns]:
-    """Parse some planes of one host's XSpace (see ``wire.sub_space``) into pieces for ``join_host``.
+    """Some planes of one host's XSpace, or some threads of its host plane, as pieces for ``join_host``.
 
     Args:
-      data: the serialized planes.
+      data: the bytes of the whole file.
       host: the host name.
-      planes: what ``data`` holds, plane by plane: its name, and ``None`` to read it
-        whole (one piece), or the ``(name, label)`` of each of its lines there (one
-        piece per line; ``label`` is the line's name in the whole plane, see
-        ``unique_labels``). Only host planes of accelerated hosts are read by line.
+      units: the planes to read, by index: ``None`` to read one whole (one piece), or the indices of
+        its lines to read (one piece per line; only the host plane of an accelerated host).
+      labels: the names of every line of each plane read by line, made unique (``unique_labels``).
       source: the file name, for error messages.
       accelerated: whether the whole file (not only these planes) has device planes.
       include_python: keep Python-tracer frames.
-      keep: where to leave the parsed planes instead of freeing them, for a
-        process about to exit (freeing a million events takes a few hundredths
-        of a second).
-      prepared: what ``prepared.prepare`` (or, for host threads cut out by
-        ``reading``, ``host_bytes.prepare_lines``) already read of ``data``
-        (default: prepared here).
 
     Raises:
-      TraceFormatError: the parser rejects the bytes, they hold other planes or
-        lines than ``planes`` says, or the events cannot be read.
+      TraceFormatError: the reader rejects the bytes, or the events cannot be read.
     """
-    space = prepared if prepared is not None else _prepare(data, source, accelerated, include_python)
-    parsed = _parse(space.data, source)
-    if keep is not None:
-        keep.append(parsed)
-    if [p.name for p in parsed] != [name for name, _ in planes]:
-        raise TraceFormatError(f"{source}: the planes cut out of the file read differently")
+
+    def select(index: int, name: str) -> bool | Collection[int] | None:
+        if index not in units:
+            return None
+        chosen = units[index]
+        return _has_events(name) if chosen is None else chosen
+
+    planes = reader().read(data, source, stats=_stats_for(accelerated), frames=include_python, select=select)
     pieces = []
     try:
-        for index, (plane, (_, lines)) in enumerate(zip(parsed, planes)):
-            if lines is None:
+        for plane in planes:
+            if units[plane.index] is None:
                 piece = HostColumns(host)
-                _read_plane(piece, plane, accelerated, include_python, space, index)
+                _read_plane(piece, plane, accelerated, include_python)
                 pieces.append(piece)
                 continue
-            parsed_lines = list(plane.lines)
-            if not accelerated or plane.name != HOST_PLANE or [x.name for x in parsed_lines] != [n for n, _ in lines]:
-                raise TraceFormatError(f"{source}: the lines cut out of {plane.name} read differently")
-            for index, (line, (_, label)) in enumerate(zip(parsed_lines, lines)):
+            if not accelerated or plane.name != HOST_PLANE:
+                raise TraceFormatError(f"{source}: only an accelerated host's host plane is read by thread")
+            for line in plane.lines:
                 piece = HostColumns(host)
-                read_host_line(
-                    piece,
-                    line,
-                    label,
-                    cpu_only=False,
-                    include_python=include_python,
-                    no_hlo=set(),
-                    dropped=space.dropped.get(index, 0),
-                    read=space.threads.get(index),
-                )
+                label = labels[plane.index][line.index]
+                read_host_line(piece, line, label, cpu_only=False, include_python=include_python, no_hlo=set())
                 pieces.append(piece)
     except _EVENT_ERRORS as exc:
         raise _unreadable(source, exc) from None
     return pieces
+
+
+def _has_events(plane: str) -> bool:
+    """Whether the rules here read a plane's lines (else only its name and stats)."""
+    return plane == HOST_PLANE or reads_as_device(plane)
+
+
+def _stats_for(accelerated: bool) -> Callable[[str, str], frozenset[str]]:
+    """The stats to read of each line's events (``accelerated``: the file has device planes)."""
+
+    def stats(plane: str, line: str) -> frozenset[str]:
+        return host_line_stats(line, accelerated) if plane == HOST_PLANE else DEVICE_STATS
+
+    return stats
 
 
 def join_host(host: str, pieces: Iterable[HostColumns], plane_names: Iterable[str], accelerated: bool) -> HostColumns:
@@ -145,35 +143,18 @@ def join_host(host: str, pieces: Iterable[HostColumns], plane_names: Iterable[st
 _EVENT_ERRORS = (UnicodeDecodeError, ValueError, OverflowError, TypeError)
 
 
-def _prepare(data: bytes, source: str, accelerated: bool | None, include_python: bool) -> PreparedSpace:
-    """What can be read in bulk read from the bytes (``prepared``), unless Python frames are kept."""
-    return PreparedSpace(data) if include_python else prepare(data, source, accelerated=accelerated)
-
-
-def _parse(data: bytes, source: str) -> list[Any]:
-    # Imported here: a report forks its worker before this import, and each process pays half.
-    from jaxdiag.jax_internals import parse_xspace
-
-    return parse_xspace(data, source)
-
-
 def _unreadable(source: str, exc: Exception) -> TraceFormatError:
     return TraceFormatError(f"{source}: unreadable event data ({type(exc).__name__}: {exc})")
 
 
-def collect_host(
-    planes: Iterable[Any], host: str, *, include_python: bool = False, prepared: PreparedSpace | None = None
-) -> HostColumns:
-    """Turn the planes of one host into ``HostColumns`` (see the module docstring for the rules).
-
-    ``prepared``: what ``prepared.prepare`` read in bulk before parsing.
-    """
+def collect_host(planes: Iterable[PlaneColumns], host: str, *, include_python: bool = False) -> HostColumns:
+    """Turn the planes of one host into ``HostColumns`` (see the module docstring for the rules)."""
     planes = list(planes)
     names = [p.name for p in planes]
     accelerated = has_devices(names)
     cols = HostColumns(host)
-    for index, plane in enumerate(planes):
-        _read_plane(cols, plane, accelerated, include_python, prepared, index)
+    for plane in planes:
+        _read_plane(cols, plane, accelerated, include_python)
     return join_host(host, [cols], names, accelerated)
 
 
@@ -205,22 +186,14 @@ def _known_plane(plane_name: str) -> bool:
     )
 
 
-def _read_plane(
-    cols: HostColumns,
-    plane: Any,
-    accelerated: bool,
-    include_python: bool,
-    prepared: PreparedSpace | None = None,
-    index: int = -1,
-) -> None:
-    """Append one plane (``index``: its place in the parsed XSpace, which ``prepared`` keys its planes by)."""
-    read = prepared.device.get(index) if prepared is not None else None
+def _read_plane(cols: HostColumns, plane: PlaneColumns, accelerated: bool, include_python: bool) -> None:
+    """Append one plane."""
     match = _DEVICE_PLANE.match(plane.name)
     if match:
-        read_device_plane(cols, plane, match[1].lower(), int(match[2]), read=read)
+        read_device_plane(cols, plane, match[1].lower(), int(match[2]))
     elif sparse := _SPARSECORE_PLANE.match(plane.name):
-        read_device_plane(cols, plane, "tpu", int(sparse[1]), sparsecore=True, read=read)
+        read_device_plane(cols, plane, "tpu", int(sparse[1]), sparsecore=True)
     elif plane.name == HOST_PLANE:
-        read_host_plane(cols, plane, cpu_only=not accelerated, include_python=include_python, prepared=prepared)
+        read_host_plane(cols, plane, cpu_only=not accelerated, include_python=include_python)
     elif plane.name in META_PLANES:
-        cols.meta.update(scalar_stats(plane.stats))
+        cols.meta.update(scalar_stats(plane.stats.items()))

@@ -1,5 +1,8 @@
 """``start_load`` readies the XSpace reader before workers fork: they inherit it, nobody asks twice.
 
+With protobuf's upb, the reader is ``contract.ColumnReader`` and jaxlib's reader is never asked;
+without it, jaxlib's reader is asked once, here.
+
 Workers are forked only from a single-threaded process, and the test process runs
 jax's threads, so the case runs in a fresh interpreter.
 """
@@ -16,7 +19,7 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys
     from jaxdiag import jax_internals
-    from jaxdiag.trace import load, reading
+    from jaxdiag.trace import load, reading, schema
 
     log = sys.argv[2]
     asked = jax_internals.profiler._parses_in_child
@@ -28,6 +31,7 @@ SCRIPT = textwrap.dedent(
 
     jax_internals.profiler._parses_in_child = logged
     pending = load.start_load(sys.argv[1], parallel=True, workers=2)
+    assert schema.message_classes.cache_info().currsize == 1  # made before the workers forked
     workers = pending._reading.workers
     frames = pending.result()
     print(workers, len(frames.events), os.getpid(), open(log).read().split())
@@ -45,10 +49,11 @@ def test_the_reader_is_asked_once_before_the_workers_fork(cpu_trace_dir, tmp_pat
     workers, events, pid, asked = done.stdout.split(maxsplit=3)
     assert int(workers) >= 1 and int(events) > 0
     from jaxdiag import jax_internals
+    from jaxdiag.trace import schema
 
     # One question, from this process, before any worker read: each used to load the reader and ask again.
     questions = ast.literal_eval(asked)  # the list the script printed
-    if jax_internals.xspace_reader() is None:
+    if jax_internals.xspace_reader() is None or schema.message_classes() is not None:
         assert questions == []
     elif jax_internals.xspace_reader_raises():
         assert questions == [pid]

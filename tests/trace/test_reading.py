@@ -151,14 +151,14 @@ def test_worker_reads_the_h100_traces_as_one_process_does(name: str, shared_fixt
 def test_a_worker_that_dies_leaves_its_planes_to_this_process(tmp_path: Path) -> None:
     run = _two_gpu_hosts(tmp_path)
     dies = """
-        parent, read_planes = os.getpid(), reading.read_planes
+        parent, read_units = os.getpid(), reading.read_units
 
         def dies_in_the_worker(*args, **kwargs):
             if os.getpid() != parent:
                 os._exit(3)
-            return read_planes(*args, **kwargs)
+            return read_units(*args, **kwargs)
 
-        reading.read_planes = dies_in_the_worker
+        reading.read_units = dies_in_the_worker
     """
     _assert_same(_with_worker(tmp_path, run, dies), run)
 
