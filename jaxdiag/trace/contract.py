@@ -76,9 +76,19 @@ class TraceReader(Protocol):
     ) -> list[PlaneColumns]: ...
 
 
+#: Names ``profile_data`` or ``column``: the backend to read with, whatever is installed (to compare them).
+READER_VARIABLE = "JAXDIAG_READER"
+
+
 def reader() -> TraceReader:
-    """The backend the loader reads with: ``ColumnReader`` where protobuf's upb is installed."""
-    return ColumnReader() if schema.message_classes() is not None else ProfileDataReader()
+    """The backend the loader reads with: ``ColumnReader`` where protobuf's upb is installed, unless
+    ``JAXDIAG_READER`` names the other."""
+    import os
+
+    chosen = os.environ.get(READER_VARIABLE, "")
+    if chosen == "profile_data" or (chosen != "column" and schema.message_classes() is None):
+        return ProfileDataReader()
+    return ColumnReader()
 
 
 def _wanted(key: Any, stats: frozenset[str] | None) -> bool:

@@ -150,9 +150,11 @@ def _ready_xspace_reader() -> None:
     a child of its own to ask), and this process would fork its child later, from the
     size pandas and the analyses have grown it to.
     """
+    from jaxdiag.trace.contract import ColumnReader, reader
     from jaxdiag.trace import schema
 
-    if schema.message_classes() is not None:
+    if isinstance(reader(), ColumnReader):
+        schema.message_classes()
         return
     from jaxdiag.jax_internals import xspace_reader_raises
 

@@ -6,9 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from jaxdiag.trace.contract import READER_VARIABLE
 from xspace_builders import Kernel, gpu_xspace, write_run
 
 distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(autouse=True)
+def trace_backend(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The cluster's workers start once for the module, with the loader's own backend: this process reads
+    with it too (both backends are compared by the other tests of reading)."""
+    monkeypatch.delenv(READER_VARIABLE, raising=False)
+    return "default"
 
 
 @pytest.fixture(scope="module")
