@@ -192,13 +192,20 @@ def described(
     since: str | None = None,
     factory: Any = dataclasses.MISSING,
     only_with: str | None = None,
+    omit_null: bool = False,
 ) -> Any:
     """A typed section's field with what it holds, for ``docs/report-schema.md``.
 
     ``since``: the schema version that added it; ``only_with``: the field whose truth it is written
-    with (left out of the JSON otherwise, and read back as its default).
+    with (left out of the JSON otherwise, and read back as its default); ``omit_null``: left out of
+    the JSON when ``None``.
     """
-    metadata = {"doc": doc, **({"since": since} if since else {}), **({"only_with": only_with} if only_with else {})}
+    metadata = {
+        "doc": doc,
+        **({"since": since} if since else {}),
+        **({"only_with": only_with} if only_with else {}),
+        **({"omit_null": True} if omit_null else {}),
+    }
     return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
 
 

@@ -4,7 +4,9 @@ A typed section is a frozen dataclass of the analyses (``analyses.host_wait_sect
 fields, in order, are the JSON object's keys; a tuple is an array; ``X | None`` may be ``null``.
 Each field says what it holds in its metadata (``analyses.base.described``), which is where the
 schema document's text comes from, so the type, the JSON and the document cannot drift apart. A
-field ``described(only_with="logged")`` is written only when ``logged`` is true. An array section
+field ``described(only_with="logged")`` is written only when ``logged`` is true, one
+``described(omit_null=True)`` only when it is not ``None``. A union of several types (a spec entry,
+``str | tuple[str, ...] | None``) reads a value as the first that fits. An array section
 (``recompiles``) is a tuple of its rows' type.
 
 Reading back checks every value against its field's type and names the first that does not fit
@@ -32,16 +34,19 @@ class Mismatch(ValueError):
 def to_json(value: Any) -> Any:
     """A typed value as JSON values (dicts, lists, numbers, strings, ``None``), in field order."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: to_json(getattr(value, f.name))
-            for f in _fields(type(value))
-            if "only_with" not in f.metadata or getattr(value, f.metadata["only_with"])
-        }
+        return {f.name: to_json(getattr(value, f.name)) for f in _fields(type(value)) if _written(value, f)}
     if isinstance(value, (tuple, list)):
         return [to_json(v) for v in value]
     if isinstance(value, dict):
         return {k: to_json(v) for k, v in value.items()}
     return value
+
+
+def _written(value: Any, f: dataclasses.Field[Any]) -> bool:
+    """Whether a field goes into the JSON: unless the field ``only_with`` names is false, or it is ``omit_null`` and null."""
+    if "only_with" in f.metadata and not getattr(value, f.metadata["only_with"]):
+        return False
+    return not (f.metadata.get("omit_null") and getattr(value, f.name) is None)
 
 
 def from_json(kind: Any, value: Any, where: str) -> Any:
@@ -57,8 +62,13 @@ def from_json(kind: Any, value: Any, where: str) -> Any:
         options = typing.get_args(kind)
         if value is None and _NONE in options:
             return None
-        (inner,) = [o for o in options if o is not _NONE]
-        return from_json(inner, value, where)
+        inner = [o for o in options if o is not _NONE]
+        for option in inner[:-1]:  # several types (a spec entry): the first that fits
+            try:
+                return from_json(option, value, where)
+            except Mismatch:
+                continue
+        return from_json(inner[-1], value, where)
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         if not isinstance(value, dict):
             raise Mismatch(f"{where}: {_json_kind(value)}, not an object")
@@ -108,6 +118,8 @@ def _describe_field(f: dataclasses.Field[Any], hint: Any) -> str:
     doc = f.metadata.get("doc", "")
     if "only_with" in f.metadata:
         doc = f"only with `{f.metadata['only_with']}`" + (f": {doc}" if doc else "")
+    if f.metadata.get("omit_null"):
+        doc = "only when not `null`" + (f": {doc}" if doc else "")
     inner = _element(hint)
     shape = ""
     if isinstance(inner, type) and dataclasses.is_dataclass(inner):
