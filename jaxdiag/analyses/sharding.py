@@ -39,8 +39,16 @@ from jaxdiag.analyses.sharding_findings import (
     resharding_findings,
     sharding_recompiles,
 )
+from jaxdiag.analyses.sharding_section import (
+    CollectiveRow,
+    LeafPlacement,
+    ProgramMesh,
+    ProgramSharding,
+    ShardingSection,
+    TimelineCollective,
+)
 from jaxdiag.config import DEFAULT_THRESHOLDS, Thresholds
-from jaxdiag.sharding.facts import ShardingFacts
+from jaxdiag.sharding.facts import LeafSharding, ShardingFacts
 from jaxdiag.sharding.hlo import Collective
 
 #: ``TimelineCollective.joined_by``: how a timeline op found its compile.
@@ -90,15 +98,17 @@ class CollectiveUse:
     timeline_count: int = 0
     timeline_ms: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        d = self.collective.to_dict()
-        d.update(
+    def row(self) -> CollectiveRow:
+        """As the report holds it: the HLO's facts, what they add up to, and the time to 3 decimals."""
+        c = self.collective
+        return CollectiveRow(
+            **{f.name: getattr(c, f.name) for f in dataclasses.fields(c)},
+            bytes=c.bytes,
             origin=self.origin,
-            bytes_per_call=self.collective.bytes * self.collective.count,
+            bytes_per_call=c.bytes * c.count,
             timeline_count=self.timeline_count,
             timeline_ms=round(self.timeline_ms, 3),
         )
-        return d
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,64 +133,38 @@ class FunctionSharding:
     program_ids: tuple[int, ...] = ()
     timeline_joined_by: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def row(self) -> ProgramSharding:
+        """As the report holds it."""
         f = self.facts
-        return {
-            "function": self.function,
-            "qualname": self.qualname,
-            "compiles": list(self.compiles),
-            "module": f.module,
-            "mesh": f.mesh.to_dict(),
-            "hlo": f.hlo,
-            "inputs": [x.to_dict() for x in f.inputs],
-            "outputs": [x.to_dict() for x in f.outputs],
-            "collectives": [c.to_dict() for c in self.collectives],
-            "comm_bytes_per_call": f.comm_bytes_per_call,
-            "program_ids": list(self.program_ids),
-            "timeline_joined_by": list(self.timeline_joined_by),
-        }
+        m = f.mesh
+        return ProgramSharding(
+            function=self.function,
+            qualname=self.qualname,
+            compiles=self.compiles,
+            module=f.module,
+            mesh=ProgramMesh(m.axis_names, m.axis_sizes, m.device_kinds, m.platform, m.axis_types, m.inferred),
+            hlo=f.hlo,
+            inputs=tuple(_placement(x) for x in f.inputs),
+            outputs=tuple(_placement(x) for x in f.outputs),
+            collectives=tuple(c.row() for c in self.collectives),
+            comm_bytes_per_call=f.comm_bytes_per_call,
+            program_ids=self.program_ids,
+            timeline_joined_by=self.timeline_joined_by,
+        )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class TimelineCollective:
-    """Collective ops of one HLO op on the timeline, joined to the function and arrays they serve.
-
-    ``function`` is ``None`` when no compile record has the module and op.
-    ``program_id`` is the ops' ``program_id`` stat (``None``: unknown), and
-    ``joined_by`` says how they found their compile: ``"program_id"`` (the compile
-    that ran them), ``"module (latest compile)"`` (where an id is unknown), or ``None``.
-    """
-
-    module: str
-    op: str
-    kind: str
-    count: int
-    total_ms: float
-    function: str | None = None
-    arrays: tuple[str, ...] = ()
-    mesh_axes: tuple[str, ...] | None = None
-    origin: str | None = None
-    bytes: int | None = None
-    program_id: int | None = None
-    joined_by: str | None = None
-    compiles: tuple[int, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "module": self.module,
-            "op": self.op,
-            "program_id": self.program_id,
-            "joined_by": self.joined_by,
-            "compiles": list(self.compiles),
-            "kind": self.kind,
-            "count": self.count,
-            "total_ms": round(self.total_ms, 3),
-            "function": self.function,
-            "arrays": list(self.arrays),
-            "mesh_axes": None if self.mesh_axes is None else list(self.mesh_axes),
-            "origin": self.origin,
-            "bytes": self.bytes,
-        }
+def _placement(leaf: LeafSharding) -> LeafPlacement:
+    return LeafPlacement(
+        leaf.path,
+        leaf.name,
+        leaf.shape,
+        leaf.dtype,
+        leaf.spec,
+        leaf.replicated,
+        leaf.bytes_per_device,
+        leaf.chosen_by,
+        leaf.hlo_sharding,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,12 +177,11 @@ class ShardingResult:
     #: Whether a capture's timeline was read (so "ran most" can be asked of it).
     captured: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "functions": [f.to_dict() for f in self.functions],
-            "timeline": [t.to_dict() for t in self.timeline],
-            "captured": self.captured,
-        }
+    def section(self) -> ShardingSection:
+        """The report's ``sharding`` section."""
+        return ShardingSection(
+            tuple(f.row() for f in self.functions), tuple(t.rounded() for t in self.timeline), self.captured
+        )
 
 
 def origin_of(c: Collective) -> str:
@@ -323,7 +306,7 @@ def _joined(
         else:
             hit, joined_by = by_module.get((module, op)), JOINED_BY_MODULE
         if hit is None:
-            rows.append(TimelineCollective(module, op, kind, count, ms, program_id=pid))
+            rows.append(TimelineCollective(module, op, pid, kind=kind, count=count, total_ms=ms))
             continue
         i, use = hit
         f, c = functions[i], use.collective
@@ -334,6 +317,9 @@ def _joined(
             TimelineCollective(
                 module,
                 op,
+                pid,
+                joined_by,
+                f.compiles,
                 c.kind,
                 count,
                 ms,
@@ -342,9 +328,6 @@ def _joined(
                 c.mesh_axes,
                 use.origin,
                 c.bytes,
-                pid,
-                joined_by,
-                f.compiles,
             )
         )
     out = []

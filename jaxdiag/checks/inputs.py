@@ -57,8 +57,6 @@ def open_report(path: str | Path, **report_options: Any) -> "Report":
 
 
 _STEP: dict[str, Any] = {"step": int}
-_LEAF: dict[str, Any] = {"shape": [], "spec": []}
-_COLLECTIVE: dict[str, Any] = {"mesh_axes": [], "arrays": []}
 #: The containers of a saved report that readers walk: ``{}`` an object (its keys as given), ``[X]`` a list
 #: of X, ``[]`` a list of anything, ``int`` a whole number (step numbers are keys). A key may be absent or
 #: null below the top level.
@@ -66,18 +64,6 @@ _SHAPE: dict[str, Any] = {
     "source": {"devices": [{}], "files": [], "hosts": []},
     "steps": [_STEP],
     "findings": [{"evidence": {}}],
-    "sharding": {
-        "functions": [
-            {
-                "mesh": {"axis_names": [], "axis_sizes": [], "device_kinds": [], "axis_types": []},
-                "inputs": [_LEAF],
-                "outputs": [_LEAF],
-                "collectives": [_COLLECTIVE],
-                "compiles": [],
-            }
-        ],
-        "timeline": [_COLLECTIVE],
-    },
     "notes": [],
 }
 _REQUIRED = ("source", "steps", "recompiles", "host_waits", "small_ops", "collectives", "throughput", "findings")

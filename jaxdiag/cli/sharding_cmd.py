@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -19,6 +19,9 @@ from jaxdiag.cli.app import app
 from jaxdiag.cli.options import CONFIG_HELP, SET_HELP, check_width, settings_from
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagError, TraceFormatError
 from jaxdiag.render.terminal_text import plain
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jaxdiag.analyses.sharding_section import ShardingSection
 
 _NO_FACTS = (
     "no sharding facts in {where}: jaxdiag.jit records them for functions on more than one "
@@ -65,13 +68,13 @@ def sharding_command(
     if json_out:
         typer.echo(json.dumps(sharding_table.to_json(section, findings), indent=2))
         return
-    if not section.get("functions"):
+    if not section.functions:
         typer.echo(f"jaxdiag: note: {_NO_FACTS.format(where=path)}", err=True)
     color = sys.stdout.isatty()
     typer.echo(sharding_table.render(section, findings, width=width, color=color), nl=False, color=color)
 
 
-def _section(path: Path, compile_log: Path | None, thresholds: Any) -> tuple[dict[str, Any], list[Any]]:
+def _section(path: Path, compile_log: Path | None, thresholds: Any) -> tuple["ShardingSection", list[Any]]:
     """The sharding section and its findings, from whatever ``path`` holds."""
     from jaxdiag.checks.inputs import is_report_file
 
@@ -88,7 +91,7 @@ def _section(path: Path, compile_log: Path | None, thresholds: Any) -> tuple[dic
         from jaxdiag.checks.inputs import read_report
 
         report = read_report(path)
-        return dict(report.sharding), list(report.findings)
+        return report.sharding, list(report.findings)
     try:
         from jaxdiag.trace.discover import discover
 
@@ -103,10 +106,10 @@ def _section(path: Path, compile_log: Path | None, thresholds: Any) -> tuple[dic
     from jaxdiag.reporting.build import report as build
 
     report = build(path, compile_log=compile_log, thresholds=thresholds)
-    return dict(report.sharding), list(report.findings)
+    return report.sharding, list(report.findings)
 
 
-def _from_log(path: Path, thresholds: Any) -> tuple[dict[str, Any], list[Any]]:
+def _from_log(path: Path, thresholds: Any) -> tuple["ShardingSection", list[Any]]:
     from jaxdiag.analyses.sharding import analyze_records
     from jaxdiag.recording.log_reader import read_compile_log
 
@@ -121,18 +124,22 @@ def _from_log(path: Path, thresholds: Any) -> tuple[dict[str, Any], list[Any]]:
             err=True,
         )
     result = analyze_records([r.to_dict() for r in log.records], thresholds)
-    return result.to_dict(), list(result.findings)
+    return result.section(), list(result.findings)
 
 
-def _only(section: dict[str, Any], findings: list[Any], function: str, path: Path) -> tuple[dict[str, Any], list[Any]]:
-    """The part of the section and findings about ``function``."""
-    functions = [f for f in section.get("functions") or () if function in (f.get("function"), f.get("qualname"))]
+def _only(
+    section: "ShardingSection", findings: list[Any], function: str, path: Path
+) -> tuple["ShardingSection", list[Any]]:
+    """The part of the section and findings about ``function`` (read as from no capture: ``captured`` is false)."""
+    from jaxdiag.analyses.sharding_section import ShardingSection
+
+    functions = tuple(f for f in section.functions if function in (f.function, f.qualname))
     if not functions:
-        seen = sorted({str(f.get("function")) for f in section.get("functions") or ()})
+        seen = sorted({f.function for f in section.functions})
         raise ConfigError(
             f"{path}: no sharding facts for function {function!r}; functions with facts: {', '.join(seen) or 'none'}"
         )
-    names = {f.get("function") for f in functions}
-    timeline = [r for r in section.get("timeline") or () if r.get("function") in names]
+    names = {f.function for f in functions}
+    timeline = tuple(r for r in section.timeline if r.function in names)
     kept = [f for f in findings if f.evidence.get("function") in names]
-    return {"functions": functions, "timeline": timeline}, kept
+    return ShardingSection(functions, timeline), kept

@@ -7,7 +7,8 @@ Implicit resharding (collectives the user's specs did not ask for) is drawn in r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import TYPE_CHECKING, Sequence
 
 from jaxdiag.render.figures import _finish, _go, _short, no_data
 
@@ -27,44 +28,66 @@ _ORIGIN_COLORS = {
 _MAX_BARS = 30
 
 
+@dataclasses.dataclass(frozen=True)
+class _Bar:
+    """One collective drawn: a timeline op, or (without a timeline) a program's collective by bytes per call."""
+
+    label: str
+    value: float
+    origin: str
+    hover: tuple[int | None, int, str | None, str | None]  # bytes, count, module, op
+
+
 def sharding_collectives(report: "Report") -> "go.Figure":
     """Bars per collective, coloured by origin, labelled ``function: kind of arrays over axes``."""
-    section = getattr(report, "sharding", None) or {}
-    rows = [r for r in section.get("timeline") or [] if (r.get("total_ms") or 0) > 0]
-    value_key, axis_title = "total_ms", "time on the timeline (ms)"
-    if not rows:
-        rows = [
-            dict(c, function=f.get("function"))
-            for f in section.get("functions") or []
-            for c in f.get("collectives") or []
+    section = report.sharding
+    bars = [
+        _Bar(
+            _label(r.function or r.module, r.kind, r.arrays, r.mesh_axes),
+            r.total_ms,
+            r.origin or "other",
+            (r.bytes, r.count, r.module, r.op),
+        )
+        for r in section.timeline
+        if r.total_ms > 0
+    ]
+    axis_title = "time on the timeline (ms)"
+    if not bars:
+        bars = [
+            _Bar(
+                _label(f.function, c.kind, c.arrays, c.mesh_axes),
+                c.bytes_per_call,
+                c.origin or "other",
+                (c.bytes, c.count, None, None),
+            )
+            for f in section.functions
+            for c in f.collectives
+            if c.bytes_per_call > 0
         ]
-        value_key, axis_title = "bytes_per_call", "bytes per call"
-    rows = [r for r in rows if (r.get(value_key) or 0) > 0]
-    if not rows:
+        axis_title = "bytes per call"
+    if not bars:
         return no_data(TITLE, "no collectives (a single device, or no sharding facts in this report)")
-    rows.sort(key=lambda r: -float(r.get(value_key) or 0))
-    note = f"the {_MAX_BARS} largest of {len(rows)} shown" if len(rows) > _MAX_BARS else ""
-    rows = rows[:_MAX_BARS][::-1]
+    bars.sort(key=lambda b: -b.value)
+    note = f"the {_MAX_BARS} largest of {len(bars)} shown" if len(bars) > _MAX_BARS else ""
+    bars = bars[:_MAX_BARS][::-1]
     go = _go()
     fig = go.Figure()
-    for origin in dict.fromkeys(str(r.get("origin") or "other") for r in rows):
-        mine = [r for r in rows if str(r.get("origin") or "other") == origin]
+    for origin in dict.fromkeys(b.origin for b in bars):
+        mine = [b for b in bars if b.origin == origin]
         fig.add_bar(
-            y=[_label(r) for r in mine],
-            x=[float(r.get(value_key) or 0) for r in mine],
+            y=[b.label for b in mine],
+            x=[float(b.value) for b in mine],
             orientation="h",
             name=origin,
             marker_color=_ORIGIN_COLORS.get(origin, "#BAB0AC"),
-            customdata=[[r.get("bytes"), r.get("count"), r.get("module"), r.get("op")] for r in mine],
+            customdata=[list(b.hover) for b in mine],
             hovertemplate="%{y}<br>%{x}<br>bytes %{customdata[0]}, count %{customdata[1]}"
             "<br>%{customdata[2]} / %{customdata[3]}<extra>%{fullData.name}</extra>",
         )
-    fig.update_layout(barmode="stack", height=max(260, 28 * len(rows) + 140), xaxis_title=axis_title)
+    fig.update_layout(barmode="stack", height=max(260, 28 * len(bars) + 140), xaxis_title=axis_title)
     return _finish(fig, TITLE, note)
 
 
-def _label(row: dict[str, Any]) -> str:
-    arrays = ", ".join(row.get("arrays") or []) or "?"
-    axes = row.get("mesh_axes")
+def _label(owner: str, kind: str, arrays: Sequence[str], axes: Sequence[str] | None) -> str:
     over = f" over {', '.join(axes)}" if axes else ""
-    return _short(f"{row.get('function') or row.get('module') or '?'}: {row.get('kind')} of {arrays}{over}", 70)
+    return _short(f"{owner or '?'}: {kind} of {', '.join(arrays) or '?'}{over}", 70)

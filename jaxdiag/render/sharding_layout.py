@@ -90,19 +90,17 @@ def _markup_safe(text: str) -> str:
 
 def sharding_layouts(report: "Report") -> "go.Figure":
     """One grid per sharded input of each function's steady compile (at most ``_MAX_ARRAYS``)."""
-    from jaxdiag.render.sharding_table import distinct_compiles
+    from jaxdiag.render.sharding_compiles import distinct_compiles
 
-    section = getattr(report, "sharding", None) or {}
     arrays = []
-    for fn in distinct_compiles(section.get("functions")):
-        if not fn.get("steady", True):
+    for shown in distinct_compiles(report.sharding.functions):
+        if not shown.steady:
             continue
-        mesh = fn.get("mesh") or {}
-        for leaf in fn.get("inputs") or ():
-            spec, shape = leaf.get("spec"), leaf.get("shape")
-            if spec is None or not shape or not any(e not in (None, [], ()) for e in spec):
+        fn = shown.program
+        for leaf in fn.inputs:
+            if leaf.spec is None or not leaf.shape or not any(e not in (None, ()) for e in leaf.spec):
                 continue
-            arrays.append((fn, mesh, leaf))
+            arrays.append((fn, leaf))
     if not arrays:
         return no_data(TITLE, "no sharded inputs (replicated, single-device, or no sharding facts in this report)")
     note = f"the first {_MAX_ARRAYS} of {len(arrays)} sharded inputs" if len(arrays) > _MAX_ARRAYS else ""
@@ -113,21 +111,20 @@ def sharding_layouts(report: "Report") -> "go.Figure":
     titles = [  # plotly reads titles as HTML: names from a log are escaped
         _markup_safe(
             _short(
-                f"{fn.get('function')}: {leaf.get('name') or leaf.get('path')} "
-                f"{leaf.get('dtype') or ''}[{','.join(map(str, leaf['shape']))}] {spec_text(leaf['spec'])}",
+                f"{fn.function}: {leaf.label} {leaf.dtype or ''}[{','.join(map(str, leaf.shape or ()))}] "
+                f"{spec_text(leaf.spec)}",
                 60,
             )
         )
-        for fn, _, leaf in arrays
+        for fn, leaf in arrays
     ]
     cols = 2 if len(arrays) > 1 else 1
     n_rows = math.ceil(len(arrays) / cols)
     fig = make_subplots(rows=n_rows, cols=cols, subplot_titles=titles, vertical_spacing=0.12 / max(n_rows, 1) + 0.05)
-    for k, (fn, mesh, leaf) in enumerate(arrays):
-        rows, cols_n, grid = blocks(
-            leaf["shape"], leaf["spec"], mesh.get("axis_names") or (), mesh.get("axis_sizes") or ()
-        )
-        unused = [a for a in mesh.get("axis_names") or () if not any(a == f for b in grid for f, _ in b.fixed)]
+    for k, (fn, leaf) in enumerate(arrays):
+        shape, spec = leaf.shape or (), leaf.spec or ()
+        rows, cols_n, grid = blocks(shape, spec, fn.mesh.axis_names, fn.mesh.axis_sizes)
+        unused = [a for a in fn.mesh.axis_names if not any(a == f for b in grid for f, _ in b.fixed)]
         z = [[0.0] * cols_n for _ in range(rows)]
         text = [[""] * cols_n for _ in range(rows)]
         hover = [[""] * cols_n for _ in range(rows)]
@@ -154,9 +151,9 @@ def sharding_layouts(report: "Report") -> "go.Figure":
             row=k // cols + 1,
             col=k % cols + 1,
         )
-        fig.update_xaxes(title_text="dim 1" if len(leaf["shape"]) > 1 else "dim 0", row=k // cols + 1, col=k % cols + 1)
+        fig.update_xaxes(title_text="dim 1" if len(shape) > 1 else "dim 0", row=k // cols + 1, col=k % cols + 1)
         fig.update_yaxes(autorange="reversed", showticklabels=False, row=k // cols + 1, col=k % cols + 1)
-        if len(leaf["shape"]) > 2:
+        if len(shape) > 2:
             note = (note + "; " if note else "") + f"{titles[k]}: first two dimensions drawn"
     fig.update_layout(height=max(300, 260 * n_rows + 80))
     return _finish(fig, TITLE, note)

@@ -312,8 +312,8 @@ def _sharding(report: "Report", console: "Console") -> None:
     """Per jitted function: mesh and the collectives inserted; then the timeline's, joined to them."""
     from jaxdiag.render.sharding_table import print_functions, print_timeline
 
-    section = getattr(report, "sharding", None) or {}
-    if not section.get("functions") and not section.get("timeline"):
+    section = report.sharding
+    if not section.functions and not section.timeline:
         return
     console.print("[bold]Sharding[/bold] (jaxdiag sharding shows every array's spec)")
     print_functions(section, console, detail=False)

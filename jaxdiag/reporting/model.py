@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.analyses.device_time_section import DeviceTimeSection
     from jaxdiag.analyses.host_wait_section import HostWaits
     from jaxdiag.analyses.recompile_section import RecompileRow
+    from jaxdiag.analyses.sharding_section import ShardingSection
     from jaxdiag.analyses.small_op_section import SmallOps
     from jaxdiag.analyses.step_section import StepFigures
     from jaxdiag.analyses.throughput_section import Throughput
@@ -63,9 +64,9 @@ class Report:
       notes: what the loader had to guess or skip.
       device_time: device time per module (with its per-step split) and the
         costliest ops (added in schema 1.1; ``{}`` in older reports).
-      sharding: per jitted function its mesh, input/output specs and the collectives
-        the compiler inserted, and the timeline's collectives joined to them
-        (added in schema 1.2; ``{}`` in older reports).
+      sharding: a ``ShardingSection``: per jitted function its mesh, input/output specs and the
+        collectives the compiler inserted, and the timeline's collectives joined to them (typed, as
+        ``host_waits``; added in schema 1.2, empty in older reports).
       sections: every other section of ``reporting.sections.SECTIONS`` (each also
         read as ``report.<name>``): ``timeline``, the events of the steps the timeline
         draws, and ``op_durations``, the op-duration histogram (both added in schema
@@ -84,7 +85,7 @@ class Report:
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
     device_time: DeviceTimeSection = dataclasses.field(default_factory=lambda: _typed("device_time", {}))
-    sharding: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sharding: ShardingSection = dataclasses.field(default_factory=lambda: _typed("sharding", {}))
     sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
     frames: "TraceFrames | None" = dataclasses.field(default=None, compare=False, repr=False)

@@ -120,7 +120,7 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section("collectives", "1.0", dict, analysis="collectives", kind="collective_section:Collectives"),
     Section("device_time", "1.1", dict, analysis="device_time", kind="device_time_section:DeviceTimeSection"),
-    Section("sharding", "1.2", dict, analysis="sharding"),
+    Section("sharding", "1.2", dict, analysis="sharding", kind="sharding_section:ShardingSection"),
     Section("top_ops", "1.3", dict, analysis="top_ops", kind="top_op_section:TopOpsSection"),
     Section("memory", "1.3", dict, analysis="memory", kind="memory_section:MemorySection"),
     Section("stragglers", "1.3", dict, analysis="stragglers", kind="straggler_section:StragglersSection"),

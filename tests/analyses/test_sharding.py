@@ -143,9 +143,9 @@ def test_timeline_collectives_join_their_function_array_and_axis():
     assert f.time_lost_ms == pytest.approx(0.4)
     (use,) = result.functions[0].collectives
     assert use.timeline_count == 4 and use.timeline_ms == pytest.approx(0.4)
-    section = result.to_dict()
-    assert section["timeline"][0]["function"] == "bad_step"
-    assert section["functions"][0]["collectives"][0]["timeline_ms"] == pytest.approx(0.4)
+    section = result.section()
+    assert section.timeline[0].function == "bad_step"
+    assert section.functions[0].collectives[0].timeline_ms == pytest.approx(0.4)
 
 
 def test_timeline_ops_without_a_record_stay_unattributed():
@@ -160,18 +160,13 @@ def test_real_cpu_capture_maps_collectives_to_functions(tmp_path_factory):
 
     cap = programs.capture(tmp_path_factory.mktemp("sharding_capture"))
     rep = report(cap.logdir)
-    rows = {r["function"]: r for r in rep.sharding["timeline"]}
+    rows = {r.function: r for r in rep.sharding.timeline}
     assert set(rows) == {"bad_step", "dp_step"}
     bad, dp = rows["bad_step"], rows["dp_step"]
-    assert (bad["op"], bad["arrays"], bad["mesh_axes"], bad["origin"]) == (
-        "all-gather",
-        ["params['w']"],
-        ["model"],
-        "resharding",
-    )
-    assert (dp["arrays"], dp["mesh_axes"], dp["origin"]) == (["params['w1']", "params['w2']"], ["data"], "reduction")
-    assert bad["count"] >= cap.steps and bad["total_ms"] > 0
+    assert (bad.op, bad.arrays, bad.mesh_axes, bad.origin) == ("all-gather", ("params['w']",), ("model",), "resharding")
+    assert (dp.arrays, dp.mesh_axes, dp.origin) == (("params['w1']", "params['w2']"), ("data",), "reduction")
+    assert bad.count >= cap.steps and bad.total_ms > 0
     finding = next(f for f in rep.findings if f.kind == "implicit_resharding")
     assert finding.evidence["function"] == "bad_step"
-    assert finding.time_lost_ms == pytest.approx(bad["total_ms"], abs=1e-3)
-    assert {fn["function"] for fn in rep.sharding["functions"]} == {"bad_step", "dp_step"}
+    assert finding.time_lost_ms == pytest.approx(bad.total_ms, abs=1e-3)
+    assert {fn.function for fn in rep.sharding.functions} == {"bad_step", "dp_step"}

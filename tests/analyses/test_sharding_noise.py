@@ -24,7 +24,8 @@ def test_mesh_in_context_is_named_when_the_arguments_carry_none() -> None:
         jax.block_until_ready(jaxdiag.jit(lambda v: (v * 2).sum(0), in_shardings=P("data"))(x))
     (record,) = got.records
     assert record.sharding["mesh"]["axis_names"] == ["data", "model"] and not record.sharding["mesh"]["inferred"]
-    assert "no named mesh" not in mesh_line(record.sharding)
+    (fn,) = analyze_records([record.to_dict()]).section().functions
+    assert "no named mesh" not in mesh_line(fn)
 
 
 def test_single_device_program_gets_no_sharding_entry() -> None:
@@ -34,16 +35,16 @@ def test_single_device_program_gets_no_sharding_entry() -> None:
     assert record.sharding is not None and record.sharding["mesh"]["axis_sizes"] == [1]  # recorded ...
     result = analyze_records([record.to_dict()])
     assert result.functions == () and result.findings == ()  # ... and not shown
-    assert "no collectives" not in render(result.to_dict(), result.findings, width=120)
+    assert "no collectives" not in render(result.section(), result.findings, width=120)
 
 
 def test_a_capture_is_never_called_no_capture() -> None:
     records = programs.sharding_change().records  # two compiles of `moved`
     with_capture = analyze_records(records, timeline={})  # a capture in which none of their collectives ran
-    text = render(with_capture.to_dict(), with_capture.findings, width=200)
+    text = render(with_capture.section(), with_capture.findings, width=200)
     assert "no capture" not in text and "the capture cannot tell them apart" in text
     without = analyze_records(records)
-    assert "which compile ran most is unknown (no capture)" in render(without.to_dict(), without.findings, width=200)
+    assert "which compile ran most is unknown (no capture)" in render(without.section(), without.findings, width=200)
 
 
 def test_an_older_log_naming_equivalent_specs_gives_no_sharding_recompile() -> None:

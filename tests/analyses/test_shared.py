@@ -50,8 +50,8 @@ def test_helpers_share_answers_within_a_scope_only(cpu_frames) -> None:
 
 
 def _section(result: Any) -> Any:
-    """An analysis's section of the report, as JSON (a typed section's, or the dict of one not typed yet)."""
-    return codec.to_json(result.section()) if hasattr(result, "section") else result.to_dict()
+    """An analysis's section of the report, as JSON."""
+    return codec.to_json(result.section())
 
 
 def test_run_all_gives_what_each_analysis_gives_alone(cpu_frames) -> None:

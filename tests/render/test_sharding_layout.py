@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import jax
@@ -62,7 +63,7 @@ def test_blocks_match_jax_placement(shape, spec) -> None:
 
 def test_figure_draws_each_sharded_input_of_the_steady_compile() -> None:
     result = analyze_records(programs.tensor_parallel().records)
-    report = types.SimpleNamespace(sharding=result.to_dict())
+    report = types.SimpleNamespace(sharding=result.section())
     fig = sharding_layouts(report)
     titles = [a.text for a in fig.layout.annotations]
     assert fig.layout.title.text == TITLE and len(fig.data) == 3  # w1, w2 and x are split; nothing else is
@@ -70,7 +71,7 @@ def test_figure_draws_each_sharded_input_of_the_steady_compile() -> None:
     assert any(t.startswith("tp_step: x ") and "P('data', None)" in t for t in titles)
     (w1,) = [d for d, t in zip(fig.data, titles) if "params['w1']" in t]
     assert np.array(w1.text).tolist() == [["model 0", "model 1", "model 2", "model 3"]]
-    replicated = types.SimpleNamespace(sharding=analyze_records(programs.data_parallel().records).to_dict())
+    replicated = types.SimpleNamespace(sharding=analyze_records(programs.data_parallel().records).section())
     assert "no sharded inputs" not in str(sharding_layouts(replicated).layout.annotations)  # x is split on data
 
 
@@ -82,8 +83,10 @@ def test_placement_figure_is_among_the_reports_figures() -> None:
 
 
 def test_names_from_a_log_are_escaped_for_plotly() -> None:
-    section = analyze_records(programs.tensor_parallel().records).to_dict()
-    section["functions"][0]["inputs"][0]["name"] = "<img src=x onerror=alert(1)>"
-    fig = sharding_layouts(types.SimpleNamespace(sharding=section))
+    section = analyze_records(programs.tensor_parallel().records).section()
+    first = section.functions[0]
+    hostile = dataclasses.replace(first.inputs[0], name="<img src=x onerror=alert(1)>")
+    first = dataclasses.replace(first, inputs=(hostile, *first.inputs[1:]))
+    fig = sharding_layouts(types.SimpleNamespace(sharding=dataclasses.replace(section, functions=(first,))))
     titles = " ".join(a.text for a in fig.layout.annotations)
     assert "<img" not in titles and "&lt;img src=x onerror=alert(1)&gt;" in titles

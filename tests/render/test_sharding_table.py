@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from jaxdiag.render.sharding_table import distinct_compiles, normal_spec, render
+import dataclasses
+
+import pytest
+
+from jaxdiag.analyses.sharding_section import ShardingSection, TimelineCollective
+from jaxdiag.render.sharding_compiles import distinct_compiles, normal_spec
+from jaxdiag.render.sharding_table import render
+from jaxdiag.reporting import codec
+from jaxdiag.reporting.model import ReportFormatError
+from report_builders import make_report
 
 
 def leaf(spec) -> dict:
@@ -46,19 +55,27 @@ def compile_(index: int, spec, *, runs: int = 0, function: str = "f", op: str = 
     }
 
 
+def typed(functions: list[dict], timeline: list[dict] = ()) -> ShardingSection:
+    """The section as a saved report holds it, read into its type."""
+    return codec.from_json(ShardingSection, {"functions": functions, "timeline": list(timeline)}, "sharding")
+
+
+def shown(functions: list[dict]) -> list[tuple]:
+    return [
+        (e.program.function, list(e.program.compiles), e.steady, e.steady_by)
+        for e in distinct_compiles(typed(functions).functions)
+    ]
+
+
 def test_equivalent_specs_are_one_placement() -> None:
-    assert normal_spec(["model", None]) == normal_spec(["model"]) == normal_spec([["model"], None]) == ["model"]
-    assert normal_spec([None, "model"]) == [None, "model"] and normal_spec([[], None]) == []
-    assert normal_spec([["data", "model"], None]) == [["data", "model"]]
+    assert normal_spec(("model", None)) == normal_spec(("model",)) == normal_spec((("model",), None)) == ("model",)
+    assert normal_spec((None, "model")) == (None, "model") and normal_spec(((), None)) == ()
+    assert normal_spec((("data", "model"), None)) == (("data", "model"),)
 
 
 def test_compiles_with_equal_placements_merge_and_the_latest_leads_without_a_timeline() -> None:
     functions = [compile_(1, ["model", None]), compile_(2, [None, "model"]), compile_(3, ["model"])]
-    out = distinct_compiles(functions)
-    assert [(e["compiles"], e["steady"], e["steady_by"]) for e in out] == [
-        ([1, 3], True, "latest compile"),
-        ([2], False, "latest compile"),
-    ]
+    assert shown(functions) == [("f", [1, 3], True, "latest compile"), ("f", [2], False, "latest compile")]
 
 
 def test_the_compile_that_ran_most_on_the_timeline_is_steady() -> None:
@@ -67,23 +84,24 @@ def test_the_compile_that_ran_most_on_the_timeline_is_steady() -> None:
         compile_(2, [None, "model"], runs=3, op="all-reduce.2"),
         compile_(1, ["model"], function="g"),
     ]
-    out = distinct_compiles(functions)
-    assert [(e["function"], e["compiles"], e["steady"], e["steady_by"]) for e in out] == [
-        ("f", [1], True, "timeline"),
-        ("f", [2], False, "timeline"),
-        ("g", [1], True, None),
-    ]
-    text = render({"functions": functions}, [], width=200)
+    assert shown(functions) == [("f", [1], True, "timeline"), ("f", [2], False, "timeline"), ("g", [1], True, None)]
+    text = render(typed(functions), [], width=200)
     assert text.index("f (jit_f, compile 1) steady: ran most on the timeline (12 collective runs)") < text.index(
         "f (jit_f, compile 2) another compile"
     )
 
 
-def test_malformed_entries_are_left_out() -> None:
-    assert distinct_compiles([None, 3, "x", {"function": "f", "compiles": "1"}]) == [
-        {"function": "f", "compiles": [], "steady": True, "steady_by": None}
-    ]
-    assert distinct_compiles("nope") == []
+@pytest.mark.parametrize(
+    "functions, where",
+    [
+        ([None], "sharding.functions[0]: null, not an object"),
+        ([{"function": "f", "compiles": "1"}], "sharding.functions[0].compiles: a string, not an array"),
+        ([{"function": "f", "inputs": [{"path": "x", "spec": [3]}]}], "sharding.functions[0].inputs[0].spec[0]"),
+    ],
+)
+def test_a_malformed_entry_is_refused_when_the_report_is_read(functions, where) -> None:
+    with pytest.raises(ReportFormatError, match=where.replace("[", r"\[").replace("]", r"\]")):
+        make_report(sharding={"functions": functions})
 
 
 def test_compiles_that_share_an_op_name_cannot_be_told_apart_by_the_timeline() -> None:
@@ -92,8 +110,7 @@ def test_compiles_that_share_an_op_name_cannot_be_told_apart_by_the_timeline() -
         compile_(1, ["model"], runs=12, op="all-reduce.1"),
         compile_(2, [None, "model"], runs=12, op="all-reduce.1"),
     ]
-    out = distinct_compiles(functions)
-    assert [(e["compiles"], e["steady_by"]) for e in out] == [([2], "latest compile"), ([1], "latest compile")]
+    assert [(c, by) for _, c, _, by in shown(functions)] == [([2], "latest compile"), ([1], "latest compile")]
 
 
 def test_tables_read_whole_at_80_and_200_columns() -> None:
@@ -102,23 +119,34 @@ def test_tables_read_whole_at_80_and_200_columns() -> None:
     from tests import sharding_programs as programs
 
     result = analyze_records(programs.bad_spec().records + programs.data_parallel().records)
-    section = result.to_dict()
-    section["timeline"] = [
-        {"module": "jit_bad_step", "op": "all-gather", "kind": "all-gather", "count": 16, "total_ms": 1.5}
-        | {"function": "bad_step", "arrays": ["params['w']"], "mesh_axes": ["model"], "origin": "resharding"},
-        {"module": "jit_other", "op": "all-reduce.7", "kind": "all-reduce", "count": 2, "total_ms": 0.5},
-    ]
+    section = dataclasses.replace(
+        result.section(),
+        timeline=(
+            TimelineCollective(
+                "jit_bad_step",
+                "all-gather",
+                kind="all-gather",
+                count=16,
+                total_ms=1.5,
+                function="bad_step",
+                arrays=("params['w']",),
+                mesh_axes=("model",),
+                origin="resharding",
+            ),
+            TimelineCollective("jit_other", "all-reduce.7", kind="all-reduce", count=2, total_ms=0.5),
+        ),
+    )
     (gather_op,) = {
-        c["op_name"]
-        for f in section["functions"]
-        if f["function"] == "bad_step"
-        for c in f["collectives"]
-        if c["kind"] == "all-gather"
+        c.op_name
+        for f in section.functions
+        if f.function == "bad_step"
+        for c in f.collectives
+        if c.kind == "all-gather"
     }
     assert gather_op
-    (bad,) = [f for f in section["functions"] if f["function"] == "bad_step"]
+    (bad,) = [f for f in section.functions if f.function == "bad_step"]
     # On JAX 0.12 XLA names the gather by the argument it moves; the table says so.
-    shown = f"argument {gather_op}" if gather_op in {x["name"] for x in bad["inputs"]} else gather_op
+    below = f"argument {gather_op}" if gather_op in {x.name for x in bad.inputs} else gather_op
     for width in (80, 200):
         out = render(section, result.findings, width=width)
         lines = out.splitlines()
@@ -127,7 +155,7 @@ def test_tables_read_whole_at_80_and_200_columns() -> None:
             assert any(whole in line for line in lines), (width, whole)
         # The JAX op goes below the table as the record has it: `jit(bad_step)/dot_general`, or on
         # JAX 0.12 "argument params['w']", the argument the gather moves.
-        assert any(line.strip() == f"all-gather: {shown}" for line in lines), shown
+        assert any(line.strip() == f"all-gather: {below}" for line in lines), below
         assert "jit_other/all-reduce.7" in out  # a module that is not the function's own is named
         header = " ".join(line for line in lines if "collective" in line and "┃" in line)
         assert ("JAX op" in header) == (width == 200)

@@ -109,18 +109,18 @@ def test_each_collective_is_joined_to_the_compile_that_ran_it(captured: Path) ->
 def test_the_compile_that_ran_most_comes_first(captured: Path) -> None:
     """Three captured steps ran the warm-up compile, two the recompile: the earlier one is the steady one,
     told by the programs' own ops although both compiles name their all-reduce alike."""
-    from jaxdiag.render.sharding_table import distinct_compiles
+    from jaxdiag.render.sharding_compiles import distinct_compiles
 
     truth = collectives_by_program(captured)
     runs = [sum(n for (p, _), n in truth.items() if p == program) for program in dict.fromkeys(p for p, _ in truth)]
     assert runs[0] > runs[1]
-    functions = report(captured).to_dict()["sharding"]["functions"]
-    entries = [e for e in distinct_compiles(functions) if e["function"] == "reduce_step"]
-    assert [(e["compiles"], e["steady"], e["steady_by"]) for e in entries] == [
-        ([1], True, "timeline"),
-        ([2], False, "timeline"),
+    functions = report(captured).sharding.functions
+    entries = [e for e in distinct_compiles(functions) if e.program.function == "reduce_step"]
+    assert [(e.program.compiles, e.steady, e.steady_by) for e in entries] == [
+        ((1,), True, "timeline"),
+        ((2,), False, "timeline"),
     ]
-    assert [e["collectives"][0]["timeline_count"] for e in entries] == runs
+    assert [e.program.collectives[0].timeline_count for e in entries] == runs
 
 
 def test_recorded_program_ids_are_the_traces(captured: Path) -> None:
