@@ -1,11 +1,10 @@
 """What every analysis shares: its inputs, its ``Finding``s, and its signature.
 
 An analysis is ``analyze(inputs: AnalysisInputs) -> Result`` where ``Result`` is a
-frozen dataclass with a ``findings`` tuple and either ``section()``, its section of the
-report as a typed value (a frozen dataclass whose fields are ``described``: the JSON and
-the schema document are made from it, ``reporting.codec``), or, for sections not typed
-yet, ``to_dict()`` giving the section's JSON. Analyses print nothing, plot nothing and
-touch no files.
+frozen dataclass with a ``findings`` tuple and ``section()``, its section of the report
+as a typed value (a frozen dataclass whose fields are ``described``: the JSON and the
+schema document are made from it, ``reporting.codec``). Analyses print nothing, plot
+nothing and touch no files.
 """
 
 from __future__ import annotations
@@ -180,7 +179,7 @@ class AnalysisInputs:
 
 
 class AnalysisResult(Protocol):
-    """What every analysis returns (and ``section()`` or ``to_dict()``: see the module docstring)."""
+    """What every analysis returns (and ``section()``: see the module docstring)."""
 
     findings: tuple[Finding, ...]
 

@@ -154,7 +154,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
         for section in registry.SECTIONS:
             if section.view is None:
                 value, result = section.run(inputs, sections)
-                sections[section.name] = value if section.kind is not None else clean(value)
+                sections[section.name] = value
                 if result is not None:
                     results[section.name] = result
         if deep:
@@ -166,8 +166,7 @@ def build_report(inputs: AnalysisInputs, extra_notes: Sequence[str] = (), deep: 
                     results[name] = result
                     section = registry.named(name)
                     assert section is not None  # deepen returns the results it was given, some replaced
-                    value = section.value_of(result)
-                    sections[name] = value if section.kind is not None else clean(value)
+                    sections[name] = section.value_of(result)
         for section in registry.SECTIONS:  # views read the analyses' sections
             if section.view is not None:
                 sections[section.name] = clean(section.run(inputs, sections)[0])

@@ -9,8 +9,7 @@ result with ``findings`` and ``section()``, the section as a ``TopOpsSection`` (
 dataclass of ``described`` fields, in a module of its own that imports nothing heavy, so
 that a saved report renders without loading the analyses: its JSON, its reading back and
 its row of the schema document are made from it, ``reporting.codec``), and ``"1.4"`` is the schema version that
-adds it (``model.SCHEMA_VERSION`` is raised to match). A section not typed yet has no
-``kind``; its result's ``to_dict()`` is its JSON. Then a row for it in
+adds it (``model.SCHEMA_VERSION`` is raised to match). Then a row for it in
 ``docs/report-schema.md``, in the order of this list, and ``1.4 added `top_ops```
 in the ``schema_version`` row: ``tests/reporting/test_sections.py`` checks the
 document against this list, and this list against ``analyses.ANALYSES``. The
@@ -50,8 +49,8 @@ class Section:
         before it, ``fn(inputs, sections) -> value``: data kept for renderers only
         (events of a few steps, histogram bins), with no findings.
       kind: ``"module:Class"`` (a name in ``jaxdiag.analyses``, or a full dotted one) of the section's type,
-        the value the report holds (for an array section, the type of its rows, held as a tuple); ``None``
-        for a section held as its JSON.
+        the value the report holds (for an array section, the type of its rows, held as a tuple); every
+        analysis's section has one. ``None`` for a view, held as its JSON.
       check: ``"module:function"`` raising ``ValueError`` on a section a saved report
         cannot hold (read by ``Report.open``, so that a renderer never meets it), or ``None``.
     """
@@ -79,9 +78,8 @@ class Section:
         return tuple[kind, ...] if self.empty is list else kind  # type: ignore[valid-type]
 
     def value_of(self, result: Any) -> Any:
-        """The section from its analysis's result: the typed value (``section()``), or, for a section not typed
-        yet, its JSON (``to_dict()``)."""
-        return result.section() if self.kind is not None else result.to_dict()
+        """The section from its analysis's result: its typed value (``section()``)."""
+        return result.section()
 
     def run(self, inputs: "AnalysisInputs", sections: Mapping[str, Any]) -> "tuple[Any, AnalysisResult | None]":
         """This section's value for ``inputs``, and the analysis result behind it (``None`` for a view)."""
