@@ -130,7 +130,7 @@ def _from_log(path: Path, thresholds: Any) -> tuple["ShardingSection", list[Any]
 def _only(
     section: "ShardingSection", findings: list[Any], function: str, path: Path
 ) -> tuple["ShardingSection", list[Any]]:
-    """The part of the section and findings about ``function`` (read as from no capture: ``captured`` is false)."""
+    """The part of the section and findings about ``function`` (from the capture, if the section's was one)."""
     from jaxdiag.analyses.sharding_section import ShardingSection
 
     functions = tuple(f for f in section.functions if function in (f.function, f.qualname))
@@ -142,4 +142,4 @@ def _only(
     names = {f.function for f in functions}
     timeline = tuple(r for r in section.timeline if r.function in names)
     kept = [f for f in findings if f.evidence.get("function") in names]
-    return ShardingSection(functions, timeline), kept
+    return ShardingSection(functions, timeline, section.captured), kept
