@@ -112,6 +112,8 @@ class HostColumns:
     program_id: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
     run_id: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
     category: list[str] = dataclasses.field(default_factory=list)
+    #: a GPU kernel's CUPTI/ROCtracer correlation id, which names the host call that launched it; -1 none
+    correlation: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
     #: one dict per device, keys ``DEVICE_COLUMNS``
     devices: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -119,6 +121,10 @@ class HostColumns:
     step_marks: list[tuple[str, int, float, float]] = dataclasses.field(default_factory=list)
     #: ``(device, step, start_ns, end_ns)`` from TPU "Steps" lines
     device_steps: list[tuple[int, int, float, float]] = dataclasses.field(default_factory=list)
+    #: ``(correlation id, start_ns, line)`` of host calls that launched device work (``cuGraphLaunch``, ...)
+    launches: list[tuple[int, float, str]] = dataclasses.field(default_factory=list)
+    #: ``(start_ns, end_ns, line, run id)`` of the runtime's executions of a program on the host (``run_id`` stat)
+    executes: list[tuple[float, float, str, int]] = dataclasses.field(default_factory=list)
     python_frames: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -146,6 +152,7 @@ class HostColumns:
         self.program_id.append(program)
         self.run_id.append(run)
         self.category.append(category)
+        self.correlation.append(-1)
 
     def add_host_events(
         self, names: list[str], starts: list[float], durs: list[float], category: str | list[str]
@@ -158,6 +165,7 @@ class HostColumns:
         self.device.extend(_NONE * n)
         self.program_id.extend(_NONE * n)
         self.run_id.extend(_NONE * n)
+        self.correlation.extend(_NONE * n)
         self.category += [category] * n if isinstance(category, str) else category
         for column in (self.hlo_module, self.hlo_op, self.framework_op):
             column += [""] * n
@@ -173,6 +181,7 @@ class HostColumns:
         frameworks: list[str],
         programs: list[int],
         runs: list[int] | None = None,
+        correlations: list[int] | None = None,
     ) -> None:
         """Append device events in bulk (category ``device``), as ``add`` would one by one."""
         n = len(names)
@@ -185,6 +194,7 @@ class HostColumns:
         self.framework_op += frameworks
         self.program_id.extend(programs)
         self.run_id.extend(_NONE * n if runs is None else runs)
+        self.correlation.extend(_NONE * n if correlations is None else correlations)
         self.category += ["device"] * n
 
     def extend(self, *others: "HostColumns") -> None:
@@ -238,7 +248,7 @@ class HostColumns:
         return values.strings() if isinstance(values, Coded) else values
 
     def integers(self, column: str) -> list[int]:
-        """``device``, ``program_id`` or ``run_id`` as a list of ints, packed or not."""
+        """``device``, ``program_id``, ``run_id`` or ``correlation`` as a list of ints, packed or not."""
         values = getattr(self, column)
         return values.tolist() if hasattr(values, "tolist") else list(values)
 
@@ -251,7 +261,7 @@ class HostColumns:
 
 _NONE = array("q", [-1])  # no device, no program
 STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
-_INTEGER_COLUMNS = ("device", "program_id", "run_id")
+_INTEGER_COLUMNS = ("device", "program_id", "run_id", "correlation")
 #: The list and array fields that ``HostColumns.extend`` concatenates.
 _LISTS = (
     "segments",
@@ -265,8 +275,11 @@ _LISTS = (
     "program_id",
     "run_id",
     "category",
+    "correlation",
     "devices",
     "step_marks",
     "device_steps",
+    "launches",
+    "executes",
     "notes",
 )

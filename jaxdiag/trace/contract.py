@@ -29,7 +29,6 @@ from typing import Any, Callable, Collection, Protocol, Union
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import line_bytes, schema, wire
 from jaxdiag.trace.schema import XPlane, XSpace
-from jaxdiag.trace.line_bytes import METADATA_ID
 from jaxdiag.trace.stat_bytes import event_stats
 
 #: Which stats of a line's events to read: one set for every line, a function of the plane's and the
@@ -202,7 +201,7 @@ class ColumnReader:
             return PlaneColumns(meta.name, plane_stats, [], index)
         event_names = {key: value.name for key, value in meta.event_metadata.items()}
         padded, bases = line_bytes.copy_lines(view, [(a, b) for a, b, _ in lines])
-        frame_ids = _frame_ids(event_names)
+        frame_ids = line_bytes.frame_ids(event_names)
         plane = _Plane(meta.name, view, padded, event_names, stat_names, classes, stats, frames, frame_ids)
         columns = [plane.line(base, a, b, number) for (a, b, number), base in zip(lines, bases)]
         return PlaneColumns(meta.name, plane_stats, columns, index)
@@ -237,7 +236,7 @@ class _Plane:
             wanted = frozenset(self.stat_names.values())
         skipped = 0
         if not self.frames and len(self.frame_ids):  # frames told by the id each is written with first, unwalked
-            frame = _frame_mask(padded, located, self.frame_ids)
+            frame = line_bytes.frame_mask(padded, located, self.frame_ids)
             skipped = int(np.count_nonzero(frame))
             if skipped == len(frame):
                 return LineColumns(name, [], [], [], [], skipped, number)
@@ -284,47 +283,6 @@ class _Plane:
             self.frames,
             number,
         )
-
-
-def _frame_ids(names: dict[int, str]) -> Any:
-    """The sorted metadata ids of Python-tracer frames (an event is named by its metadata's ``name``)."""
-    import numpy as np
-
-    return np.array(sorted(key for key, name in names.items() if name.startswith("$")), dtype=np.int64)
-
-
-def _frame_mask(padded: Any, events: line_bytes.LineEvents, frames: Any) -> Any:
-    """Which of a line's events are Python frames, by the metadata id each is written with first."""
-    import numpy as np
-
-    at = events.content
-    first_field = padded[at] == METADATA_ID << 3
-    if frames[-1] < 1 << 14:  # every frame's id is one or two bytes: look those two bytes up at once
-        pairs = np.ndarray((len(padded) - 1,), dtype="<u2", buffer=padded, strides=(1,))  # bytes i, i + 1
-        width = _frame_id_widths(frames)[pairs[at + 1]]
-        return first_field & (width > 0) & (width < events.sizes)
-    ids, width = line_bytes.varints(padded, at + 1)
-    is_frame = np.zeros(int(frames[-1]) + 1, dtype=bool)
-    is_frame[frames] = True
-    frame = first_field & (width > 0) & (1 + width <= events.sizes)
-    frame &= (ids < len(is_frame)) & is_frame[np.minimum(ids, len(is_frame) - 1)]
-    return frame
-
-
-def _frame_id_widths(frames: Any) -> Any:
-    """For each two bytes (little-endian), the width of the frame id they begin with as a varint; 0 for no frame's.
-
-    An id under 128 is one byte, whatever follows it; one under 16384 is two.
-    """
-    import numpy as np
-
-    widths = np.zeros(1 << 16, dtype=np.uint8)
-    short = frames[frames < 1 << 7]
-    for low in short.tolist():
-        widths[low : 1 << 16 : 1 << 8] = 1  # the byte ``low``, then any byte
-    long = frames[frames >= 1 << 7]
-    widths[(long & 0x7F | 0x80) | (long >> 7) << 8] = 2
-    return widths
 
 
 def _line_name(view: memoryview, located: line_bytes.LineEvents, end: int, classes: dict[str, Any]) -> str:

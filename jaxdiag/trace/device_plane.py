@@ -19,9 +19,10 @@ from jaxdiag.trace.host_plane import int_or, program_id_of, unique_labels
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.contract import LineColumns, PlaneColumns
 
-#: The stats ``read_device_plane`` reads of a device event.
+#: The stats ``read_device_plane`` reads of a device event (``correlation_id``: of a GPU kernel, which names
+#: the host call that launched it, see ``launch.link_kernels``).
 DEVICE_STATS = frozenset(
-    {"step_num", "group_id", "hlo_module", "hlo_op", "program_id", "display_name", "name", "tf_op"}
+    {"step_num", "group_id", "hlo_module", "hlo_op", "program_id", "display_name", "name", "tf_op", "correlation_id"}
 )
 
 _COLLECTIVE_OPS = re.compile(
@@ -183,6 +184,7 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
         ops,
         ["" if f.startswith("XlaModule:") else f for f in frameworks],
         programs,
+        correlations=[int_or(s.get("correlation_id"), -1) for s in stats],
     )
     return kernels, collectives
 

@@ -7,10 +7,12 @@ executions of the dominant program. Where they come from, best first:
 
 - ``run_id``: XLA:CPU puts a ``run_id`` stat on every op event; the ops sharing one
   are one execution (across the host's devices).
+- ``launch``: a GPU kernel's run id is its launching execution's (``trace.launch``):
+  the kernels sharing one are one execution, as on XLA:CPU.
 - ``module_span``: a TPU ``XLA Modules`` line holds one span per execution.
-- ``timing``: otherwise (GPU kernels carry no run id) a device's consecutive ops of
-  one module, split where another module's op runs between them or where the device
-  idles longer than the ``step_gap_us`` setting.
+- ``timing``: otherwise (a kernel whose launch is not in the trace) a device's
+  consecutive ops of one module, split where another module's op runs between them
+  or where the device idles longer than the ``step_gap_us`` setting.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from jaxdiag.trace.frames import (
     HLO_OP,
     HOST,
     LINE_KIND,
+    PLANE,
     PROGRAM_ID,
     RUN_ID,
     START_NS,
@@ -65,7 +68,12 @@ def executions(events: "pd.DataFrame", step_gap_us: float) -> "pd.DataFrame":
         runs = events[RUN_ID].to_numpy(np.int64) if RUN_ID in events else np.full(len(events), -1, np.int64)
         by_run = ops & (runs >= 0)
         if by_run.any():
-            parts.append(_by_run_id(events.loc[by_run]))
+            plane = events[PLANE].astype("category")
+            on_device = np.asarray(plane.cat.categories.str.startswith("/device:"))[plane.cat.codes.to_numpy()]
+            for launched, source in ((False, "run_id"), (True, "launch")):
+                mine = by_run & (on_device == launched)
+                if mine.any():
+                    parts.append(_by_run_id(events.loc[mine], source))
         if spans.any():
             rows = events.loc[spans]
             parts.append(
@@ -97,7 +105,7 @@ def executions(events: "pd.DataFrame", step_gap_us: float) -> "pd.DataFrame":
     return out.sort_values([HOST, START_NS], kind="stable").reset_index(drop=True)[list(EXECUTION_COLUMNS)]
 
 
-def _by_run_id(ops: "pd.DataFrame") -> "pd.DataFrame":
+def _by_run_id(ops: "pd.DataFrame", source: str) -> "pd.DataFrame":
     import numpy as np
 
     frame = ops[[HOST, DEVICE, HLO_MODULE, PROGRAM_ID, RUN_ID, START_NS]].astype({HOST: object, HLO_MODULE: object})
@@ -112,7 +120,7 @@ def _by_run_id(ops: "pd.DataFrame") -> "pd.DataFrame":
             END_NS: (END_NS, "max"),
         }
     ).reset_index()
-    return out.assign(**{SOURCE: "run_id"})
+    return out.assign(**{SOURCE: source})
 
 
 def _by_timing(ops: "pd.DataFrame", gap_ns: int) -> "pd.DataFrame":

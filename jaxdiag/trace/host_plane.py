@@ -58,6 +58,9 @@ _RUNTIME_NAMES = frozenset(
 _SOURCE_STATS = frozenset({"_src", "_c", "_ct", "_p", "_pt"})
 #: The stats read of a Python thread's events (``_top_level_category``).
 PYTHON_THREAD_STATS = _SOURCE_STATS | {"step_num", "group_id"}
+#: The stats of a Python thread's calls that launch device work and run programs, on a host with accelerators
+#: (``launch.link_kernels``).
+LAUNCH_STATS = frozenset({"correlation_id", "run_id"})
 #: The stats that make a host event an XLA:CPU op, on a host without accelerators (``_add_cpu_op``).
 CPU_OP_STATS = frozenset({"hlo_op", "hlo_module", "device_ordinal", "program_id", "run_id"})
 
@@ -76,7 +79,7 @@ def host_line_stats(line: str, accelerated: bool) -> frozenset[str]:
     """The stats ``read_host_line`` reads of a host thread's events (``accelerated``: the host has devices)."""
     if not accelerated:
         return CPU_OP_STATS | PYTHON_THREAD_STATS
-    return frozenset() if is_runtime_thread(line) else PYTHON_THREAD_STATS
+    return frozenset() if is_runtime_thread(line) else PYTHON_THREAD_STATS | LAUNCH_STATS
 
 
 def read_host_plane(cols: HostColumns, plane: "PlaneColumns", *, cpu_only: bool, include_python: bool) -> None:
@@ -124,12 +127,30 @@ def read_host_line(
         kind = "xla_cpu" if ops else "host"
     else:
         _read_main_events(cols, list(zip(starts, durs, names, stats)), cpu_only, no_hlo)
+        if not cpu_only:
+            _read_launches(cols, label, starts, durs, stats)
         kind = "python" if frames else "host"
     if python:
         cols.add_host_events(
             [line.names[i] for i in python], [line.starts[i] for i in python], [line.durs[i] for i in python], "python"
         )
     cols.close_segment(HOST_PLANE, label, kind, first)
+
+
+def _read_launches(
+    cols: HostColumns, label: str, starts: list[float], durs: list[float], stats: list[dict[str, Any]]
+) -> None:
+    """Note the thread's calls that launched device work (a ``correlation_id``) and its executions of programs
+    (a ``run_id``), for ``launch.link_kernels``."""
+    for start, dur, event_stats in zip(starts, durs, stats):
+        if not event_stats:
+            continue
+        correlation = int_or(event_stats.get("correlation_id"), -1)
+        if correlation >= 0:
+            cols.launches.append((correlation, start, label))
+        run = event_stats.get("run_id")
+        if run is not None and run_id_of(run) >= 0:
+            cols.executes.append((start, start + dur, label, run_id_of(run)))
 
 
 def _read_pool_events(

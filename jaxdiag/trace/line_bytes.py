@@ -359,3 +359,44 @@ def _no_events_after(view: memoryview, start: int, end: int) -> bool:
         return all(field != EVENTS for field, _, _, _ in wire._fields(view, start, end))
     except TraceFormatError:
         return False
+
+
+def frame_ids(names: dict[int, str]) -> Any:
+    """The sorted metadata ids of Python-tracer frames (an event is named by its metadata's ``name``)."""
+    import numpy as np
+
+    return np.array(sorted(key for key, name in names.items() if name.startswith("$")), dtype=np.int64)
+
+
+def frame_mask(padded: Any, events: LineEvents, frames: Any) -> Any:
+    """Which of a line's events are Python frames, by the metadata id each is written with first."""
+    import numpy as np
+
+    at = events.content
+    first_field = padded[at] == METADATA_ID << 3
+    if frames[-1] < 1 << 14:  # every frame's id is one or two bytes: look those two bytes up at once
+        pairs = np.ndarray((len(padded) - 1,), dtype="<u2", buffer=padded, strides=(1,))  # bytes i, i + 1
+        width = _frame_id_widths(frames)[pairs[at + 1]]
+        return first_field & (width > 0) & (width < events.sizes)
+    ids, width = varints(padded, at + 1)
+    is_frame = np.zeros(int(frames[-1]) + 1, dtype=bool)
+    is_frame[frames] = True
+    frame = first_field & (width > 0) & (1 + width <= events.sizes)
+    frame &= (ids < len(is_frame)) & is_frame[np.minimum(ids, len(is_frame) - 1)]
+    return frame
+
+
+def _frame_id_widths(frames: Any) -> Any:
+    """For each two bytes (little-endian), the width of the frame id they begin with as a varint; 0 for no frame's.
+
+    An id under 128 is one byte, whatever follows it; one under 16384 is two.
+    """
+    import numpy as np
+
+    widths = np.zeros(1 << 16, dtype=np.uint8)
+    short = frames[frames < 1 << 7]
+    for low in short.tolist():
+        widths[low : 1 << 16 : 1 << 8] = 1  # the byte ``low``, then any byte
+    long = frames[frames >= 1 << 7]
+    widths[(long & 0x7F | 0x80) | (long >> 7) << 8] = 2
+    return widths

@@ -342,7 +342,12 @@ def _from_module(events: "pd.DataFrame", step_gap_us: float) -> FoundSteps:
         sources |= set(mine[SOURCE])
         for i, (start, end) in enumerate(sorted(zip(mine[START_NS].tolist(), mine[END_NS].tolist()))):
             rows.append((str(host), i, module, start, end))
-    how = {"run_id": "told apart by their run_id", "module_span": "XLA Modules spans", "timing": "runs of its ops"}
+    how = {
+        "run_id": "told apart by their run_id",
+        "launch": "told apart by the host call that launched their kernels",
+        "module_span": "XLA Modules spans",
+        "timing": "runs of its ops",
+    }
     note = (
         f"no step annotations; steps from executions of {module} (of the busy programs of several ops, the "
         f"one run most often; {', '.join(how[s] for s in sorted(sources))}): each of the {len(rows)} executions, with the gap "

@@ -17,6 +17,7 @@ from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.columns import HostColumns
 from jaxdiag.trace.contract import PlaneColumns, reader
 from jaxdiag.trace.device_plane import DEVICE_STATS, device_row, read_device_plane, scalar_stats
+from jaxdiag.trace.launch import link_kernels
 from jaxdiag.trace.host_plane import HOST_PLANE, host_line_stats, read_host_line, read_host_plane
 from jaxdiag.trace import wire
 from jaxdiag.trace.wire import check_wire
@@ -131,6 +132,8 @@ def join_host(host: str, pieces: Iterable[HostColumns], plane_names: Iterable[st
     pieces = list(pieces)
     cols = pieces[0] if pieces else HostColumns(host)
     cols.extend(*pieces[1:])
+    if accelerated:
+        link_kernels(cols)
     ignored = [n for n in plane_names if not _known_plane(n)]
     if ignored:
         cols.notes.append(f"{host}: planes not read: {', '.join(sorted(ignored))}")

@@ -1,0 +1,61 @@
+"""Which execution each GPU kernel belongs to: the host call that launched it, inside a run of the program.
+
+A GPU kernel carries no run id, but it carries the correlation id (CUPTI's, or
+ROCtracer's) of the host call that launched it (``cuGraphLaunch``,
+``cuLaunchKernel``, ``hipModuleLaunchKernel``, ...), and that call runs inside the
+runtime's execution of the program on the host thread that dispatched it
+(``CommonPjRtLoadedExecutable::Execute (jit_f)``, which carries a ``run_id``). So
+each kernel gets the run id of the execution whose span on the launching thread
+holds its launch, mixed with its program id as an XLA:CPU op's is
+(``host_plane.execution_id``): the kernels of one run of a program are one
+execution, told apart from the next run however closely the two follow each other.
+
+A kernel whose launch is not in the trace (launched before it began, or from a
+thread whose events carry no stats), or not inside an execution (autotuning in a
+compile, a transfer), keeps run id -1, and ``trace.executions`` tells its
+executions apart by timing, as before.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from jaxdiag.trace.columns import HostColumns
+from jaxdiag.trace.host_plane import execution_id
+
+
+def link_kernels(cols: HostColumns) -> int:
+    """Give ``cols``' GPU kernels the run id of the execution that launched them; returns how many got one."""
+    if not cols.launches or not cols.executes:
+        return 0
+    import numpy as np
+
+    spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for start, end, line, run in cols.executes:
+        spans[line].append((start, end, run))
+    found: dict[str, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+    for line, mine in spans.items():
+        mine.sort()
+        found[line] = (np.array([m[0] for m in mine]), np.array([m[1] for m in mine]), [m[2] for m in mine])
+    run_of: dict[int, int] = {}
+    for correlation, at, line in cols.launches:
+        if line not in found:
+            continue
+        starts, ends, runs = found[line]
+        inside = int(np.searchsorted(starts, at, side="right")) - 1  # the latest execution begun by then
+        if inside >= 0 and at < ends[inside]:
+            run_of[correlation] = runs[inside]
+    if not run_of:
+        return 0
+    correlations = np.asarray(cols.correlation, dtype=np.int64)
+    rows = np.flatnonzero(correlations >= 0)
+    run_ids = np.asarray(cols.run_id, dtype=np.int64).copy()
+    programs = np.asarray(cols.program_id, dtype=np.int64)
+    linked = 0
+    for row, correlation in zip(rows.tolist(), correlations[rows].tolist()):
+        launched_by = run_of.get(correlation)
+        if launched_by is not None:
+            run_ids[row] = execution_id(launched_by, int(programs[row]))
+            linked += 1
+    cols.run_id = run_ids  # type: ignore[assignment]  # a numpy column, as ``HostColumns.pack`` makes them
+    return linked
