@@ -263,12 +263,7 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     import pandas as pd
 
     def strings(column: str) -> "pd.Categorical":
-        got = [getattr(p, column) for p in parts]
-        if any(isinstance(g, Coded) for g in got):
-            return _coded_categorical(got)
-        if len(got) == 1:  # one host file: its list as it is
-            return _segment_categorical(got[0], [count for _plane, _line, _kind, count in parts[0].segments])
-        return _categorical([value for g in got for value in g])
+        return _categorical([getattr(p, column) for p in parts])
 
     def numbers(column: str, dtype: Any) -> "np.ndarray":
         arrays = [np.asarray(getattr(p, column), dtype=dtype) for p in parts]
@@ -317,115 +312,37 @@ def _in_order(segment: "np.ndarray", start: "np.ndarray") -> bool:
     return bool((segment[1:] >= segment[:-1]).all() and (~same | (start[1:] >= start[:-1])).all())
 
 
-def _coded_categorical(parts: Sequence[StringColumn]) -> "pd.Categorical":
-    """The categorical ``_categorical`` makes of these columns one after another, from their codes."""
+def _categorical(parts: Sequence[StringColumn]) -> "pd.Categorical":
+    """String columns, one after another, as one categorical with sorted categories (``pd.Categorical``'s).
+
+    Lists (one process read them) are factorized at once; columns a reading worker coded
+    (``Coded``) are joined by their distinct values, which are then ranked.
+    """
+    import itertools
+
     import numpy as np
     import pandas as pd
 
-    coded = parts[0] if len(parts) == 1 and isinstance(parts[0], Coded) else Coded.joined(parts)
     try:
-        order = sorted(range(len(coded.values)), key=coded.values.__getitem__)
-        if order:
-            rank = np.empty(len(order), dtype=np.int64)
-            rank[order] = np.arange(len(order))
-            return pd.Categorical.from_codes(rank[coded.codes], categories=pd.Index([coded.values[i] for i in order]))
+        lists = [p for p in parts if not isinstance(p, Coded)]
+        if len(lists) == len(parts):
+            values = lists[0] if len(lists) == 1 else list(itertools.chain.from_iterable(lists))
+            objects: Any = np.fromiter(values, dtype=object, count=len(values))  # a third quicker than asarray
+            codes, uniques = pd.factorize(objects, sort=True)
+            if len(uniques) and (codes >= 0).all():
+                return pd.Categorical.from_codes(codes, categories=pd.Index(uniques))
+        else:
+            coded = parts[0] if len(parts) == 1 else Coded.joined(parts)
+            assert isinstance(coded, Coded)
+            order = sorted(range(len(coded.values)), key=coded.values.__getitem__)
+            if order:
+                rank = np.empty(len(order), dtype=np.int64)
+                rank[order] = np.arange(len(order))
+                categories = pd.Index(np.asarray([coded.values[i] for i in order], dtype=object))
+                return pd.Categorical.from_codes(rank[coded.codes], categories=categories)
     except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
         pass
-    return _categorical(coded.strings())
-
-
-def _categorical(values: list[str]) -> "pd.Categorical":
-    """``pd.Categorical(values)``, in half the time: factorize, then give the sorted categories."""
-    import pandas as pd
-
-    try:
-        codes, uniques = pd.factorize(_objects(values), sort=True)
-        if len(uniques):
-            return pd.Categorical.from_codes(codes, categories=pd.Index(uniques))
-    except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
-        pass
-    return pd.Categorical(values)
-
-
-def _segment_categorical(values: list[str], counts: Sequence[int]) -> "pd.Categorical":
-    """``_categorical(values)`` for values that run in segments of ``counts`` (a trace line's events, in order).
-
-    A segment that holds one value throughout (the empty HLO op of every host event,
-    the category of a device line) is coded at once; only the other segments' values
-    are factorized. When mixed segments hold most rows, all are factorized at once.
-    """
-    import numpy as np
-    import pandas as pd
-
-    constant: list[tuple[int, int, str]] = []
-    mixed: list[tuple[int, int]] = []
-    start = 0
-    for count in counts:
-        stop = start + count
-        if stop > start:
-            first = values[start]
-            if type(first) is str and values[stop - 1] == first and values[(start + stop) // 2] == first:
-                if values[start:stop].count(first) == count:
-                    constant.append((start, stop, first))
-                    start = stop
-                    continue
-            mixed.append((start, stop))
-        start = stop
-    if start != len(values) or not values:
-        return _categorical(values)
-    if 2 * sum(b - a for a, b, _v in constant) < len(values):
-        return _distinct_categorical(values)  # mostly mixed (event names): one pass over all
-    rest: list[str] = []
-    for a, b in mixed:
-        rest += values[a:b]
-    try:
-        rest_codes, rest_uniques = pd.factorize(_objects(rest), sort=True)
-        found = rest_uniques.tolist()
-        if (rest_codes < 0).any() or any(type(u) is not str for u in found):  # missing or odd values: the long way
-            return _categorical(values)
-        categories = sorted(set(found).union(v for _a, _b, v in constant))
-        index = {v: i for i, v in enumerate(categories)}
-        codes = np.empty(len(values), dtype=np.int64)
-        for a, b, v in constant:
-            codes[a:b] = index[v]
-        if rest:
-            at = np.concatenate([np.arange(a, b) for a, b in mixed])
-            codes[at] = np.asarray([index[u] for u in found], dtype=np.int64)[rest_codes]
-        return pd.Categorical.from_codes(codes, categories=pd.Index(np.asarray(categories, dtype=object)))
-    except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
-        return _categorical(values)
-
-
-def _distinct_categorical(values: list[str]) -> "pd.Categorical":
-    """``_categorical(values)`` for strings that are mostly distinct objects (each event's own name).
-
-    A dict finds the distinct values in less time than ``factorize`` when nearly every
-    row is another object; anything but strings goes the plain way.
-    """
-    import numpy as np
-    import pandas as pd
-
-    index: dict[str, int] = dict.fromkeys(values)  # type: ignore[assignment]
-    if not all(type(v) is str for v in index):
-        return _categorical(values)
-    categories = sorted(index)
-    for i, v in enumerate(categories):
-        index[v] = i
-    try:
-        codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
-        return pd.Categorical.from_codes(codes, categories=pd.Index(np.asarray(categories, dtype=object)))
-    except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
-        return _categorical(values)
-
-
-def _objects(values: list[str]) -> "np.ndarray":
-    """``values`` as an object array (``fromiter`` takes a third less time than ``asarray`` on a long list)."""
-    import numpy as np
-
-    try:
-        return np.fromiter(values, dtype=object, count=len(values))
-    except (TypeError, ValueError):  # a numpy without object fromiter
-        return np.asarray(values, dtype=object)
+    return pd.Categorical([v for p in parts for v in (p.strings() if isinstance(p, Coded) else p)])
 
 
 def _meta(parts: Sequence["HostColumns"], include_python: bool) -> dict[str, Any]:

@@ -220,45 +220,30 @@ def test_h100_mlp_steps_and_recompiles(shared_fixtures: Path) -> None:
     assert all(stalls[s] >= 4_000_000 for s in (0, 3, 6, 9))  # the 4 ms sleeps
 
 
+def _same_categorical(got: pd.Categorical, want: pd.Categorical) -> None:
+    assert list(got.categories) == list(want.categories) and got.categories.dtype == want.categories.dtype
+    assert got.codes.tolist() == want.codes.tolist() and got.codes.dtype == want.codes.dtype
+
+
 @pytest.mark.parametrize("values", [[], [""], ["b", "", "a", "b", "$x", "é", "中"], ["\ud800 lone surrogate", "a"]])
 def test_string_columns_are_the_categoricals_pandas_makes(values: list[str]) -> None:
     from jaxdiag.trace.load import _categorical
 
-    got, want = _categorical(values), pd.Categorical(values)
-    assert list(got) == values and list(got.categories) == list(want.categories)
-    assert got.codes.tolist() == want.codes.tolist() and got.codes.dtype == want.codes.dtype
-    assert got.categories.dtype == want.categories.dtype
+    got, want = _categorical([values]), pd.Categorical(values)
+    assert list(got) == values
+    _same_categorical(got, want)
 
 
-_segment_values = st.lists(
-    st.one_of(
-        st.tuples(st.just("same"), st.sampled_from(["", "device", "jit_f", "\ud800"]), st.integers(0, 6)),
-        st.tuples(st.just("mixed"), st.lists(st.sampled_from(["", "a", "b", "jit_g", "\ud800"]), max_size=6)),
-    ),
-    max_size=8,
-)
+_parts = st.lists(st.lists(st.sampled_from(["", "a", "b", "jit_g", "device", "\ud800"]), max_size=6), max_size=4)
 
 
 @settings(max_examples=200, deadline=None)
-@given(_segment_values)
-def test_segment_categorical_is_the_plain_categorical(segments) -> None:
-    """Coding whole segments of one value at once, or through a dict, gives the categorical of the values."""
-    from jaxdiag.trace.load import _categorical, _distinct_categorical, _segment_categorical
+@given(_parts, st.lists(st.booleans(), min_size=4, max_size=4))
+def test_columns_read_here_or_coded_by_workers_give_the_plain_categorical(parts, coded) -> None:
+    """A host's columns as one process reads them (lists), as workers send them (``Coded``), or both."""
+    from jaxdiag.trace.columns import Coded
+    from jaxdiag.trace.load import _categorical
 
-    values: list[str] = []
-    counts = []
-    for kind, *rest in segments:
-        seg = [rest[0]] * rest[1] if kind == "same" else list(rest[0])
-        values += seg
-        counts.append(len(seg))
-    want = _categorical(values)
-    for got in (_segment_categorical(values, counts), _distinct_categorical(values)):
-        assert list(got.categories) == list(want.categories) and got.categories.dtype == want.categories.dtype
-        assert got.codes.tolist() == want.codes.tolist() and got.codes.dtype == want.codes.dtype
-
-
-def test_segment_categorical_leaves_counts_that_do_not_fit_to_the_plain_way() -> None:
-    from jaxdiag.trace.load import _categorical, _segment_categorical
-
-    values = ["a", "a", "b", "b", "b"]
-    assert _segment_categorical(values, [2, 2]).codes.tolist() == _categorical(values).codes.tolist()
+    values = [v for part in parts for v in part]
+    given = [Coded.of(part) if code else part for part, code in zip(parts, coded)]
+    _same_categorical(_categorical(given or [[]]), pd.Categorical(values))
