@@ -74,30 +74,6 @@ def _register() -> None:
     from jaxdiag.cli import commands  # noqa: F401
 
 
-def _plain_report(args: list[str]) -> dict[str, Any] | None:
-    """``report_run.run``'s keyword arguments when ``args`` are ``report`` with plain arguments; else ``None``.
-
-    ``jaxdiag report`` is the command scripts time: run plainly (``report_run``), it
-    spares importing typer, click and the other commands, and typer's per-option
-    pydantic set-up, which together cost more than reading a small trace.
-    """
-    if args[:1] != ["report"]:
-        return None
-    from jaxdiag.cli.report_run import plain_values
-
-    return plain_values(args[1:])
-
-
-def _run_plain(values: dict[str, Any], program: bool) -> int:
-    """Run ``report`` on plain arguments; as the program itself, end it (see ``_end_program``)."""
-    from jaxdiag.cli.report_run import run_values
-
-    status = run_values(values)
-    if not program:  # a caller in this process goes on
-        return status
-    _end_program(status)
-
-
 def _end_program(status: int) -> NoReturn:
     """Exit without tearing the interpreter down, once exit handlers have run and output is flushed.
 
@@ -127,18 +103,25 @@ def fail(message: str) -> "typer.Exit":
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    plain = _plain_report(args)
-    program = argv is None and plain is not None
-    if program:
-        # Off for the whole program: the report pauses the collector anyway, and this also
-        # spares the collections during the imports, the one after the report, and the worker's.
-        gc.disable()
-        _one_blas_thread()
-        _prefetch(plain)
+    if argv is not None or sys.argv[1:2] != ["report"]:
+        return _run(argv)
+    # Off for the whole program: the report pauses the collector anyway, and this also
+    # spares the collections during the imports, the one after the report, and the worker's.
+    gc.disable()
+    _one_blas_thread()
+    _prefetch(sys.argv[2:])
     try:
-        if plain is not None:
-            return _run_plain(plain, program=program)
+        status = _run(argv)
+    finally:
+        dropped = _drop_unclaimed_read()
+    if not dropped:  # else the interpreter's exit lets the dropped read's workers stop before exit handlers run
+        _end_program(status)
+    return status
+
+
+def _run(argv: list[str] | None) -> int:
+    """Run the command ``argv`` names (``None``: the program's arguments); its exit status."""
+    try:
         _register()
         _app()(args=argv, prog_name="jaxdiag", standalone_mode=True)
     except SystemExit as exc:  # typer/click exit with the command's status
@@ -180,26 +163,47 @@ def _error(message: str) -> None:
     typer.echo(line, nl=False, err=True)
 
 
-def _prefetch(values: dict[str, Any]) -> None:
-    """Start reading the trace of a plain ``jaxdiag report`` before the report's imports.
+#: Arguments of ``report`` after which the trace is not read ahead: help reads nothing, and these
+#: read another run, one host, or on a cluster (the read ahead is of every host of the newest run, here).
+_NOT_READ_AHEAD = ("-h", "--help", "--run", "--host", "--scheduler")
+
+
+def _prefetch(args: list[str]) -> None:
+    """Start reading the trace of ``jaxdiag report TRACE ...`` before typer and the report's imports load.
 
     The workers fork from a process that has imported little, and read while it
-    imports pandas and the analyses; the command takes the read over (``trace.load``).
-    Not for a read on a cluster, nor for a saved report; a problem with the trace
-    is left for the command to raise.
+    imports typer, pandas and the analyses; the command takes the read over
+    (``trace.load.start_load``) when it reads the same trace, run and host.
+    This parses nothing: a first argument that is no option is the one typer
+    takes for ``TRACE_DIR``; any other order is not read ahead. A read nobody
+    takes over (typer refused the arguments, the command failed before reading)
+    is stopped at exit. Not for a saved report; a problem with the trace is left
+    for the command to raise.
     """
-    if values["scheduler"] is not None:
+    if not args or args[0].startswith("-") or any(a.partition("=")[0] in _NOT_READ_AHEAD for a in args):
         return
     from jaxdiag.checks.inputs import is_report_file
 
     try:
-        if is_report_file(values["trace_dir"]):
+        if is_report_file(args[0]):
             return
     except (OSError, ValueError):  # an unreadable path: the command says what is wrong with it
         return
     from jaxdiag.trace.load import prefetch
 
-    prefetch(values["trace_dir"], run=values["run"], host=values["host"])
+    prefetch(args[0])
+
+
+def _drop_unclaimed_read() -> bool:
+    """Drop a read ahead that the command did not take over, which stops its workers; whether there was one.
+
+    Else the program's exit would wait for them to finish reading.
+    """
+    load = sys.modules.get("jaxdiag.trace.load")
+    if load is None or not load._PREFETCHED:
+        return False
+    load._PREFETCHED.clear()
+    return True
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,4 +1,4 @@
-"""``jaxdiag report``: the plain-arguments path reads options as typer does, and leaves the rest to typer."""
+"""``jaxdiag report``: the program reads the trace ahead of typer, bad input is one line, options reach the report."""
 
 from __future__ import annotations
 
@@ -6,105 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-import typer.main
-from typer.testing import CliRunner
 
-from jaxdiag.cli.app import app, main
-from jaxdiag.cli.report_run import PARAMETERS
-from jaxdiag.cli.report_run import plain_values as _plain_values
-
-PLAIN = [
-    ["trace"],
-    ["trace", "--json", "-o", "out.json"],
-    ["--json", "trace", "--output=out.json", "--width", "120"],
-    ["trace", "--run", "r1", "--host", "h0", "--steps", "3:10", "--compile-log", "logs", "--html", "r.html"],
-    ["trace", "--tokens-per-step", "1e3", "--flops-per-step", "2.5E12", "--small-op-us", ".5"],
-    ["--", "-trace-starting-with-a-dash"],
-    ["trace", "--set", "small_op_us=5", "--set=check.step_time_regression=10%", "--config", "p.toml"],
-]
-NOT_PLAIN = [
-    [],
-    ["--help"],
-    ["trace", "--help"],
-    ["trace", "other"],
-    ["trace", "--json=yes"],
-    ["trace", "--width", "1.5"],
-    ["trace", "--width", "-3"],
-    ["trace", "--small-op-us", "-1"],
-    ["trace", "--tokens-per-step", "1_000"],
-    ["trace", "--run", "a", "--run", "b"],
-    ["trace", "-o"],
-    ["trace", "-oout.json"],
-    ["trace", "--unknown", "x"],
-    ["trace", "--run", ""],
-]
-
-
-def _typer_params(args: list[str]) -> dict:
-    command = typer.main.get_command(app).commands["report"]  # type: ignore[attr-defined]
-    return command.make_context("report", list(args)).params
-
-
-@pytest.mark.parametrize("args", PLAIN)
-def test_plain_arguments_read_as_typer_reads_them(args: list[str]) -> None:
-    main(["--version"])  # registers every command, as the console script does
-    assert _plain_values(args) == _typer_params(args)
-
-
-@pytest.mark.parametrize("args", NOT_PLAIN)
-def test_other_arguments_are_left_to_typer(args: list[str]) -> None:
-    assert _plain_values(args) is None
-
-
-def test_the_typer_command_takes_the_plain_table_s_parameters() -> None:
-    import inspect
-    from typing import Optional, Union, get_args, get_origin
-
-    from jaxdiag.cli.report_cmd import report_command
-
-    def kind(annotation: object) -> object:
-        if get_origin(annotation) is Union:
-            (annotation,) = [a for a in get_args(annotation) if a is not type(None)]
-        return list if get_origin(annotation) is list else annotation
-
-    declared = inspect.signature(report_command, eval_str=True).parameters.values()
-    assert [p.name for p in declared] == [p.name for p in PARAMETERS]
-    for param, plain in zip(declared, PARAMETERS):
-        info = param.default
-        assert kind(param.annotation) is plain.kind, param.name
-        assert (param.annotation is Optional[list[str]]) == (plain.kind is list), param.name
-        assert isinstance(info, typer.models.ArgumentInfo) == (plain.flags is None), param.name
-        assert (info.default, info.param_decls or ()) == (plain.default, plain.flags or ()), param.name
-        custom = [getattr(info, a, None) for a in ("callback", "envvar", "parser", "click_type", "is_eager")]
-        assert all(c in (None, False) for c in custom), param.name  # what the plain path cannot do
-
-
-def test_the_program_reports_without_typer_or_the_other_commands(cpu_trace_dir, tmp_path: Path) -> None:
-    import subprocess
-    import sys
-    import textwrap
-
-    script = textwrap.dedent(
-        """
-        import atexit, sys
-        loaded = lambda: sorted(m for m in sys.modules if m.split(".")[0] in ("typer", "click", "rich", "plotly")
-                                or m.startswith(("jaxdiag.cli.", "jaxdiag.render.")))
-        atexit.register(lambda: print("loaded:", loaded(), file=sys.stderr))
-        sys.argv = ["jaxdiag", "report", *sys.argv[1:]]
-        from jaxdiag.cli.app import main
-        sys.exit(main())
-        """
-    )
-    out = tmp_path / "report.json"
-    plain = ["jaxdiag.cli.app", "jaxdiag.cli.options", "jaxdiag.cli.report_run", "jaxdiag.render.json_out"]
-    for args in ([str(cpu_trace_dir.logdir), "--json", "-o", str(out)], [str(cpu_trace_dir.logdir), "--json"]):
-        done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        assert done.stderr.strip().splitlines()[-1] == f"loaded: {plain}"
-    assert json.loads(done.stdout) == json.loads(out.read_text())
-    done = subprocess.run([sys.executable, "-c", script, str(cpu_trace_dir.logdir)], capture_output=True, text=True)
-    assert done.returncode == 0 and "Findings (by time lost)" in done.stdout  # the tables still print, through typer
-    assert "'typer'" in done.stderr and "'jaxdiag.cli.compiles_cmd'" not in done.stderr
+from jaxdiag.cli.app import main
 
 
 def test_the_program_loads_numpy_with_one_blas_thread_unless_told(cpu_trace_dir, tmp_path: Path) -> None:
@@ -136,24 +39,14 @@ def test_an_error_naming_a_path_beyond_ascii_is_one_line(tmp_path: Path, capsys:
     assert err.count("\n") == 1 and err.startswith("jaxdiag: error: ") and str(missing) in err
 
 
-def test_typer_still_answers_what_the_plain_path_leaves(capsys: pytest.CaptureFixture[str]) -> None:
+def test_typer_answers_usage_errors_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "trace", "--width", "wide"]) == 2
-    assert "Usage: jaxdiag report" in capsys.readouterr().err  # typer's usage error, not ours
+    assert "Usage: jaxdiag report" in capsys.readouterr().err
     assert main(["report", "--help"]) == 0
     assert "--small-op-us" in capsys.readouterr().out
 
 
-def test_both_paths_write_the_same_report(cpu_trace_dir, tmp_path: Path) -> None:
-    plain, full = tmp_path / "plain.json", tmp_path / "full.json"
-    args = [str(cpu_trace_dir.logdir), "--json", "--steps", "1:5", "--tokens-per-step", "64"]
-    assert main(["report", *args, "-o", str(plain)]) == 0
-    done = CliRunner().invoke(app, ["report", *args, "-o", str(full)])
-    assert done.exit_code == 0, done.output
-    assert json.loads(plain.read_text()) == json.loads(full.read_text())
-    assert json.loads(plain.read_text())["steps"][0]["tokens"] == 64
-
-
-def test_bad_input_is_one_line_on_the_plain_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nowhere"
     assert main(["report", str(missing), "--json"]) == 2
     assert main(["report", str(tmp_path), "--small-op-us", "0"]) == 2
@@ -203,19 +96,24 @@ def test_the_program_starts_reading_the_trace_before_typer_loads(cpu_trace_dir, 
         sys.exit(main())
         """
     )
-    out = tmp_path / "report.json"
-    for args, forks in (
-        (["--json", str(cpu_trace_dir.logdir), "-o", str(out)], [False]),
-        ([str(cpu_trace_dir.logdir), "--help"], []),  # typer answers: nothing is read
-        ([str(cpu_trace_dir.logdir), "--width", "wide"], []),
-        ([str(cpu_trace_dir.logdir), "--run", "no-such-run", "--json"], []),
+    trace = str(cpu_trace_dir.logdir)
+    ahead, after = tmp_path / "ahead.json", tmp_path / "after.json"
+    for args, forks, status in (
+        ([trace, "--json", "-o", str(ahead)], [False], 0),
+        (["--json", trace, "-o", str(after)], [True], 0),  # not the first argument: read when typer has parsed
+        ([trace, "--help"], [], 0),  # typer answers: nothing is read
+        ([trace, "--width", "wide"], [False], 2),  # typer refuses: the read ahead is stopped at exit
+        ([trace, "--set", "small_op_us"], [False], 2),  # so too when the command fails before reading
+        ([trace, "--run", "no-such-run", "--json"], [], 2),  # another run: not read ahead
     ):
-        done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == status, done.stderr
         assert done.stdout.strip().endswith(f"forks after typer: {forks} unclaimed: 0"), done.stdout + done.stderr
-    assert done.returncode == 2 and "no run named 'no-such-run'" in done.stderr
+    assert "no run named 'no-such-run'" in done.stderr
     from jaxdiag.reporting.build import report
 
-    assert json.loads(out.read_text())["steps"] == report(cpu_trace_dir.logdir).to_dict()["steps"]
+    expected = report(cpu_trace_dir.logdir).to_dict()["steps"]
+    assert json.loads(ahead.read_text())["steps"] == json.loads(after.read_text())["steps"] == expected
 
 
 def test_settings_from_set_and_pyproject_reach_the_report(cpu_trace_dir, tmp_path: Path, monkeypatch, capsys) -> None:

@@ -109,7 +109,7 @@ def test_html_every_string_and_number_field(report_dict: dict[str, Any]) -> None
 
 
 def test_html_full_page_every_string_field(report_dict: dict[str, Any]) -> None:
-    """The whole page, charts included (a number that is no number is refused there: ``cli.report_run``)."""
+    """The whole page, charts included (a number that is no number is refused there: ``cli.report_cmd``)."""
     report, changed = _hostile(report_dict, _html_payload, numbers=False)
     assert changed > 50, changed
     page = html.render(report)
