@@ -69,9 +69,16 @@ def _make_app() -> "typer.Typer":
     return app
 
 
-def _register() -> None:
-    # Imported for their side effect of adding commands to ``app``.
-    from jaxdiag.cli import commands  # noqa: F401
+def _register(program_report: bool) -> None:
+    """Add the commands to ``app`` (their modules add themselves on import).
+
+    The ``jaxdiag report`` program adds only ``report``: typer builds each command it holds
+    before parsing, and the program runs no other (help for it shows no list of commands).
+    """
+    if program_report:
+        from jaxdiag.cli import report_cmd  # noqa: F401
+    else:
+        from jaxdiag.cli import commands  # noqa: F401
 
 
 def _end_program(status: int) -> NoReturn:
@@ -104,14 +111,14 @@ def fail(message: str) -> "typer.Exit":
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     if argv is not None or sys.argv[1:2] != ["report"]:
-        return _run(argv)
+        return _run(argv, program_report=False)
     # Off for the whole program: the report pauses the collector anyway, and this also
     # spares the collections during the imports, the one after the report, and the worker's.
     gc.disable()
     _one_blas_thread()
     _prefetch(sys.argv[2:])
     try:
-        status = _run(argv)
+        status = _run(argv, program_report=True)
     finally:
         dropped = _drop_unclaimed_read()
     if not dropped:  # else the interpreter's exit lets the dropped read's workers stop before exit handlers run
@@ -119,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def _run(argv: list[str] | None) -> int:
+def _run(argv: list[str] | None, program_report: bool) -> int:
     """Run the command ``argv`` names (``None``: the program's arguments); its exit status."""
     try:
-        _register()
+        _register(program_report)
         _app()(args=argv, prog_name="jaxdiag", standalone_mode=True)
     except SystemExit as exc:  # typer/click exit with the command's status
         code = exc.code
