@@ -14,7 +14,7 @@ the modules named with ``--module``. Modules imported with ``importlib.import_mo
 (the analyses) bypass ``-X importtime``: their children show at the top level.
 
 Usage:
-  python benchmarks/report_startup.py [TRACE] [--repeat 7] [--module jaxdiag.cli.report_run ...]
+  python benchmarks/report_startup.py [TRACE] [--repeat 7] [--module jaxdiag.cli.report_cmd ...]
 
 Without a trace argument it uses ../shared/fixtures/h100_transformer when present.
 Run it from the checkout to measure (``python -m`` puts the working folder first
@@ -38,10 +38,10 @@ from report_speed import DEFAULT_TRACE, find_xplane  # a script beside this one
 
 MODULES = (
     "jaxdiag.cli.app",
-    "jaxdiag.cli.report_run",
     "jaxdiag.cli.report_cmd",
     "jaxdiag.cli.commands",
     "typer",
+    "pydantic",
     "jaxdiag.trace.load",
     "jaxdiag.reporting.build",
     "pandas",
