@@ -206,11 +206,8 @@ def _drop_unclaimed_read() -> bool:
 
     Else the program's exit would wait for them to finish reading.
     """
-    load = sys.modules.get("jaxdiag.trace.load")
-    if load is None or not load._PREFETCHED:
-        return False
-    load._PREFETCHED.clear()
-    return True
+    load = sys.modules.get("jaxdiag.trace.load")  # not imported: nothing was read ahead
+    return load is not None and load.drop_prefetched()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -161,6 +161,17 @@ def _ready_xspace_reader() -> None:
     xspace_reader_raises()
 
 
+def drop_prefetched() -> bool:
+    """Drop every prefetch nobody took over, which stops its workers; whether there was one.
+
+    A program that prefetched and then did not load (bad arguments, an error before reading)
+    calls this before it exits, else its exit would wait for the workers to finish reading.
+    """
+    dropped = bool(_PREFETCHED)
+    _PREFETCHED.clear()
+    return dropped
+
+
 #: Prefetched reads by ``(path, run, host)``.
 _PREFETCHED: dict[tuple[str, str | None, str | None], "PendingLoad"] = {}
 
