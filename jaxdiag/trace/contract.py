@@ -203,7 +203,7 @@ class ColumnReader:
         padded, bases = line_bytes.copy_lines(view, [(a, b) for a, b, _ in lines])
         frame_ids = line_bytes.frame_ids(event_names)
         plane = _Plane(meta.name, view, padded, event_names, stat_names, classes, stats, frames, frame_ids)
-        columns = [plane.line(base, a, b, number) for (a, b, number), base in zip(lines, bases)]
+        columns = plane.lines([(base, a, b, number) for (a, b, number), base in zip(lines, bases)])
         return PlaneColumns(meta.name, plane_stats, columns, index)
 
 
@@ -221,56 +221,78 @@ class _Plane:
     frames: bool
     frame_ids: Any
 
-    def line(self, base: int, a: int, b: int, number: int) -> LineColumns:
-        """The line record ``view[a:b]``, the plane's ``number``-th, which ``padded`` holds from ``a - base``."""
+    def lines(self, records: list[tuple[int, int, int, int]]) -> list[LineColumns]:
+        """The line records ``(base, a, b, number)``: ``view[a:b]``, the plane's ``number``-th, which ``padded``
+        holds from ``a - base``. Lines that ask for the same stats are decoded together, in one pass."""
         import numpy as np
 
-        view, padded = self.view, self.padded
-        try:
-            located = line_bytes.locate(view, padded, base, a, b)
-        except line_bytes.Unexpected:  # no events, or not one run of them: upb parses the line whole
-            return self._parsed(a, b, number)
-        name = _line_name(view, located, b, self.classes)
-        wanted = _stats_of(self.stats, self.name, name)
-        if wanted is None:
-            wanted = frozenset(self.stat_names.values())
-        skipped = 0
-        if not self.frames and len(self.frame_ids):  # frames told by the id each is written with first, unwalked
-            frame = line_bytes.frame_mask(padded, located, self.frame_ids)
-            skipped = int(np.count_nonzero(frame))
-            if skipped == len(frame):
-                return LineColumns(name, [], [], [], [], skipped, number)
-            kept = np.flatnonzero(~frame)
-            located = dataclasses.replace(
-                located, starts=located.starts[kept], content=located.content[kept], sizes=located.sizes[kept]
-            )
+        done: dict[int, LineColumns] = {}
+        groups: dict[frozenset[str], list[tuple[int, str, line_bytes.LineEvents, int, int, int]]] = {}
+        for base, a, b, number in records:
+            try:
+                located = line_bytes.locate(self.view, self.padded, base, a, b)
+            except line_bytes.Unexpected:  # no events, or not one run of them: upb parses the line whole
+                done[number] = self._parsed(a, b, number)
+                continue
+            name = _line_name(self.view, located, b, self.classes)
+            wanted = _stats_of(self.stats, self.name, name)
+            skipped = 0
+            if not self.frames and len(self.frame_ids):  # frames told by the id each is written with first, unwalked
+                frame = line_bytes.frame_mask(self.padded, located, self.frame_ids)
+                skipped = int(np.count_nonzero(frame))
+                if skipped == len(frame):
+                    done[number] = LineColumns(name, [], [], [], [], skipped, number)
+                    continue
+                kept = np.flatnonzero(~frame)
+                located = dataclasses.replace(
+                    located, starts=located.starts[kept], content=located.content[kept], sizes=located.sizes[kept]
+                )
+            key = frozenset(self.stat_names.values()) if wanted is None else wanted
+            groups.setdefault(key, []).append((number, name, located, skipped, a, b))
+        for wanted, group in groups.items():
+            try:
+                done.update(self._decoded(wanted, group))
+            except line_bytes.Unexpected:  # each on its own: a line that cannot be decoded is parsed whole
+                for one in group:
+                    try:
+                        done.update(self._decoded(wanted, [one]))
+                    except line_bytes.Unexpected:
+                        done[one[0]] = self._parsed(one[4], one[5], one[0])
+        return [done[number] for _, _, _, number in records]
+
+    def _decoded(
+        self, wanted: frozenset[str], group: list[tuple[int, str, line_bytes.LineEvents, int, int, int]]
+    ) -> dict[int, LineColumns]:
+        """Lines' events decoded at once, with the ``wanted`` stats; frames left out unless kept.
+
+        Raises:
+          line_bytes.Unexpected: as ``line_bytes.decode_lines``.
+        """
+        import numpy as np
+
+        padded = self.padded
         rounds: list[Any] | None = [] if wanted else None
-        try:
-            got = line_bytes.decode_lines(padded, {0: located}, self.event_names, stats=rounds)
-            rows = np.arange(len(got.names)) if self.frames else np.flatnonzero(~got.frames)
-            if rounds is None:
-                values = [_NO_STATS] * len(rows)
-            else:
-                if len(rows) < len(got.names):  # frames left out before their stats are read
-                    position = np.full(len(got.names), -1, dtype=np.int64)
-                    position[rows] = np.arange(len(rows))
-                    rounds = [(position[o][k], st[k], n[k]) for o, st, n in rounds for k in [position[o] >= 0]]
-                values = event_stats(padded, rounds, len(rows), self.stat_names, wanted, bytes_as_str=True)
-        except line_bytes.Unexpected:
-            return self._parsed(a, b, number)
-        if len(rows) == len(got.names):
-            return LineColumns(
-                name, got.names.tolist(), got.starts.tolist(), got.durs.tolist(), values, skipped, number
+        got = line_bytes.decode_lines(padded, {i: one[2] for i, one in enumerate(group)}, self.event_names, rounds)
+        keep = np.ones(len(got.names), dtype=bool) if self.frames else ~got.frames
+        rows = np.flatnonzero(keep)
+        if rounds is None:
+            values: list[dict[str, Any]] = [_NO_STATS] * len(rows)
+        else:
+            if len(rows) < len(got.names):  # frames left out before their stats are read
+                position = np.full(len(got.names), -1, dtype=np.int64)
+                position[rows] = np.arange(len(rows))
+                rounds = [(position[o][k], st[k], n[k]) for o, st, n in rounds for k in [position[o] >= 0]]
+            values = event_stats(padded, rounds, len(rows), self.stat_names, wanted, bytes_as_str=True)
+        before = np.concatenate([[0], np.cumsum(keep)])  # kept events before each event
+        names, starts, durs = got.names[rows].tolist(), got.starts[rows].tolist(), got.durs[rows].tolist()
+        out = {}
+        for i, lo, hi in got.spans:
+            number, name, _, skipped, _, _ = group[i]
+            a, b = int(before[lo]), int(before[hi])
+            out[number] = LineColumns(
+                name, names[a:b], starts[a:b], durs[a:b], values[a:b], skipped + (hi - lo) - (b - a), number
             )
-        return LineColumns(
-            name,
-            got.names[rows].tolist(),
-            got.starts[rows].tolist(),
-            got.durs[rows].tolist(),
-            values,
-            skipped + len(got.names) - len(rows),
-            number,
-        )
+        return out
 
     def _parsed(self, a: int, b: int, number: int) -> LineColumns:
         """The line parsed whole by upb."""

@@ -184,9 +184,17 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
         ops,
         ["" if f.startswith("XlaModule:") else f for f in frameworks],
         programs,
-        correlations=[int_or(s.get("correlation_id"), -1) for s in stats],
+        correlations=_correlations(stats),
     )
     return kernels, collectives
+
+
+def _correlations(stats: list[dict[str, Any]]) -> list[int]:
+    """Each kernel's ``correlation_id``, -1 where it has none (or not a number)."""
+    values = [s.get("correlation_id", -1) for s in stats]
+    if all(type(v) is int for v in values):
+        return values
+    return [int_or(v, -1) for v in values]
 
 
 def _assign_modules(

@@ -253,6 +253,14 @@ def execution_id(run: int, program: int) -> int:
     return (run ^ (program * 0x9E3779B97F4A7C15)) & _INT63
 
 
+def execution_ids(runs: Any, programs: Any) -> Any:
+    """``execution_id`` of each run id and program id (numpy int64 arrays)."""
+    import numpy as np
+
+    mixed = (runs.view(np.uint64) ^ (programs.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15))).view(np.int64)
+    return np.where((runs < 0) | (programs < 0), runs, mixed & _INT63)
+
+
 def program_id_of(value: Any) -> int:
     """A program id or fingerprint as a non-negative int64, or -1 when absent or not a number.
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from jaxdiag.trace.columns import HostColumns
-from jaxdiag.trace.host_plane import execution_id
+from jaxdiag.trace.host_plane import execution_ids
 
 
 def link_kernels(cols: HostColumns) -> int:
@@ -37,25 +37,28 @@ def link_kernels(cols: HostColumns) -> int:
     for line, mine in spans.items():
         mine.sort()
         found[line] = (np.array([m[0] for m in mine]), np.array([m[1] for m in mine]), [m[2] for m in mine])
-    run_of: dict[int, int] = {}
+    launched: list[int] = []
+    runs_of: list[int] = []
     for correlation, at, line in cols.launches:
         if line not in found:
             continue
         starts, ends, runs = found[line]
         inside = int(np.searchsorted(starts, at, side="right")) - 1  # the latest execution begun by then
         if inside >= 0 and at < ends[inside]:
-            run_of[correlation] = runs[inside]
-    if not run_of:
+            launched.append(correlation)
+            runs_of.append(runs[inside])
+    if not launched:
         return 0
+    keys = np.asarray(launched, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], np.asarray(runs_of, dtype=np.int64)[order]
     correlations = np.asarray(cols.correlation, dtype=np.int64)
-    rows = np.flatnonzero(correlations >= 0)
+    slot = np.minimum(np.searchsorted(keys, correlations), len(keys) - 1)
+    rows = np.flatnonzero((correlations >= 0) & (keys[slot] == correlations))
+    if not len(rows):
+        return 0
     run_ids = np.asarray(cols.run_id, dtype=np.int64).copy()
-    programs = np.asarray(cols.program_id, dtype=np.int64)
-    linked = 0
-    for row, correlation in zip(rows.tolist(), correlations[rows].tolist()):
-        launched_by = run_of.get(correlation)
-        if launched_by is not None:
-            run_ids[row] = execution_id(launched_by, int(programs[row]))
-            linked += 1
+    programs = np.asarray(cols.program_id, dtype=np.int64)[rows]
+    run_ids[rows] = execution_ids(values[slot[rows]], programs)
     cols.run_id = run_ids  # type: ignore[assignment]  # a numpy column, as ``HostColumns.pack`` makes them
-    return linked
+    return len(rows)
