@@ -195,9 +195,9 @@ def in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
     docstring, for every program) handed it over (``_handed_over``) to its start, less any compile;
     before that the host is still launching it, and device idle then is the dispatch's wait (an
     eager op's whole launch: XLA:CPU runs it inline). Only where the trace tells executions apart
-    (XLA:CPU run ids, TPU module spans): a GPU trace's kernels carry no run id, and a gap
-    between two of a program's kernels may be the host launching the next one late, so
-    there nothing counts as in flight (``""``).
+    (XLA:CPU run ids, TPU module spans): on GPU, where kernels get their launching execution's id
+    (``trace.launch``), a gap between two of a program's kernels may be the host launching the
+    next one late, so there nothing counts as in flight (``""``).
     """
     return once(frames, ("in_flight", host), lambda: _in_flight(frames, host))
 

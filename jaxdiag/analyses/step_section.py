@@ -25,7 +25,8 @@ class StepFigures:
     )
     in_execution_gap_ms: float | None = described(
         "device idle while an execution was in flight: XLA:CPU's thread pool between thunks, a TPU module's own "
-        "gaps; never a host wait; 0 on GPU, whose kernels carry no run id (`null`: a report before 1.4)",
+        "gaps; never a host wait; 0 on GPU, where a gap between kernels may be the host launching late (`null`: a "
+        "report before 1.4)",
         None,
         since="1.4",
     )
