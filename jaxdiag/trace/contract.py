@@ -29,7 +29,7 @@ from typing import Any, Callable, Collection, Protocol, Union
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import line_bytes, schema, wire
 from jaxdiag.trace.schema import XPlane, XSpace
-from jaxdiag.trace.stat_bytes import event_stats
+from jaxdiag.trace.stat_bytes import NO_STATS, event_stats
 
 #: Which stats of a line's events to read: one set for every line, a function of the plane's and the
 #: line's names, or ``None`` for every stat.
@@ -102,8 +102,6 @@ def _lines_of(select: Select | None, index: int, name: str) -> bool | Collection
     return True if select is None else select(index, name)
 
 
-#: The stats of an event none of whose stats were asked for: one dict for all of them, never written to.
-_NO_STATS: dict[str, Any] = {}
 
 
 class ProfileDataReader:
@@ -276,7 +274,7 @@ class _Plane:
         keep = np.ones(len(got.names), dtype=bool) if self.frames else ~got.frames
         rows = np.flatnonzero(keep)
         if rounds is None:
-            values: list[dict[str, Any]] = [_NO_STATS] * len(rows)
+            values: list[dict[str, Any]] = [NO_STATS] * len(rows)
         else:
             if len(rows) < len(got.names):  # frames left out before their stats are read
                 position = np.full(len(got.names), -1, dtype=np.int64)

@@ -50,10 +50,11 @@ def event_stats(
     bytes_as_str: bool = False,
 ) -> list[dict[str, Any]]:
     """Each event's stats named in ``read``, from the stat records ``line_bytes.event_fields`` found, in the
-    order written (``bytes_as_str``: a bytes value decoded as UTF-8, as ``ProfileData`` gives it)."""
+    order written (``bytes_as_str``: a bytes value decoded as UTF-8, as ``ProfileData`` gives it). An event
+    with none of them gets ``NO_STATS``, shared: callers only read the dicts."""
     import numpy as np
 
-    out: list[dict[str, Any]] = [{} for _ in range(events)]
+    out: list[dict[str, Any]] = [NO_STATS] * events  # a dict of its own only for an event with a stat read
     wanted = np.array(sorted(k for k, name in stat_names.items() if name in read), dtype=np.int64)
     if not rounds or not len(wanted):
         return out
@@ -96,5 +97,12 @@ def event_stats(
     put(_BYTES, lambda mine: [as_bytes(buffer[a : a + n]) for a, n in zip(at[mine].tolist(), numbers[mine].tolist())])
     names = {k: stat_names[k] for k in wanted.tolist()}
     for owner, stat, got_value in zip(owners[rows].tolist(), metadata[rows].tolist(), values):
-        out[owner][names[stat]] = got_value
+        mine = out[owner]
+        if mine is NO_STATS:
+            mine = out[owner] = {}
+        mine[names[stat]] = got_value
     return out
+
+
+#: The stats of an event with none of those read: one dict for all of them, never written to.
+NO_STATS: dict[str, Any] = {}
