@@ -102,8 +102,6 @@ def _lines_of(select: Select | None, index: int, name: str) -> bool | Collection
     return True if select is None else select(index, name)
 
 
-
-
 class ProfileDataReader:
     """The reference backend: jaxlib's ``ProfileData``, one Python object per event."""
 

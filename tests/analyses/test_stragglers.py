@@ -152,9 +152,7 @@ def test_waiting_for_the_late_host_is_not_exposed_communication(planted_run):
 
 def test_a_gather_the_program_asked_for_is_not_implicit_resharding(planted):
     assert not _of(planted, "implicit_resharding")
-    origins = {
-        c.origin for f in planted.sharding.functions for c in f.collectives if f.function == "_identity_fn"
-    }
+    origins = {c.origin for f in planted.sharding.functions for c in f.collectives if f.function == "_identity_fn"}
     assert origins == {"requested"}
 
 
