@@ -5,8 +5,7 @@ whose metadata id names a stat asked for are walked, and their values are turned
 into Python values as jaxlib's ``ProfileEvent.stats`` gives them: a uint64 as an
 unsigned int, a reference as the referenced metadata's name (empty when
 missing), a stat whose metadata is missing or that holds no value left out.
-``device_bytes`` (a device event's stats) and ``host_bytes`` (a Python thread's)
-use it.
+``contract.ColumnReader`` reads every line's stats with it.
 """
 
 from __future__ import annotations
