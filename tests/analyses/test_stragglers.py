@@ -88,8 +88,14 @@ def planted(planted_run):
 
 
 @pytest.fixture(scope="module")
-def balanced(tmp_path_factory):
-    return _report(tmp_path_factory.mktemp("balanced"), slow=-1)
+def balanced_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("balanced")
+    return _report(run_dir, slow=-1), _truth(run_dir)
+
+
+@pytest.fixture(scope="module")
+def balanced(balanced_run):
+    return balanced_run[0]
 
 
 def _of(report, kind):
@@ -156,14 +162,19 @@ def test_a_gather_the_program_asked_for_is_not_implicit_resharding(planted):
     assert origins == {"requested"}
 
 
-def test_without_the_sleep_the_late_host_is_gone(balanced):
-    # The advice applied (no slow input pipeline): on a shared machine a process may still come a few
-    # ms late now and then (and step 0 compiles, on each process in its own time), never 30 ms a step.
+def test_without_the_sleep_the_late_host_is_gone(balanced_run, planted):
+    # The advice applied (no slow input pipeline): the lateness shrinks to what a shared machine leaves (a
+    # descheduled process comes a few ms late now and then; step 0 compiles on each process in its own time),
+    # and whatever is still reported late is late in the trace itself.
+    balanced, (truth, residual) = balanced_run
     assert balanced.stragglers.alignment.aligned
-    steady = [r for r in balanced.stragglers.per_host_step if r.step > 0]
-    assert sum(r.late_ms for r in steady) < 5 * 30 / 2
+
+    def late_ms(report):
+        return sum(r.late_ms for r in report.stragglers.per_host_step if r.step > 0)
+
+    assert late_ms(balanced) < late_ms(planted) / 2
     for f in _of(balanced, "straggler"):
-        assert len([s for s in f.evidence["steps"] if s > 0]) < 3 or f.evidence["late_ms_per_step"] < 10, f.message
+        assert f.evidence["steps"] == [s for s, g in enumerate(truth) if g > residual], f.message
 
 
 def test_terminal_and_html_show_the_host_table(planted):
