@@ -158,7 +158,7 @@ class ColumnReader:
             if field != XSpace.PLANES:
                 continue
             index += 1
-            chosen = True if select is None else select(index, wire._plane_name(view, start, end) or "")
+            chosen = _lines_of(select, index, wire._plane_name(view, start, end) or "")
             if chosen is None:
                 continue
             try:

@@ -250,14 +250,14 @@ def execution_id(run: int, program: int) -> int:
     executions of two programs. Mixed with the program id (a multiplicative hash), it names one."""
     if run < 0 or program < 0:
         return run
-    return (run ^ (program * 0x9E3779B97F4A7C15)) & _INT63
+    return (run ^ (program * _MIX)) & _INT63
 
 
 def execution_ids(runs: Any, programs: Any) -> Any:
     """``execution_id`` of each run id and program id (numpy int64 arrays)."""
     import numpy as np
 
-    mixed = (runs.view(np.uint64) ^ (programs.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15))).view(np.int64)
+    mixed = (runs.view(np.uint64) ^ (programs.view(np.uint64) * np.uint64(_MIX))).view(np.int64)
     return np.where((runs < 0) | (programs < 0), runs, mixed & _INT63)
 
 
@@ -273,6 +273,8 @@ def program_id_of(value: Any) -> int:
 
 
 _INT63 = (1 << 63) - 1
+#: The multiplier of ``execution_id``'s hash (Fibonacci hashing's 2^64 / golden ratio).
+_MIX = 0x9E3779B97F4A7C15
 
 
 def run_id_of(value: Any) -> int:

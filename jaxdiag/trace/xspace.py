@@ -42,8 +42,7 @@ def read_xspace(data: Any, host: str, *, source: str, include_python: bool = Fal
     Raises:
       TraceFormatError: empty, truncated or not an XSpace.
     """
-    check_wire(data, source)
-    records = wire.plane_records(data, source) or []
+    records = wire.plane_records(data, source) or []  # checks the bytes too (``check_wire``)
     accelerated = has_devices(record.name for record in records)
     planes = reader().read(
         data, source, stats=_stats_for(accelerated), frames=include_python, select=lambda _, name: _has_events(name)
