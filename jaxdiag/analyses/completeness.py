@@ -77,7 +77,7 @@ def _device_work_missing(frames: "TraceFrames", host: str) -> list[CaptureNote]:
     XLA:CPU, where an op's name is the same in every execution of a program, the
     launches beyond the executions the trace holds (the last ones, as executions
     run in launch order), when that is more: an execution running when the trace
-    stopped may have ended ops after a later launch. (A GPU runs a command buffer's
+    stopped may have ended ops after a later launch, or after every launch. (A GPU runs a command buffer's
     kernels under names that alternate between executions, so there the ops do
     not count executions.)
     """
@@ -89,9 +89,11 @@ def _device_work_missing(frames: "TraceFrames", host: str) -> list[CaptureNote]:
     ended: dict[str, list[int]] = {}
     for function, starts in launches.items():
         after = sum(1 for s in starts if s > last_end.get(function, -1))
-        if after:
-            lacking = len(starts) - runs[function] if function in runs else 0
-            ended[function] = starts[-max(lacking, after) :]
+        # Counted executions tell even when every launch came before the last op ended (the host
+        # launched them all while the device ran the first).
+        missing = max(len(starts) - runs[function] if function in runs else 0, after)
+        if missing > 0:
+            ended[function] = starts[-missing:]
     if not ended:
         return []
     listed, steps = _listed(frames, host, ended, launches)

@@ -82,6 +82,43 @@ def test_a_trace_stopped_before_the_device_ran_its_steps_says_so(unread):
     assert report.notes[0] == f"{note.message} {note.change}"
 
 
+def test_launches_all_made_while_the_first_execution_ran_are_counted_missing():
+    """Every launch came before the one execution in the trace ended: none is after the program's last op,
+    and only the executions counted say that five launches have no device work."""
+    run = Path(__file__).parents[1] / "data" / "cpu_unread_loop"
+    truth = _truth(run)
+    launches = _launch_starts(run)
+    assert truth == {"executions": 1, "steps": list(range(STEPS))} and len(launches) == STEPS
+    assert max(launches) < _last_op_end(run)  # what the rule by time alone cannot see
+    (note,) = jaxdiag.report(run).capture.notes
+    assert note.kind == "device_work_missing"
+    assert note.evidence["launches"] == {"heavy": {"missing": STEPS - 1, "of": STEPS}}
+    assert note.evidence["steps"] == list(range(1, STEPS))
+
+
+def _events(run: Path):
+    from jax.profiler import ProfileData
+
+    (path,) = run.glob("plugins/profile/*/*.xplane.pb")
+    for plane in ProfileData.from_file(str(path)).planes:
+        for line in plane.lines:
+            yield from line.events
+
+
+def _launch_starts(run: Path) -> list[int]:
+    """The outermost ``PjitFunction(heavy)`` spans' starts (the runtime's own span nests in Python's)."""
+    spans = sorted((e.start_ns, e.start_ns + e.duration_ns) for e in _events(run) if e.name == "PjitFunction(heavy)")
+    outer: list[tuple[float, float]] = []
+    for start, end in spans:
+        if not outer or start >= outer[-1][1]:
+            outer.append((start, end))
+    return [start for start, _ in outer]
+
+
+def _last_op_end(run: Path) -> float:
+    return max(e.start_ns + e.duration_ns for e in _events(run) if dict(e.stats).get("hlo_module") == "jit_heavy")
+
+
 def test_the_notes_come_before_the_findings(unread):
     from jaxdiag.render import html, terminal
 
