@@ -102,6 +102,12 @@ _OPTIONAL_FIELDS: dict[str, type] = {
     "memory": dict,
     "sharding": dict,
     "program_id": int,
+    "call_function": str,
+    "transform": str,
+    "jit_options": str,
+    "config": dict,
+    "jit_leaves": dict,
+    "earlier_unseen": int,
 }
 _KIND_NAMES = {str: "text", int: "an integer", bool: "true or false", dict: "an object"}
 

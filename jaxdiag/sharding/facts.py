@@ -228,6 +228,13 @@ _TYPE_CHECKS = {
     "bool": lambda v: isinstance(v, bool),
     "tuple[str, ...]": lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
     "tuple[int, ...]": lambda v: isinstance(v, tuple) and all(isinstance(x, int) for x in v),
+    # a PartitionSpec: per dimension no axis, an axis, or several
+    "Spec": lambda v: (
+        isinstance(v, tuple)
+        and all(
+            x is None or isinstance(x, str) or (isinstance(x, tuple) and all(isinstance(a, str) for a in x)) for x in v
+        )
+    ),
 }
 
 

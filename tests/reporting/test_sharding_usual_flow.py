@@ -151,6 +151,26 @@ def test_compile_log_beside_the_trace_adds_to_the_sidecar(tmp_path: Path) -> Non
     assert {r["function"] for r in lines} >= {"train_step", "<lambda>"}
 
 
+@pytest.mark.parametrize("damage", ["jit_options", "spec"])
+def test_a_hand_edited_sidecar_record_is_left_out_and_the_report_still_prints(tmp_path: Path, damage: str) -> None:
+    """A record whose text field, or a PartitionSpec entry, became a list (found by fuzzing: the report's
+    terminal table and the join of sidecar and log hashed them, and failed with a traceback)."""
+    from jaxdiag.render import terminal
+
+    run_dir = run(tmp_path, jaxdiag.jit(step_function()))
+    (side,) = run_dir.glob("jaxdiag-*.json")
+    doc = json.loads(side.read_text())
+    (record,) = [r for r in doc["compile_log"] if r["function"] == "train_step"]
+    if damage == "jit_options":
+        record["jit_options"] = [[]]
+    else:
+        record["sharding"]["inputs"][0]["spec"] = [[[]]]
+    side.write_text(json.dumps(doc))
+    rep = report(run_dir, thresholds=SMALL)
+    assert "train_step" not in {f.function for f in rep.sharding.functions}  # the damaged record, left out
+    assert "Per step (ms)" in terminal.render(rep, width=160)
+
+
 def test_replicated_table_advice_applied_shards_it(tmp_path: Path) -> None:
     """The replicated-parameter advice, applied (the table split over the mesh axis it names), leaves
     a quarter of the table on each device and no finding."""
