@@ -179,14 +179,16 @@ class ColumnReader:
         chosen: bool | Collection[int],
     ) -> PlaneColumns:
         lines: list[tuple[int, int, int]] = []
-        other: list[memoryview] = []
+        other: list[list[int]] = []  # the spans of every other field, neighbours merged (thousands of entries)
         for field, header, _, stop in wire._fields(view, start, end):
             if field == XPlane.LINES:
                 lines.append((header, stop, len(lines)))
+            elif other and other[-1][1] == header:
+                other[-1][1] = stop
             else:
-                other.append(view[header:stop])
+                other.append([header, stop])
         try:
-            meta = classes["XPlane"].FromString(b"".join(other))
+            meta = classes["XPlane"].FromString(b"".join(view[a:b] for a, b in other))
         except Exception as exc:  # noqa: BLE001 - upb's DecodeError
             raise TraceFormatError(f"unparsable plane metadata ({exc})") from None
         if chosen is not True:
@@ -224,6 +226,7 @@ class _Plane:
 
         done: dict[int, LineColumns] = {}
         groups: dict[frozenset[str], list[tuple[int, str, line_bytes.LineEvents, int, int, int]]] = {}
+        widths = None  # the frame ids' table for ``frame_mask``, made once for the plane's lines
         for base, a, b, number in records:
             try:
                 located = line_bytes.locate(self.view, self.padded, base, a, b)
@@ -234,7 +237,9 @@ class _Plane:
             wanted = _stats_of(self.stats, self.name, name)
             skipped = 0
             if not self.frames and len(self.frame_ids):  # frames told by the id each is written with first, unwalked
-                frame = line_bytes.frame_mask(self.padded, located, self.frame_ids)
+                if widths is None and self.frame_ids[-1] < 1 << 14:
+                    widths = line_bytes.frame_id_widths(self.frame_ids)
+                frame = line_bytes.frame_mask(self.padded, located, self.frame_ids, widths)
                 skipped = int(np.count_nonzero(frame))
                 if skipped == len(frame):
                     done[number] = LineColumns(name, [], [], [], [], skipped, number)

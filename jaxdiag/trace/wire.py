@@ -125,10 +125,18 @@ def _top_records(data: Data, source: str) -> Iterator[tuple[int, int, int, int]]
 
 
 def _fields(data: Data, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """``(field, record start, payload start, record end)`` of each field of a message payload."""
+    """``(field, record start, payload start, record end)`` of each field of a message payload.
+
+    A plane holds thousands of fields (its metadata entries), walked here before each read of
+    it: one-byte tags and lengths, nearly all of them, are read inline.
+    """
     while pos < end:
         header = pos
-        tag, pos = _varint(data, pos, "")
+        tag = data[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _varint(data, pos, "")
         field, wire = tag >> 3, tag & 7
         if wire == 0:
             value_start = pos
@@ -136,7 +144,11 @@ def _fields(data: Data, pos: int, end: int) -> Iterator[tuple[int, int, int, int
             yield field, header, value_start, pos
             continue
         if wire == _LENGTH_DELIMITED:
-            length, pos = _varint(data, pos, "")
+            length = data[pos] if pos < end else 0x80
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _varint(data, pos, "")
         elif wire in (1, 5):
             length = 8 if wire == 1 else 4
         else:
