@@ -231,7 +231,12 @@ class Reading:
 
     # --- sharing the work -------------------------------------------------------
     def _share(self, force: bool, workers: int, method: str) -> None:
-        """Cut the files into tasks and submit them to worker processes, when that pays."""
+        """Cut the files into tasks and submit them to worker processes, when that pays.
+
+        An accelerated host's host plane is cut into its threads only when there are too few files to
+        keep every process busy: each task of a plane parses the plane's metadata again.
+        """
+        by_thread = len(self._files) < 2 * (workers + 1)
         for index, f in enumerate(self._files):
             try:
                 f.data = _map(f.path)
@@ -243,7 +248,7 @@ class Reading:
                 continue
             f.planes = dict(enumerate(planes))
             f.accelerated = has_devices(p.name for p in planes)
-            if f.accelerated:  # else XLA:CPU ops: its threads are read together
+            if f.accelerated and by_thread:  # else XLA:CPU ops, or files enough: its threads are read together
                 for i, plane in enumerate(planes):
                     lines = wire.plane_lines(f.data, plane) if plane.name == HOST_PLANE else None
                     if lines is not None and len(lines.names) > 1:

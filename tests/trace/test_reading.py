@@ -7,6 +7,7 @@ reads with workers and pickles the frames back for comparison.
 
 from __future__ import annotations
 
+import ast
 import pickle
 import subprocess
 import sys
@@ -36,8 +37,13 @@ FRAME_FIELDS = ("events", "devices", "steps", "step_source", "hosts", "files", "
 
 def _two_gpu_hosts(tmp_path: Path) -> Path:
     """Two hosts of two GPUs each, with steps, Python frames and a runtime line: planes of every kind."""
+    return _gpu_hosts(tmp_path, 2)
+
+
+def _gpu_hosts(tmp_path: Path, hosts: int) -> Path:
+    """``hosts`` hosts of two GPUs each, planes of every kind (``_two_gpu_hosts`` for more hosts)."""
     files = {}
-    for h in range(2):
+    for h in range(hosts):
         kernels = [
             Kernel(d, f"fusion_{i}", 1_000 + i * 700 + h, 500, program_id=3) for d in range(2) for i in range(40)
         ]
@@ -53,7 +59,7 @@ def _two_gpu_hosts(tmp_path: Path) -> Path:
             python_frames=300,
             memcpy=[(0, 35_000, 400)],
         )
-    return write_run(tmp_path / "two_hosts", files)
+    return write_run(tmp_path / f"{hosts}_hosts", files)
 
 
 def _with_worker(
@@ -117,19 +123,22 @@ def _tpu_host(tmp_path: Path) -> Path:
     )
 
 
-def _many_threads(tmp_path: Path) -> Path:
-    """A GPU host whose host plane the two processes share thread by thread: a main thread with
+def _many_threads(tmp_path: Path, hosts: int = 1) -> Path:
+    """GPU hosts whose host plane the two processes share thread by thread: a main thread with
     enough Python frames to be a task of its own, a runtime thread, and a second thread named python3."""
-    builder = XSpaceBuilder().plane("/device:GPU:0", H100_STATS)
-    builder.line(GPU_COMPUTE_STREAM, [Kernel(0, f"fusion_{i}", 1_000 + 300 * i, 200).event() for i in range(50)])
-    host_plane(
-        builder,
-        steps=[(0, 0, 10_000), (1, 10_000, 20_000)],
-        python_frames=40_000,
-        runtime=[("backend_compile", 500 + 1_000 * i, 800) for i in range(20)],
-    )
-    builder.line("python3", [("load_batch", 12_000, 3_000), ("np.asarray(jax.Array)", 16_000, 500)])
-    return write_run(tmp_path / "threads", {"host0": builder.serialize()})
+    files = {}
+    for h in range(hosts):
+        builder = XSpaceBuilder().plane("/device:GPU:0", H100_STATS)
+        builder.line(GPU_COMPUTE_STREAM, [Kernel(0, f"fusion_{i}", 1_000 + 300 * i, 200).event() for i in range(50)])
+        host_plane(
+            builder,
+            steps=[(0, 0, 10_000), (1, 10_000, 20_000)],
+            python_frames=40_000,
+            runtime=[("backend_compile", 500 + 1_000 * i, 800) for i in range(20)],
+        )
+        builder.line("python3", [("load_batch", 12_000, 3_000), ("np.asarray(jax.Array)", 16_000, 500)])
+        files[f"host{h}"] = builder.serialize()
+    return write_run(tmp_path / f"threads{hosts}", files)
 
 
 @pytest.mark.parametrize("which", ["cpu", "two_gpu_hosts", "tpu", "many_threads"])
@@ -161,6 +170,18 @@ def test_a_worker_that_dies_leaves_its_planes_to_this_process(tmp_path: Path) ->
         reading.read_units = dies_in_the_worker
     """
     _assert_same(_with_worker(tmp_path, run, dies), run)
+
+
+def test_many_hosts_are_read_plane_by_plane_and_read_what_one_process_reads(tmp_path: Path) -> None:
+    """With files enough for every process (four, one worker), a host plane is one task, not a task per
+    thread, each of which would parse its metadata again."""
+    keep_units = "open(sys.argv[1] + '.units', 'w').write(repr([t.units for t in pending._reading._tasks]))"
+    out = tmp_path / "out.pkl.units"
+    for hosts, by_thread in ((4, False), (1, True)):  # one file: its host plane by thread
+        run = _many_threads(tmp_path, hosts)
+        _assert_same(_with_worker(tmp_path, run, then=keep_units, workers=1), run)
+        lines = [line for task in ast.literal_eval(out.read_text()) for _, line in task]
+        assert lines and any(line >= 0 for line in lines) == by_thread
 
 
 @pytest.mark.parametrize("method", reading.METHODS)
