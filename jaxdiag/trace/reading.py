@@ -1,9 +1,10 @@
 """Read the host files of a run in parallel: a process pool here, or the workers of a Dask cluster.
 
-On this machine, ``start`` cuts the files into *tasks* (planes, or threads of
-an accelerated host's host plane, bundled to about a megabyte; a worker maps the
-file and reads only its task's planes and lines through the reader contract, so
-nothing is serialized on the way in) and submits them all, the largest first, to a
+On this machine, ``start`` cuts the files into *tasks* (planes, or, with fewer
+than two files per process, threads of an accelerated host's host plane; bundled
+to about a megabyte; a worker maps the file and reads only its task's planes and
+lines through the reader contract, so nothing is serialized on the way in) and
+submits them all, the largest first, to a
 ``concurrent.futures.ProcessPoolExecutor`` with an explicit start method. This
 process reads too: file by file, it takes back the tasks no worker has begun
 (``Future.cancel``), smallest first, while the workers go on from the largest.
