@@ -226,7 +226,6 @@ class _Plane:
 
         done: dict[int, LineColumns] = {}
         groups: dict[frozenset[str], list[tuple[int, str, line_bytes.LineEvents, int, int, int]]] = {}
-        widths = None  # the frame ids' table for ``frame_mask``, made once for the plane's lines
         for base, a, b, number in records:
             try:
                 located = line_bytes.locate(self.view, self.padded, base, a, b)
@@ -237,9 +236,7 @@ class _Plane:
             wanted = _stats_of(self.stats, self.name, name)
             skipped = 0
             if not self.frames and len(self.frame_ids):  # frames told by the id each is written with first, unwalked
-                if widths is None and self.frame_ids[-1] < 1 << 14:
-                    widths = line_bytes.frame_id_widths(self.frame_ids)
-                frame = line_bytes.frame_mask(self.padded, located, self.frame_ids, widths)
+                frame = line_bytes.frame_mask(self.padded, located, self.frame_ids)
                 skipped = int(np.count_nonzero(frame))
                 if skipped == len(frame):
                     done[number] = LineColumns(name, [], [], [], [], skipped, number)

@@ -19,6 +19,7 @@ runs past 400 lines.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Iterator, Sequence
 
 from jaxdiag.errors import TraceFormatError
@@ -368,16 +369,15 @@ def frame_ids(names: dict[int, str]) -> Any:
     return np.array(sorted(key for key, name in names.items() if name.startswith("$")), dtype=np.int64)
 
 
-def frame_mask(padded: Any, events: LineEvents, frames: Any, widths: Any = None) -> Any:
-    """Which of a line's events are Python frames, by the metadata id each is written with first
-    (``widths``: ``frame_id_widths(frames)``, made once for a plane's lines)."""
+def frame_mask(padded: Any, events: LineEvents, frames: Any) -> Any:
+    """Which of a line's events are Python frames, by the metadata id each is written with first."""
     import numpy as np
 
     at = events.content
     first_field = padded[at] == METADATA_ID << 3
     if frames[-1] < 1 << 14:  # every frame's id is one or two bytes: look those two bytes up at once
         pairs = np.ndarray((len(padded) - 1,), dtype="<u2", buffer=padded, strides=(1,))  # bytes i, i + 1
-        width = (frame_id_widths(frames) if widths is None else widths)[pairs[at + 1]]
+        width = _frame_id_widths(frames.tobytes())[pairs[at + 1]]
         return first_field & (width > 0) & (width < events.sizes)
     ids, width = varints(padded, at + 1)
     is_frame = np.zeros(int(frames[-1]) + 1, dtype=bool)
@@ -387,13 +387,16 @@ def frame_mask(padded: Any, events: LineEvents, frames: Any, widths: Any = None)
     return frame
 
 
-def frame_id_widths(frames: Any) -> Any:
+@functools.lru_cache(maxsize=8)
+def _frame_id_widths(frame_bytes: bytes) -> Any:
     """For each two bytes (little-endian), the width of the frame id they begin with as a varint; 0 for no frame's.
 
-    An id under 128 is one byte, whatever follows it; one under 16384 is two.
+    An id under 128 is one byte, whatever follows it; one under 16384 is two. Made once for the
+    lines of a plane (``frame_bytes``: its sorted frame ids, as int64 bytes), not once a line.
     """
     import numpy as np
 
+    frames = np.frombuffer(frame_bytes, dtype=np.int64)
     widths = np.zeros(1 << 16, dtype=np.uint8)
     short = frames[frames < 1 << 7]
     for low in short.tolist():

@@ -125,18 +125,10 @@ def _top_records(data: Data, source: str) -> Iterator[tuple[int, int, int, int]]
 
 
 def _fields(data: Data, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """``(field, record start, payload start, record end)`` of each field of a message payload.
-
-    A plane holds thousands of fields (its metadata entries), walked here before each read of
-    it: one-byte tags and lengths, nearly all of them, are read inline.
-    """
+    """``(field, record start, payload start, record end)`` of each field of a message payload."""
     while pos < end:
         header = pos
-        tag = data[pos]
-        if tag < 0x80:
-            pos += 1
-        else:
-            tag, pos = _varint(data, pos, "")
+        tag, pos = _varint(data, pos, "")
         field, wire = tag >> 3, tag & 7
         if wire == 0:
             value_start = pos
@@ -144,11 +136,7 @@ def _fields(data: Data, pos: int, end: int) -> Iterator[tuple[int, int, int, int
             yield field, header, value_start, pos
             continue
         if wire == _LENGTH_DELIMITED:
-            length = data[pos] if pos < end else 0x80
-            if length < 0x80:
-                pos += 1
-            else:
-                length, pos = _varint(data, pos, "")
+            length, pos = _varint(data, pos, "")
         elif wire in (1, 5):
             length = 8 if wire == 1 else 4
         else:
@@ -194,6 +182,10 @@ def _plane_name(data: Data, pos: int, end: int) -> str | None:
 
 
 def _varint(data: Data, pos: int, source: str) -> tuple[int, int]:
+    # Nearly every tag and length is one byte: a plane's thousands of metadata entries are walked
+    # before each read of it, and the planner walks the host plane before the worker forks.
+    if pos < len(data) and data[pos] < 0x80:
+        return data[pos], pos + 1
     value = shift = 0
     for i in range(pos, min(pos + 10, len(data))):
         byte = data[i]

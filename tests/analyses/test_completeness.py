@@ -46,19 +46,28 @@ def _loop_that_never_reads(logdir: Path) -> None:
 
 
 def _truth(logdir: Path) -> dict:
+    runs, steps = set(), []
+    for event in _events(_xplane(logdir)):
+        stats = dict(event.stats)
+        if stats.get("hlo_module") == "jit_heavy" and "run_id" in stats:
+            runs.add(stats["run_id"])
+        if event.name == "train":
+            steps.append(int(stats["step_num"]))
+    return {"executions": len(runs), "steps": sorted(steps)}
+
+
+def _xplane(logdir: Path) -> Path:
+    (path,) = logdir.glob("plugins/profile/*/*.xplane.pb")
+    return path
+
+
+def _events(path: Path):
+    """Every event of the capture, read with ``ProfileData`` alone."""
     from jax.profiler import ProfileData
 
-    (path,) = logdir.glob("plugins/profile/*/*.xplane.pb")
-    runs, steps = set(), []
     for plane in ProfileData.from_file(str(path)).planes:
         for line in plane.lines:
-            for event in line.events:
-                stats = dict(event.stats)
-                if stats.get("hlo_module") == "jit_heavy" and "run_id" in stats:
-                    runs.add(stats["run_id"])
-                if event.name == "train":
-                    steps.append(int(stats["step_num"]))
-    return {"executions": len(runs), "steps": sorted(steps)}
+            yield from line.events
 
 
 @pytest.fixture(scope="module")
@@ -96,18 +105,11 @@ def test_launches_all_made_while_the_first_execution_ran_are_counted_missing():
     assert note.evidence["steps"] == list(range(1, STEPS))
 
 
-def _events(run: Path):
-    from jax.profiler import ProfileData
-
-    (path,) = run.glob("plugins/profile/*/*.xplane.pb")
-    for plane in ProfileData.from_file(str(path)).planes:
-        for line in plane.lines:
-            yield from line.events
-
-
 def _launch_starts(run: Path) -> list[int]:
     """The outermost ``PjitFunction(heavy)`` spans' starts (the runtime's own span nests in Python's)."""
-    spans = sorted((e.start_ns, e.start_ns + e.duration_ns) for e in _events(run) if e.name == "PjitFunction(heavy)")
+    spans = sorted(
+        (e.start_ns, e.start_ns + e.duration_ns) for e in _events(_xplane(run)) if e.name == "PjitFunction(heavy)"
+    )
     outer: list[tuple[float, float]] = []
     for start, end in spans:
         if not outer or start >= outer[-1][1]:
@@ -116,7 +118,9 @@ def _launch_starts(run: Path) -> list[int]:
 
 
 def _last_op_end(run: Path) -> float:
-    return max(e.start_ns + e.duration_ns for e in _events(run) if dict(e.stats).get("hlo_module") == "jit_heavy")
+    return max(
+        e.start_ns + e.duration_ns for e in _events(_xplane(run)) if dict(e.stats).get("hlo_module") == "jit_heavy"
+    )
 
 
 def test_the_notes_come_before_the_findings(unread):
@@ -161,16 +165,8 @@ def test_a_one_step_window_and_a_missing_host_are_said(tmp_path):
 
 
 def _truth_steps(run_dir: Path) -> list[int]:
-    from jax.profiler import ProfileData
-
     (path,) = run_dir.glob("*.xplane.pb")
-    return sorted(
-        int(dict(e.stats)["step_num"])
-        for plane in ProfileData.from_file(str(path)).planes
-        for line in plane.lines
-        for e in line.events
-        if e.name == "train"
-    )
+    return sorted(int(dict(e.stats)["step_num"]) for e in _events(path) if e.name == "train")
 
 
 def test_dropped_event_stats_are_said():

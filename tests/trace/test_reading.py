@@ -37,13 +37,8 @@ FRAME_FIELDS = ("events", "devices", "steps", "step_source", "hosts", "files", "
 
 def _two_gpu_hosts(tmp_path: Path) -> Path:
     """Two hosts of two GPUs each, with steps, Python frames and a runtime line: planes of every kind."""
-    return _gpu_hosts(tmp_path, 2)
-
-
-def _gpu_hosts(tmp_path: Path, hosts: int) -> Path:
-    """``hosts`` hosts of two GPUs each, planes of every kind (``_two_gpu_hosts`` for more hosts)."""
     files = {}
-    for h in range(hosts):
+    for h in range(2):
         kernels = [
             Kernel(d, f"fusion_{i}", 1_000 + i * 700 + h, 500, program_id=3) for d in range(2) for i in range(40)
         ]
@@ -59,7 +54,7 @@ def _gpu_hosts(tmp_path: Path, hosts: int) -> Path:
             python_frames=300,
             memcpy=[(0, 35_000, 400)],
         )
-    return write_run(tmp_path / f"{hosts}_hosts", files)
+    return write_run(tmp_path / "two_hosts", files)
 
 
 def _with_worker(
