@@ -119,6 +119,19 @@ def compile_windows(spans: tuple[CompileSpan, ...]) -> dict[str, np.ndarray]:
     return {h: iv.union(np.array(v, dtype=np.int64)) for h, v in by_host.items()}
 
 
+def steps_every_host_compiled(frames: "TraceFrames", hosts: tuple[str, ...]) -> tuple[int, ...]:
+    """Steps in which every one of ``hosts`` compiled, and compiled the same functions.
+
+    Such a step is the run's warm-up: how long the same compiles take, and the first run's set-up
+    after them, differ from host to host, so which host comes last there says nothing about the hosts.
+    """
+    compiled = [{(c.step, c.function) for c in compile_spans(frames, h) if c.step >= 0} for h in hosts]
+    if len(compiled) < 2:
+        return ()
+    steps = set.intersection(*({s for s, _ in mine} for mine in compiled))
+    return tuple(s for s in sorted(steps) if len({frozenset(f for t, f in mine if t == s) for mine in compiled}) == 1)
+
+
 def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
     ev = host_events(frames, host)
     if ev.empty:

@@ -52,6 +52,10 @@ class StragglerRow:
     doing: tuple[CauseWait, ...] = described("its own host waits in those steps", ())
 
 
+#: How renderers say which steps ``warmup_steps`` left out (``{}``: the steps, e.g. ``0, 1``).
+WARMUP_NOTE = "Step(s) {}: every host compiled the same functions there, so lateness there is not called straggling"
+
+
 @dataclasses.dataclass(frozen=True)
 class StragglersSection:
     """The report's ``stragglers`` section (1.3).
@@ -65,4 +69,11 @@ class StragglersSection:
     step_set_by: tuple[StepSetBy, ...] = described(
         "the host whose step was longest, the run's step time", only_with="hosts", default=()
     )
-    stragglers: tuple[StragglerRow, ...] = described(only_with="hosts", default=())
+    stragglers: tuple[StragglerRow, ...] = described("lateness outside `warmup_steps`", only_with="hosts", default=())
+    warmup_steps: tuple[int, ...] = described(
+        "steps in which every host compiled the same functions: which host comes last there is compile and"
+        " first-run jitter, so `per_host_step` shows their lateness but `stragglers` and the findings leave it out",
+        only_with="hosts",
+        default=(),
+        since="1.5",
+    )

@@ -20,6 +20,11 @@ are first aligned on what they share:
   the op's length): that time is the straggler's cost, not exposed
   communication (``collectives`` leaves it out through ``waiting_intervals``).
 
+Steps in which every host compiled the same functions (``warmup_steps``, usually step 0) are left
+out of the late hosts and their findings: compile times and first runs differ from host to host,
+so which one comes last there is jitter, not a slow host (the per-host table still shows it). A
+step where only some hosts compiled, or compiled different functions, stays in: that is a cause.
+
 A host late at least ``min_finding_ms`` and 2% of the run's wall time in all gets a finding
 naming the host, the steps, by how much, what it was doing meanwhile (its own
 host waits in those steps, from ``host_waits``), and the device time the others
@@ -27,8 +32,8 @@ spent waiting for it, summed across devices (XProf's "equivalent idle chips").
 The run's step time is the slowest host's: ``step_hosts`` says which host set
 each step.
 
-Alignment and lateness are one procedure over the shared collectives, which is why the module runs a
-little past 400 lines.
+Alignment and lateness are one procedure over the shared collectives, which is why the module runs
+past 400 lines.
 """
 
 from __future__ import annotations
@@ -48,8 +53,16 @@ from jaxdiag.analyses.straggler_section import (
 )
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.config import Settings
-from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.device_work import END_NS, OP_KIND, device_ops, hosts_of, step_of, step_windows
+from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, steps_every_host_compiled
+from jaxdiag.analyses.device_work import (
+    END_NS,
+    OP_KIND,
+    StepWindows,
+    device_ops,
+    hosts_of,
+    step_of,
+    step_windows,
+)
 from jaxdiag.analyses.shared import once
 from jaxdiag.trace import frames as F
 
@@ -136,6 +149,7 @@ class StragglersResult:
     step_hosts: dict[int, str]
     stragglers: tuple[Straggler, ...]
     findings: tuple[Finding, ...] = ()
+    warmup_steps: tuple[int, ...] = ()
 
     def section(self) -> StragglersSection:
         """The report's ``stragglers`` section: empty (``{}``) with fewer than two hosts."""
@@ -150,6 +164,7 @@ class StragglersResult:
             ),
             step_set_by=tuple(StepSetBy(s, h) for s, h in sorted(self.step_hosts.items())),
             stragglers=tuple(s.row() for s in self.stragglers),
+            warmup_steps=self.warmup_steps,
         )
 
 
@@ -172,14 +187,35 @@ def analyze(inputs: AnalysisInputs) -> StragglersResult:
     windows = step_windows(frames, None, inputs.steps)
     waits, late, alignment = _late_arrivals(frames)
     table, step_hosts = _table(hosts, windows, waits, late)
+    warmup = steps_every_host_compiled(frames, hosts)
+    waits, late, left_out = _outside(warmup, windows, waits, late)
     stragglers = _stragglers(inputs, windows, waits, late, alignment)
     wall_ms = sum(max((r.wall_ms for r in table if r.step == s), default=0.0) for s in step_hosts)
     findings = tuple(
-        _finding(s, alignment, wall_ms, len(step_hosts), inputs.thresholds)
+        _finding(s, alignment, wall_ms, len(step_hosts), inputs.thresholds, left_out.get(s.host, ()))
         for s in stragglers
         if s.late_ms >= inputs.thresholds.min_finding_ms and s.late_ms >= _MIN_SHARE * wall_ms
     )
-    return StragglersResult(hosts, alignment, table, step_hosts, stragglers, findings)
+    return StragglersResult(hosts, alignment, table, step_hosts, stragglers, findings, warmup)
+
+
+def _outside(
+    warmup: tuple[int, ...], windows: "pd.DataFrame", waits: dict[str, np.ndarray], late: list[tuple[str, int, float]]
+) -> tuple[dict[str, np.ndarray], list[tuple[str, int, float]], dict[str, tuple[int, ...]]]:
+    """Waits and late arrivals outside the warm-up steps; per host, the warm-up steps it was late in."""
+    if not warmup:
+        return waits, late, {}
+    step = {h: StepWindows.of(windows.loc[windows[F.HOST] == h]) for h in {*waits, *(h for h, _, _ in late)}}
+    left_out: dict[str, set[int]] = {}
+    kept = []
+    for host, t, gap in late:
+        s = int(step[host].step_of(np.asarray([t]))[0])
+        if s in warmup:
+            left_out.setdefault(host, set()).add(s)
+        else:
+            kept.append((host, t, gap))
+    waits = {h: rows[~np.isin(step[h].step_of(rows[:, 0]), warmup)] for h, rows in waits.items()}
+    return waits, kept, {h: tuple(sorted(v)) for h, v in left_out.items()}
 
 
 def waiting_intervals(frames: "TraceFrames", host: str, device: int | None = None) -> np.ndarray:
@@ -325,7 +361,9 @@ def _stragglers(
     return tuple(sorted(out, key=lambda s: -s.late_ms))
 
 
-def _finding(s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int, settings: Settings) -> Finding:
+def _finding(
+    s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int, settings: Settings, warmup: tuple[int, ...]
+) -> Finding:
     per_step = s.late_ms / max(len(s.steps), 1)
     doing = [(c, k, ms) for c, k, ms in s.doing if ms >= 0.1 * s.late_ms]
     if doing:
@@ -344,6 +382,11 @@ def _finding(s: Straggler, alignment: Alignment, wall_ms: float, n_steps: int, s
         f"collectives for it (device time summed across devices; {each:.1f} ms each). Host clocks were aligned on {alignment.shared} shared collectives "
         f"to within {alignment.residual_ms:.2f} ms." + meanwhile
     )
+    if warmup:
+        msg += (
+            f" It also came last in step {_steps_text(warmup)}, where every host compiled the same functions; that"
+            " is left out, since compile times and first runs differ from host to host."
+        )
     top = doing[0] if doing else None
     if top is not None and top[1] == "annotation":
         fix = (

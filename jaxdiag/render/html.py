@@ -134,6 +134,8 @@ def _steps_table(report: "Report") -> str:
 
 def hosts_table(report: "Report") -> str:
     """With several hosts: wall ms per host and step (late to / waited in collectives), and who set each step."""
+    from jaxdiag.analyses.straggler_section import WARMUP_NOTE
+
     section: StragglersSection = report.section("stragglers")
     rows = section.per_host_step
     if not rows:
@@ -155,6 +157,8 @@ def hosts_table(report: "Report") -> str:
         return _num(r.wall_ms) + "".join(f" ({e})" for e in extra if e)
 
     steps = sorted({r.step for r in rows})
+    if section.warmup_steps:
+        aligned += ". " + _e(WARMUP_NOTE.format(", ".join(str(s) for s in section.warmup_steps)))
     return f"<h2>Per host and step (ms)</h2><p class='meta'>{aligned}</p>" + _table(
         ("step", *hosts, "step time set by"),
         ([_num(s), *(cell(by.get((h, s))) for h in hosts), _e(set_by.get(s, "—"))] for s in steps),

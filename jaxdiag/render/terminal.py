@@ -269,6 +269,8 @@ def _stragglers(report: "Report", console: "Console") -> None:
     """With several hosts: how their clocks were aligned, and the host x step table."""
     from rich.table import Table
 
+    from jaxdiag.analyses.straggler_section import WARMUP_NOTE
+
     section: StragglersSection = report.section("stragglers")
     rows = section.per_host_step
     if not rows:
@@ -281,6 +283,8 @@ def _stragglers(report: "Report", console: "Console") -> None:
         )
     else:
         console.print(f"[bold]Hosts[/bold]: {esc((al.note if al else '') or 'clocks not aligned')}")
+    if section.warmup_steps:
+        console.print(f"  {WARMUP_NOTE.format(', '.join(map(str, section.warmup_steps)))}")
     set_by = {r.step: r.host for r in section.step_set_by}
     hosts = section.hosts or sorted({r.host for r in rows})
     by = {(r.host, r.step): r for r in rows}

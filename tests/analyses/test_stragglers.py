@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import json
 import textwrap
 
 import pytest
@@ -45,14 +46,15 @@ def _report(tmp_path, slow: int):
     return jaxdiag.report(tmp_path)
 
 
-def _truth(run_dir) -> tuple[list[float], float]:
-    """Per step, how much later process 1 started its all-gather than process 0 (ms), and how far apart
-    the gathers' ends still are at worst once the clocks are aligned on their median end (ms), read with
-    ``ProfileData`` alone. On a machine shared with other work, step 0's compiles or a descheduled process
-    can hide or blur the planted lateness, so the tests compare with this rather than with the sleep."""
+def _truth(run_dir) -> tuple[list[float], float, set[int]]:
+    """Per step, how much later process 1 started its all-gather than process 0 (ms), how far apart
+    the gathers' ends still are at worst once the clocks are aligned on their median end (ms), and the
+    steps in which both processes compiled as many functions, read with ``ProfileData`` alone. On a
+    machine shared with other work, step 0's compiles or a descheduled process can hide or blur the
+    planted lateness, so the tests compare with this rather than with the sleep."""
     from jax._src.lib import _profile_data
 
-    starts, ends = [], []
+    starts, ends, compiled = [], [], []
     for p in (0, 1):
         (path,) = run_dir.glob(f"plugins/profile/*/*-p{p}.xplane.pb")
         events = [
@@ -68,12 +70,15 @@ def _truth(run_dir) -> tuple[list[float], float]:
             if e.name == "all-gather":
                 ops[bisect.bisect_right(loads, e.start_ns) - 1].append((e.start_ns, e.start_ns + e.duration_ns))
         assert all(ops)
+        compiles = [bisect.bisect_right(loads, e.start_ns) - 1 for e in events if e.name == "backend_compile_and_load"]
+        compiled.append({s: compiles.count(s) for s in compiles if s >= 0})
         starts.append([max(a for a, _ in step) for step in ops])
         ends.append([max(b for _, b in step) for step in ops])
     shift = sorted(a - b for a, b in zip(ends[0], ends[1]))[2:4]
     offset = sum(shift) / 2  # the median of six
     late = [(b + offset - a) / 1e6 for a, b in zip(starts[0], starts[1])]
-    return late, max(abs(b + offset - a) for a, b in zip(ends[0], ends[1])) / 1e6
+    warm = {s for s, n in compiled[0].items() if compiled[1].get(s) == n}
+    return late, max(abs(b + offset - a) for a, b in zip(ends[0], ends[1])) / 1e6, warm
 
 
 @pytest.fixture(scope="module")
@@ -103,14 +108,18 @@ def _of(report, kind):
 
 
 def test_the_late_host_is_named_with_its_steps_lateness_cause_and_cost(planted_run):
-    planted, (truth, residual) = planted_run
-    finding, *others = _of(planted, "straggler")  # largest first; step 0 compiles may make process 0 late once
+    planted, (truth, residual, warm) = planted_run
+    finding, *others = _of(planted, "straggler")  # largest first
     ev = finding.evidence
     assert ev["host"].endswith("-p1")
     assert all(o.time_lost_ms < 0.25 * finding.time_lost_ms for o in others)
-    # late where it came later than the clocks align to (the planted 40 ms, unless step 0's compiles hid it)
+    # late where it came later than the clocks align to (the planted 40 ms, unless step 0's compiles hid it),
+    # leaving out the steps where both processes compiled the same: which comes last there is compile jitter
+    assert warm == {0} and planted.stragglers.warmup_steps == (0,)
     assert sum(1 for g in truth[1:] if g > residual) >= 3
-    assert ev["steps"] == [s for s, g in enumerate(truth) if g > residual] and ev["host"] in finding.message
+    assert ev["steps"] == [s for s, g in enumerate(truth) if g > residual and s not in warm]
+    assert ev["host"] in finding.message
+    assert ("came last in step 0, where every host compiled" in finding.message) == (truth[0] > residual)
     assert 30 <= ev["late_ms_per_step"] <= 80
     assert ev["waiting_devices"] == 8  # process 0's devices (tests give each process 8 CPU devices)
     assert ev["others_waited_device_ms"] >= 8 * len(ev["steps"]) * 30  # each waited for it every late step
@@ -119,7 +128,7 @@ def test_the_late_host_is_named_with_its_steps_lateness_cause_and_cost(planted_r
 
 
 def test_host_table_alignment_and_who_set_the_step_time(planted_run):
-    planted, (truth, residual) = planted_run
+    planted, (truth, residual, warm) = planted_run
     section = planted.stragglers
     assert section.alignment.aligned and section.alignment.shared_collectives == 6
     assert abs(section.alignment.residual_ms - residual) < 0.01
@@ -144,7 +153,7 @@ def test_host_table_alignment_and_who_set_the_step_time(planted_run):
 
 
 def test_waiting_for_the_late_host_is_not_exposed_communication(planted_run):
-    planted, (truth, residual) = planted_run
+    planted, (truth, residual, warm) = planted_run
     co = planted.collectives
     late = [g for g in truth if g > residual]
     assert len(late) >= 3 and co.waiting_for_hosts_ms >= len(late) * 30 / 2  # per device: half of them waited
@@ -173,6 +182,7 @@ def test_without_the_sleep_the_late_host_is_gone(balanced_run, planted):
         return sum(r.late_ms for r in report.stragglers.per_host_step if r.step > 0)
 
     assert late_ms(balanced) < late_ms(planted) / 2
+    assert balanced.stragglers.warmup_steps == (0,)  # its lateness there is in the table, not in a finding
     planted_finding = _of(planted, "straggler")[0]  # largest first: the planted host
     for f in _of(balanced, "straggler"):
         assert f.evidence["late_ms_per_step"] < planted_finding.evidence["late_ms_per_step"] / 2, f.message
@@ -187,8 +197,9 @@ def test_terminal_and_html_show_the_host_table(planted):
     assert "Per host and step (ms)" in page and planted.stragglers.hosts[1] in page
 
 
-def _two_hosts(tmp_path, shift_ns: int, late_ns: int):
-    """Two GPU hosts of two devices, host1's clock ``shift_ns`` ahead, its devices ``late_ns`` late to each all-reduce."""
+def _two_hosts(tmp_path, shift_ns: int, late_ns: int, late_steps=range(4), compiled=((), ())):
+    """Two GPU hosts of two devices, host1's clock ``shift_ns`` ahead, its devices ``late_ns`` late to the
+    all-reduce of each of ``late_steps``; in step 0, each host compiles the functions ``compiled`` names for it."""
     from xspace_builders import Kernel, gpu_xspace, write_run
 
     files = {}
@@ -200,7 +211,8 @@ def _two_hosts(tmp_path, shift_ns: int, late_ns: int):
             for d in range(2)
             for n in range(4)
         ]
-        arrive = [n * 10_000_000 + 3_000_000 + (late_ns if h else 0) for n in range(4)]
+        late = [late_ns if h and n in late_steps else 0 for n in range(4)]
+        arrive = [n * 10_000_000 + 3_000_000 + late[n] for n in range(4)]
         nccl = [
             Kernel(
                 d,
@@ -219,8 +231,13 @@ def _two_hosts(tmp_path, shift_ns: int, late_ns: int):
             nccl=nccl,
             steps=steps,
             host_annotations=[
-                ("load_batch", s + n * 10_000_000 + 2_200_000, s + n * 10_000_000 + 3_000_000 + (late_ns if h else 0))
+                ("load_batch", s + n * 10_000_000 + 2_200_000, s + n * 10_000_000 + 3_000_000 + late[n])
                 for n in range(4)
+            ]
+            + [
+                (name, s + 100_000 + i * 500_000 + inner, s + (i + 1) * 500_000 - inner)
+                for i, f in enumerate(compiled[h])
+                for name, inner in ((f"PjitFunction({f})", 0), ("backend_compile_and_load", 10_000))
             ],
         )
     return write_run(tmp_path / "run", files)
@@ -247,3 +264,28 @@ def test_a_late_host_on_a_shifted_clock(tmp_path):
     assert report.collectives.waiting_for_hosts_ms == 4 * 4.0 / 2  # per device, over all four devices
     for f in _of(report, "exposed_collective"):
         assert "xla_gpu" in f.suggestion  # a GPU run gets GPU flags
+
+
+@pytest.mark.parametrize(
+    "compiled, warmup",
+    [((("train", "eval"), ("train", "eval")), (0,)), ((("train",), ()), ()), ((("train",), ("eval",)), ())],
+    ids=["both-compiled-the-same", "only-host0-compiled", "they-compiled-different-functions"],
+)
+def test_coming_last_where_every_host_compiled_the_same_is_no_straggler(tmp_path, compiled, warmup):
+    # Host1 comes 4 ms late to step 0 only. Where both hosts compiled the same functions there, which one
+    # comes last is compile and first-run jitter: the table keeps it, the finding leaves it out. Where only
+    # one host compiled, or they compiled different functions, the lateness stays the host's.
+    import jaxdiag
+
+    report = jaxdiag.report(_two_hosts(tmp_path, 0, 4_000_000, late_steps=(0,), compiled=compiled))
+    section = report.stragglers
+    assert section.warmup_steps == warmup
+    assert [(r.host, r.step, r.late_ms) for r in section.per_host_step if r.late_ms] == [("host1", 0, 4.0)]
+    assert [tuple(f.evidence["steps"]) for f in _of(report, "straggler")] == ([] if warmup else [(0,)])
+    assert [r.steps for r in section.stragglers] == ([] if warmup else [(0,)])
+    assert jaxdiag.Report.from_dict(json.loads(report.to_json())).stragglers.warmup_steps == warmup
+    from jaxdiag.render import html, terminal
+
+    said = "Step(s) 0: every host compiled the same functions there"
+    assert (said in terminal.render(report, width=200)) == bool(warmup)
+    assert (said in html.render_summary_html(report, full=True)) == bool(warmup)

@@ -48,7 +48,25 @@ def test_schema_document_types_and_versions_match_the_registry():
         if section.since != "1.0":
             assert re.search(rf"{re.escape(section.since)} added [^;)]*`{section.name}`", history), section.name
     version = lambda v: tuple(map(int, v.split(".")))  # noqa: E731
-    assert max(version(s.since) for s in SECTIONS) == version(SCHEMA_VERSION)
+    fields = _fields_since([s for s in SECTIONS if s.type is not None])
+    for key, since in fields:
+        assert re.search(rf"{re.escape(since)} added [^;)]*`{re.escape(key)}`", history), key
+    newest = [version(s.since) for s in SECTIONS] + [version(since) for _, since in fields]
+    assert max(newest) == version(SCHEMA_VERSION)
+
+
+def _fields_since(sections):
+    """``(key, since)`` for every field of a typed section that names the schema version adding it."""
+    import dataclasses
+    import typing
+
+    out = []
+    for section in sections:
+        t, key = section.type, section.name
+        if typing.get_origin(t) is tuple:  # an array section: its rows' type
+            t, key = typing.get_args(t)[0], f"{key}[]"
+        out += [(f"{key}.{f.name}", f.metadata["since"]) for f in dataclasses.fields(t) if "since" in f.metadata]
+    return out
 
 
 def test_every_analysis_fills_a_section_and_every_reference_resolves():
