@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.collectives import platform_of
+from jaxdiag.analyses.compile_spans import function_name
 from jaxdiag.analyses.host_waits import COMPILE, DISPATCH, SYNC, UNATTRIBUTED
+from jaxdiag.analyses.one_op_programs import advice, one_op_programs
 from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,6 +60,8 @@ _SUGGESTIONS = {
 
 #: A dispatch wait is one step's one-off when that step holds at least this share of it.
 ONE_OFF_SHARE = 0.8
+#: Dispatch gets the one-op programs' advice when they launched at least this share of it.
+ONE_OP_SHARE = 0.5
 
 
 def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -> tuple[Finding, ...]:
@@ -138,6 +142,16 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             top = [f for f in by_fn if f]
             if top:
                 what += f" (mostly {', '.join(top[:3])})"
+            one_op = [m for m in one_op_programs(inputs.frames, inputs.host) if function_name(m) in by_fn]
+            share = sum(by_fn[function_name(m)] for m in one_op) / max(sum(by_fn.values()), 1e-9)
+            if share >= ONE_OP_SHARE and "one_off_step" not in evidence:
+                named = sorted(one_op, key=lambda m: -by_fn[function_name(m)])
+                extra += (
+                    f" {share * 100:.0f}% of it launched programs of one op each "
+                    f"({', '.join(function_name(m) for m in named[:5])}{', ...' if len(named) > 5 else ''})."
+                )
+                suggestion = advice(named, inputs.compile_log)
+                evidence["one_op_share"] = round(share, 3)
         out.append(
             Finding(
                 kind="host_wait",

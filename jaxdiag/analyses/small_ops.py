@@ -21,8 +21,7 @@ Small ops that run inside a loop of their program (on XLA:CPU, inside a ``while`
 op: a ``lax.scan`` body) are rolled up already, so their finding does not advise
 ``lax.scan``; it says what else might help, as a guess.
 
-It runs past 400 lines because counting, booking to steps, launch gaps and the loop-aware advice
-share one pass over the compute ops.
+Its findings, and the advice that fits each kind of small op, are ``small_op_findings``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
-from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
+from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import between_programs, op_steps
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
@@ -47,7 +46,6 @@ from jaxdiag.analyses.device_work import (
     step_windows,
 )
 from jaxdiag.analyses.small_op_section import OpTotal, SmallOps, SmallOpsStep
-from jaxdiag.analyses.step_pattern import describe_steps
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,20 +56,6 @@ _NUMBERED = re.compile(r"(?:[._]\d+)+$")
 _MAX_FINDINGS = 3
 _USELESS_FRAMEWORK_OP = re.compile(r"^(?:XlaModule:.*|(?:jit|pjit|pmap)\([^/]*\)|)$")
 _JIT_PREFIX = re.compile(r"^(?:jit|pjit|pmap)\([^/]*\)/")
-
-SUGGESTION = (
-    "Make each op bigger: batch repeated work into one op (`vmap` over the repeats, or a larger batch), "
-    "and keep elementwise chains inside one jitted function so XLA can fuse them. Rolling an unrolled "
-    "Python loop into `lax.scan` shortens its compile, but each iteration still runs its own small ops."
-)
-#: For small ops that already run in a loop body (``lax.scan``, ``fori_loop``, ``while_loop``): rolled up
-#: already, and unrolling such a loop made a model 0.54x as fast.
-LOOPED_SUGGESTION = (
-    "These small ops already run in a loop (a `lax.scan`, `fori_loop` or `while_loop` body runs them once per "
-    "iteration), so rolling them into a loop is done, and unrolling it grows the program rather than speeding "
-    "it up. A guess, to measure: give each iteration more work, by batching independent iterations together "
-    "(`vmap` over them, a larger batch) or by fewer, wider layers."
-)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -216,7 +200,9 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
             )
         ),
     )
-    return dataclasses.replace(result, findings=_findings(result, inputs, steady_ns / 1e6))
+    from jaxdiag.analyses.small_op_findings import findings
+
+    return dataclasses.replace(result, findings=findings(result, inputs, steady_ns / 1e6))
 
 
 def _by_step(spans: np.ndarray, steps: np.ndarray) -> dict[int, int]:
@@ -381,48 +367,3 @@ def _top(small: "pd.DataFrame | None", keep: int) -> tuple[OpTotal, ...]:
         )
         for i in top.tolist()
     )
-
-
-def _findings(r: SmallOpsResult, inputs: AnalysisInputs, steady_ms: float) -> tuple[Finding, ...]:
-    """One finding per module whose small ops cost enough, costliest first."""
-    out = []
-    for m in r.by_module[: inputs.thresholds.max_small_op_findings]:
-        lost = m.time_ms + m.launch_gap_ms
-        if lost < inputs.thresholds.min_finding_ms:
-            continue
-        names = [o.name for o in r.top if o.module == m.module][:3]
-        all_steps = [s.step for s in r.per_step]
-        where = describe_steps(m.step_numbers, all_steps)
-        listed = f"at {len(m.step_numbers)} steps: "
-        if where.startswith(listed):
-            where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps ({where[len(listed) :]})"
-        elif not where.startswith("in every step") and len(m.step_numbers) > 1:
-            where = f"in {len(m.step_numbers)} of {len(r.per_step)} steps, {where}"
-        out.append(
-            Finding(
-                kind="small_ops",
-                severity=severity_for(lost, steady_ms, inputs.thresholds),
-                time_lost_ms=lost,
-                message=(
-                    f"{m.module or 'unnamed module'} ran {m.count} device ops under "
-                    f"{r.threshold_us:g} us {where}"
-                    + (f" (mostly {', '.join(names)})" if names else "")
-                    + f": {m.time_ms:.2f} ms, {m.share * 100:.{0 if m.share >= 0.01 else 1}f}% of its compute time, plus "
-                    f"{m.launch_gap_ms:.2f} ms of launch gaps between them. Fusing them would save "
-                    f"up to {lost:.2f} ms (an upper bound: a fused kernel still does the work)."
-                ),
-                suggestion=LOOPED_SUGGESTION if m.looped >= 0.5 * m.count else SUGGESTION,
-                evidence={
-                    "module": m.module,
-                    "in_loop_body": m.looped,
-                    "count": m.count,
-                    "steps": m.steps,
-                    "step_numbers": list(m.step_numbers),
-                    "time_ms": round(m.time_ms, 3),
-                    "launch_gap_ms": round(m.launch_gap_ms, 3),
-                    "share_of_module": round(m.share, 4),
-                    "top_ops": names,
-                },
-            )
-        )
-    return tuple(out)
