@@ -142,15 +142,15 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             top = [f for f in by_fn if f]
             if top:
                 what += f" (mostly {', '.join(top[:3])})"
-            one_op = [m for m in one_op_programs(inputs.frames, inputs.host) if function_name(m) in by_fn]
-            share = sum(by_fn[function_name(m)] for m in one_op) / max(sum(by_fn.values()), 1e-9)
+            one_op = {function_name(m): m for m in one_op_programs(inputs.frames, inputs.host)}
+            named = sorted((f for f in by_fn if f in one_op), key=lambda f: -by_fn[f])
+            share = sum(by_fn[f] for f in named) / max(sum(by_fn.values()), 1e-9)
             if share >= ONE_OP_SHARE and "one_off_step" not in evidence:
-                named = sorted(one_op, key=lambda m: -by_fn[function_name(m)])
                 extra += (
                     f" {share * 100:.0f}% of it launched programs of one op each "
-                    f"({', '.join(function_name(m) for m in named[:5])}{', ...' if len(named) > 5 else ''})."
+                    f"({', '.join(named[:5])}{', ...' if len(named) > 5 else ''})."
                 )
-                suggestion = advice(named, inputs.compile_log)
+                suggestion = advice([one_op[f] for f in named], inputs.compile_log)
                 evidence["one_op_share"] = round(share, 3)
         out.append(
             Finding(
