@@ -28,9 +28,9 @@ MIN_RUNS = 2
 
 SUGGESTION = (
     "Move the code that calls them into the jitted step: JAX runs a `jnp` operation called outside any jit as "
-    "a program of its own, one launch per op, which XLA cannot fuse with anything. The usual place is an "
-    "optimizer update (`optimizer.update`, `apply_updates`) or metric arithmetic after a jitted "
-    "loss-and-gradient."
+    "a program of its own, one launch per op, which XLA cannot fuse with anything. Where to look: an "
+    "optimizer update (`optimizer.update`, `apply_updates`) after a jitted loss-and-gradient, metric "
+    "arithmetic, or a data loader that indexes `jnp` arrays."
 )
 
 
