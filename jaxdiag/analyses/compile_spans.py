@@ -62,6 +62,8 @@ _NAMED_MODULE = (
     re.compile(r"^.+ \(((?:jit|pjit|pmap|xmap)[_(].*)\)$"),
 )
 _PJIT = re.compile(r"^PjitFunction\((.+)\)$")
+#: The function of a compile the trace does not name.
+UNNAMED = "<unknown>"
 #: Compile-thread work closer than this joins one compile (threads hand work off).
 _JOIN_NS = 2_000_000
 
@@ -124,12 +126,20 @@ def steps_every_host_compiled(frames: "TraceFrames", hosts: tuple[str, ...]) -> 
 
     Such a step is the run's warm-up: how long the same compiles take, and the first run's set-up
     after them, differ from host to host, so which host comes last there says nothing about the hosts.
+    A compile the trace does not name (``UNNAMED``: compile-thread work no anchor covers, such as a
+    piece of a named compile on JAX 0.8) counts as compiling but names no function.
     """
-    compiled = [{(c.step, c.function) for c in compile_spans(frames, h) if c.step >= 0} for h in hosts]
-    if len(compiled) < 2:
+    if len(hosts) < 2:
         return ()
-    steps = set.intersection(*({s for s, _ in mine} for mine in compiled))
-    return tuple(s for s in sorted(steps) if len({frozenset(f for t, f in mine if t == s) for mine in compiled}) == 1)
+    compiled: list[dict[int, set[str]]] = []
+    for h in hosts:
+        mine: dict[int, set[str]] = {}
+        for c in compile_spans(frames, h):
+            if c.step >= 0:
+                mine.setdefault(c.step, set()).update({c.function} - {UNNAMED})
+        compiled.append(mine)
+    steps = set.intersection(*(set(mine) for mine in compiled))
+    return tuple(s for s in sorted(steps) if all(mine[s] == compiled[0][s] for mine in compiled))
 
 
 def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
@@ -172,7 +182,7 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
         spans.append(
             CompileSpan(
                 host=host,
-                function=function or "<unknown>",
+                function=function or UNNAMED,
                 module=module,
                 start_ns=start,
                 end_ns=e,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
+from jaxdiag.analyses.compile_spans import UNNAMED
 from jaxdiag.config import Settings
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
 from jaxdiag.trace import frames as F
@@ -153,7 +154,7 @@ def _one_off_finding(name: str, group: list[Compile], host_ms: float, lost: floa
     hosts = sorted({c.host for c in group})
     count = max(sum(1 for c in group if c.host == h) for h in hosts)
     times = "once more" if count == 1 else f"{count} more times"
-    shown = f"`{name}`" if name != "<unknown>" else "a function the trace does not name"
+    shown = f"`{name}`" if name != UNNAMED else "a function the trace does not name"
     notes = []
     if any(c.step < 0 for c in group):
         notes.append("outside the steps: part of the time around them, not of any step")

@@ -236,8 +236,9 @@ def _two_hosts(tmp_path, shift_ns: int, late_ns: int, late_steps=range(4), compi
             ]
             + [
                 (name, s + 100_000 + i * 500_000 + inner, s + (i + 1) * 500_000 - inner)
-                for i, f in enumerate(compiled[h])
+                for i, f in enumerate(compiled[h])  # "": a compile the trace does not name
                 for name, inner in ((f"PjitFunction({f})", 0), ("backend_compile_and_load", 10_000))
+                if f or inner
             ],
         )
     return write_run(tmp_path / "run", files)
@@ -268,8 +269,20 @@ def test_a_late_host_on_a_shifted_clock(tmp_path):
 
 @pytest.mark.parametrize(
     "compiled, warmup",
-    [((("train", "eval"), ("train", "eval")), (0,)), ((("train",), ()), ()), ((("train",), ("eval",)), ())],
-    ids=["both-compiled-the-same", "only-host0-compiled", "they-compiled-different-functions"],
+    [
+        ((("train", "eval"), ("train", "eval")), (0,)),
+        ((("train",), ("train", "")), (0,)),
+        ((("train",), ()), ()),
+        ((("train",), ("eval",)), ()),
+        ((("train",), ("",)), ()),
+    ],
+    ids=[
+        "both-compiled-the-same",
+        "one-also-compiled-something-unnamed",
+        "only-host0-compiled",
+        "they-compiled-different-functions",
+        "one-compiled-only-something-unnamed",
+    ],
 )
 def test_coming_last_where_every_host_compiled_the_same_is_no_straggler(tmp_path, compiled, warmup):
     # Host1 comes 4 ms late to step 0 only. Where both hosts compiled the same functions there, which one
