@@ -11,6 +11,7 @@ executions apart, no program is called one.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -38,7 +39,7 @@ def one_op_programs(frames: "TraceFrames", host: str | None = None) -> dict[str,
     """Per module whose every execution on ``host`` (every host: ``None``) ran one compute op: its executions."""
     out: dict[str, int] = {}
     for h in hosts_of(frames, host):
-        for module, runs in once(frames, ("one_op_programs", h), lambda h=h: _of_host(frames, h)).items():
+        for module, runs in once(frames, ("one_op_programs", h), functools.partial(_of_host, frames, h)).items():
             out[module] = out.get(module, 0) + runs
     return out
 
