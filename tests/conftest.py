@@ -53,6 +53,34 @@ class CpuTrace:
     step_module: str = "jit_train_step"
     soup_module: str = "jit_tiny_soup"
 
+    def load_batch_idle_ms(self) -> dict[int, float]:
+        """Per step, the ms inside ``load_batch`` with no execution in flight, read with ``ProfileData`` alone.
+
+        Less than the sleep when the previous step's unread ``tiny_soup`` still ran into it, as it does
+        on a loaded machine: the host waits in the planted steps are held to this, not to the sleep.
+        """
+        from jax.profiler import ProfileData
+
+        from tests.analyses.trace_truth import read, union
+
+        (path,) = self.run_dir.glob("*.xplane.pb")
+        busy = union([(e.start_ns, e.end_ns) for e in read(path).executions])
+        steps, loads = [], []
+        for plane in ProfileData.from_file(str(path)).planes:
+            for line in plane.lines:
+                for e in line.events:
+                    span = (int(e.start_ns), int(e.start_ns + e.duration_ns))
+                    if e.name == "train":
+                        steps.append((*span, int(dict(e.stats)["step_num"])))
+                    elif e.name == "load_batch":
+                        loads.append(span)
+        out = {}
+        for a, b in loads:
+            (step,) = [n for s, e, n in steps if s <= a < e]
+            overlap = sum(max(0, min(b, y) - max(a, x)) for x, y in busy)
+            out[step] = (b - a - overlap) / 1e6
+        return out
+
 
 def _capture(logdir: Path, truth: CpuTrace) -> None:
     """Run a small real training loop under ``jax.profiler`` with the planted problems."""

@@ -156,6 +156,7 @@ def test_capture_without_steps_is_one_window():
 
 def test_cpu_capture(cpu_frames):
     truth = cpu_frames.truth
+    idle = truth.load_batch_idle_ms()
     rows = step_breakdown.analyze(AnalysisInputs(cpu_frames.frames)).rows
     assert [r.step for r in rows] == list(range(truth.steps))
     (host,) = {r.host for r in rows}
@@ -175,7 +176,7 @@ def test_cpu_capture(cpu_frames):
         assert r.host_wait_ms <= idle_by_clock + 1e-3
         assert r.compile_ms <= r.wall_ms
         if r.step in truth.sleep_steps:
-            assert r.host_wait_ms >= 0.8 * truth.sleep_s * 1000  # see test_host_waits
+            assert r.host_wait_ms >= 0.9 * idle[r.step] > 0  # see test_host_waits
 
 
 def test_h100_transformer(h100_transformer):
