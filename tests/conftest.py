@@ -54,25 +54,33 @@ class CpuTrace:
     soup_module: str = "jit_tiny_soup"
 
     def load_batch_idle_ms(self) -> dict[int, float]:
-        """Per step, the ms inside ``load_batch`` with no execution in flight, read with ``ProfileData`` alone.
+        """Per step, the ms inside ``load_batch`` with no execution in flight or queued, read with ``ProfileData``
+        alone: an execution is pending from the start of the call that launched it (the latest outermost
+        ``PjitFunction(f)`` before its first op) to its last op.
 
-        Less than the sleep when the previous step's unread ``tiny_soup`` still ran into it, as it does
-        on a loaded machine: the host waits in the planted steps are held to this, not to the sleep.
+        Less than the sleep when the previous step's unread ``tiny_soup`` still runs, or waits to run,
+        into it, as on a loaded machine: the planted host waits are held to this, not to the sleep.
         """
         from jax.profiler import ProfileData
 
         from tests.analyses.trace_truth import read, union
 
         (path,) = self.run_dir.glob("*.xplane.pb")
-        busy = union([(e.start_ns, e.end_ns) for e in read(path).executions])
+        truth = read(path)
+        pending = []
+        for e in truth.executions:
+            call = f"PjitFunction({e.module.removeprefix('jit_')})"
+            launched = [a for name, a, _ in truth.dispatches if name == call and a <= e.start_ns]
+            pending.append((max(launched, default=e.start_ns), e.end_ns))
+        busy = union(pending)
         steps, loads = [], []
         for plane in ProfileData.from_file(str(path)).planes:
             for line in plane.lines:
-                for e in line.events:
-                    span = (int(e.start_ns), int(e.start_ns + e.duration_ns))
-                    if e.name == "train":
-                        steps.append((*span, int(dict(e.stats)["step_num"])))
-                    elif e.name == "load_batch":
+                for ev in line.events:
+                    span = (int(ev.start_ns), int(ev.start_ns + ev.duration_ns))
+                    if ev.name == "train":
+                        steps.append((*span, int(dict(ev.stats)["step_num"])))
+                    elif ev.name == "load_batch":
                         loads.append(span)
         out = {}
         for a, b in loads:
