@@ -102,9 +102,9 @@ def fail(message: str) -> "typer.Exit":
     """Print ``jaxdiag: error: message`` on stderr and return the exit to raise."""
     import typer
 
-    from jaxdiag.render.terminal_text import plain
+    from jaxdiag.render.terminal_text import one_line
 
-    typer.echo(f"jaxdiag: error: {plain(message)}", err=True)
+    typer.echo(f"jaxdiag: error: {one_line(message)}", err=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -158,9 +158,9 @@ def _error(message: str) -> None:
     A line of plain ASCII is written as is; typer re-encodes others for a misconfigured
     stream, and strips escape sequences where stderr is no terminal.
     """
-    from jaxdiag.render.terminal_text import plain  # file and host names in the message: shown, never acted on
+    from jaxdiag.render.terminal_text import one_line  # file and host names in the message: shown, never acted on
 
-    line = f"jaxdiag: error: {plain(message)}\n"
+    line = f"jaxdiag: error: {one_line(message)}\n"
     if line.isascii() and "\x1b" not in line and sys.stderr is not None:
         sys.stderr.write(line)
         sys.stderr.flush()

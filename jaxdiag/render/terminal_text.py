@@ -37,6 +37,11 @@ def plain(value: Any) -> str:
     return _CONTROL.sub(_shown, str(value))
 
 
+def one_line(value: Any) -> str:
+    """``plain(value)`` with each newline written as ``\\n``: an error is one line, whatever a file's key or name holds."""
+    return plain(value).replace("\n", "\\n")
+
+
 def esc(value: Any) -> str:
     """``plain(value)`` with rich's markup escaped: shown as written, never read as a tag."""
     from rich.markup import escape

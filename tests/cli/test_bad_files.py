@@ -78,3 +78,14 @@ def test_a_baseline_whose_devices_are_not_a_list_still_compares(tmp_path: Path, 
     base.write_text(json.dumps(data))
     assert main(["check", str(good), "--baseline", str(base)]) in (0, 1, 2)
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_key_holding_a_newline_is_shown_on_the_one_error_line(tmp_path: Path, capsys) -> None:
+    """Found by fuzzing: a key of a saved report is part of the message, and its newline had split it in two."""
+    good = json.loads(make_report(findings=()).to_json())
+    good["source"]["meta"] = {"a\nb": 1.8446744073709556e19}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(good))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "source.meta.a\\nb: 1.8446744073709556e+19 is out of range" in err, err
