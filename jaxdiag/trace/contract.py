@@ -3,9 +3,9 @@
 ``TraceReader`` is the contract; two backends fill it:
 
 * ``ProfileDataReader``: jaxlib's ``ProfileData`` (the reader XProf's tools use), the reference.
-* ``ColumnReader``: every line decoded whole from the bytes with numpy (``line_bytes``,
-  ``stat_bytes``), the planes' metadata with protobuf's own parser (upb, ``schema``); a line not
-  laid out as one run of events is parsed whole by upb. Nothing is cut out for another parser.
+* ``ColumnReader``: every line decoded whole from the bytes by a small C decoder (``_xline.c``,
+  built at install), the planes' metadata by protobuf's own parser (upb, ``schema``); a line the
+  decoder does not expect is parsed whole by upb. Nothing is cut out for another parser.
 
 Both give the same columns for any XSpace (``tests/trace/test_contract.py``: every capture of the
 corpus and fixtures, and generated XSpaces checked against protobuf). Values are as
@@ -18,7 +18,7 @@ and module spans are the events of their lines (``XLA Modules``): a reader asks 
 A reader is told which planes and lines to read (``select``: a worker reads some planes, or some
 threads of the host plane, of a file it maps whole) and which stats of each line's events
 (``stats``, by plane and line name). ``xspace`` reads every host file through ``reader()``:
-``ColumnReader`` where protobuf's upb is installed, else ``ProfileDataReader``.
+``ColumnReader`` where protobuf's upb is installed and ``_xline`` was built, else ``ProfileDataReader``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ import dataclasses
 from typing import Any, Callable, Collection, Protocol, Union
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace import line_bytes, schema, wire
+from jaxdiag.trace import schema, wire
 from jaxdiag.trace.schema import XPlane, XSpace
-from jaxdiag.trace.stat_bytes import NO_STATS, event_stats
 
 #: Which stats of a line's events to read: one set for every line, a function of the plane's and the
 #: line's names, or ``None`` for every stat.
@@ -80,12 +79,13 @@ READER_VARIABLE = "JAXDIAG_READER"
 
 
 def reader() -> TraceReader:
-    """The backend the loader reads with: ``ColumnReader`` where protobuf's upb is installed, unless
-    ``JAXDIAG_READER`` names the other."""
+    """The backend the loader reads with: ``ColumnReader`` where protobuf's upb is installed and ``_xline``
+    was built, unless ``JAXDIAG_READER`` names the other."""
     import os
 
     chosen = os.environ.get(READER_VARIABLE, "")
-    if chosen == "profile_data" or (chosen != "column" and schema.message_classes() is None):
+    fast = schema.message_classes() is not None and line_decoder() is not None
+    if chosen == "profile_data" or (chosen != "column" and not fast):
         return ProfileDataReader()
     return ColumnReader()
 
@@ -142,14 +142,16 @@ class ProfileDataReader:
 
 
 class ColumnReader:
-    """The fast backend: whole lines decoded from the bytes into columns (numpy), metadata by upb."""
+    """The fast backend: each line's events decoded from the bytes into columns by ``_xline`` (C), the planes'
+    metadata by upb; a line ``_xline`` does not expect is parsed whole by upb."""
 
     def read(
         self, data: Any, source: str, *, stats: Stats = None, frames: bool = True, select: Select | None = None
     ) -> list[PlaneColumns]:
         classes = schema.message_classes()
-        if classes is None:
-            raise TraceFormatError(f"{source}: reading from the bytes needs protobuf's upb implementation")
+        decoder = line_decoder()
+        if classes is None or decoder is None:
+            raise TraceFormatError(f"{source}: reading from the bytes needs protobuf's upb and jaxdiag's _xline")
         view = memoryview(data)
         wire.check_wire(data, source)
         planes = []
@@ -162,156 +164,87 @@ class ColumnReader:
             if chosen is None:
                 continue
             try:
-                planes.append(self._plane(view, start, end, index, classes, stats, frames, chosen))
-            except (TraceFormatError, line_bytes.Unexpected, ValueError) as exc:
+                planes.append(_plane(view, start, end, index, classes, decoder, stats, frames, chosen))
+            except (TraceFormatError, ValueError) as exc:
                 raise TraceFormatError(f"{source}: corrupt XSpace, the protobuf parser rejected it ({exc})") from None
         return planes
 
-    def _plane(
-        self,
-        view: memoryview,
-        start: int,
-        end: int,
-        index: int,
-        classes: dict[str, Any],
-        stats: Stats,
-        frames: bool,
-        chosen: bool | Collection[int],
-    ) -> PlaneColumns:
-        lines: list[tuple[int, int, int]] = []
-        other: list[list[int]] = []  # the spans of every other field, neighbours merged (thousands of entries)
-        for field, header, _, stop in wire._fields(view, start, end):
-            if field == XPlane.LINES:
-                lines.append((header, stop, len(lines)))
-            elif other and other[-1][1] == header:
-                other[-1][1] = stop
-            else:
-                other.append([header, stop])
-        try:
-            meta = classes["XPlane"].FromString(b"".join(view[a:b] for a, b in other))
-        except Exception as exc:  # noqa: BLE001 - upb's DecodeError
-            raise TraceFormatError(f"unparsable plane metadata ({exc})") from None
-        if chosen is not True:
-            lines = [] if chosen is False else [line for line in lines if line[2] in chosen]
-        stat_names = {key: value.name for key, value in meta.stat_metadata.items()}
-        plane_stats = _message_stats(meta.stats, stat_names, None)
-        if not lines:
-            return PlaneColumns(meta.name, plane_stats, [], index)
-        event_names = {key: value.name for key, value in meta.event_metadata.items()}
-        padded, bases = line_bytes.copy_lines(view, [(a, b) for a, b, _ in lines])
-        frame_ids = line_bytes.frame_ids(event_names)
-        plane = _Plane(meta.name, view, padded, event_names, stat_names, classes, stats, frames, frame_ids)
-        columns = plane.lines([(base, a, b, number) for (a, b, number), base in zip(lines, bases)])
-        return PlaneColumns(meta.name, plane_stats, columns, index)
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Plane:
-    """What reading a plane's lines needs: its bytes (copied, padded), names by metadata id, what to read."""
-
-    name: str
-    view: memoryview
-    padded: Any
-    event_names: dict[int, str]
-    stat_names: dict[int, str]
-    classes: dict[str, Any]
-    stats: Stats
-    frames: bool
-    frame_ids: Any
-
-    def lines(self, records: list[tuple[int, int, int, int]]) -> list[LineColumns]:
-        """The line records ``(base, a, b, number)``: ``view[a:b]``, the plane's ``number``-th, which ``padded``
-        holds from ``a - base``. Lines that ask for the same stats are decoded together, in one pass."""
-        import numpy as np
-
-        done: dict[int, LineColumns] = {}
-        groups: dict[frozenset[str], list[tuple[int, str, line_bytes.LineEvents, int, int, int]]] = {}
-        for base, a, b, number in records:
-            try:
-                located = line_bytes.locate(self.view, self.padded, base, a, b)
-            except line_bytes.Unexpected:  # no events, or not one run of them: upb parses the line whole
-                done[number] = self._parsed(a, b, number)
-                continue
-            name = _line_name(self.view, located, b, self.classes)
-            wanted = _stats_of(self.stats, self.name, name)
-            skipped = 0
-            if not self.frames and len(self.frame_ids):  # frames told by the id each is written with first, unwalked
-                frame = line_bytes.frame_mask(self.padded, located, self.frame_ids)
-                skipped = int(np.count_nonzero(frame))
-                if skipped == len(frame):
-                    done[number] = LineColumns(name, [], [], [], [], skipped, number)
-                    continue
-                kept = np.flatnonzero(~frame)
-                located = dataclasses.replace(
-                    located, starts=located.starts[kept], content=located.content[kept], sizes=located.sizes[kept]
-                )
-            key = frozenset(self.stat_names.values()) if wanted is None else wanted
-            groups.setdefault(key, []).append((number, name, located, skipped, a, b))
-        for wanted, group in groups.items():
-            try:
-                done.update(self._decoded(wanted, group))
-            except line_bytes.Unexpected:  # each on its own: a line that cannot be decoded is parsed whole
-                for one in group:
-                    try:
-                        done.update(self._decoded(wanted, [one]))
-                    except line_bytes.Unexpected:
-                        done[one[0]] = self._parsed(one[4], one[5], one[0])
-        return [done[number] for _, _, _, number in records]
-
-    def _decoded(
-        self, wanted: frozenset[str], group: list[tuple[int, str, line_bytes.LineEvents, int, int, int]]
-    ) -> dict[int, LineColumns]:
-        """Lines' events decoded at once, with the ``wanted`` stats; frames left out unless kept.
-
-        Raises:
-          line_bytes.Unexpected: as ``line_bytes.decode_lines``.
-        """
-        import numpy as np
-
-        padded = self.padded
-        rounds: list[Any] | None = [] if wanted else None
-        got = line_bytes.decode_lines(padded, {i: one[2] for i, one in enumerate(group)}, self.event_names, rounds)
-        keep = np.ones(len(got.names), dtype=bool) if self.frames else ~got.frames
-        rows = np.flatnonzero(keep)
-        if rounds is None:
-            values: list[dict[str, Any]] = [NO_STATS] * len(rows)
-        else:
-            if len(rows) < len(got.names):  # frames left out before their stats are read
-                position = np.full(len(got.names), -1, dtype=np.int64)
-                position[rows] = np.arange(len(rows))
-                rounds = [(position[o][k], st[k], n[k]) for o, st, n in rounds for k in [position[o] >= 0]]
-            values = event_stats(padded, rounds, len(rows), self.stat_names, wanted, bytes_as_str=True)
-        before = np.concatenate([[0], np.cumsum(keep)])  # kept events before each event
-        names, starts, durs = got.names[rows].tolist(), got.starts[rows].tolist(), got.durs[rows].tolist()
-        out = {}
-        for i, lo, hi in got.spans:
-            number, name, _, skipped, _, _ = group[i]
-            a, b = int(before[lo]), int(before[hi])
-            out[number] = LineColumns(
-                name, names[a:b], starts[a:b], durs[a:b], values[a:b], skipped + (hi - lo) - (b - a), number
-            )
-        return out
-
-    def _parsed(self, a: int, b: int, number: int) -> LineColumns:
-        """The line parsed whole by upb."""
-        return _message_line(
-            self.classes["XLine"],
-            bytes(_payload(self.view, a, b)),
-            self.event_names,
-            self.stat_names,
-            lambda line: _stats_of(self.stats, self.name, line),
-            self.frames,
-            number,
-        )
-
-
-def _line_name(view: memoryview, located: line_bytes.LineEvents, end: int, classes: dict[str, Any]) -> str:
-    """A line's name, from its fields around its events."""
-    head = bytes(view[located.payload : located.first]) + bytes(view[located.end : end])
+def line_decoder() -> Any:
+    """The compiled line decoder (``_xline``), or ``None`` where it was not built (no C compiler at install)."""
     try:
-        return str(classes["XLine"].FromString(head).name)
+        from jaxdiag.trace import _xline
+    except ImportError:
+        return None
+    return _xline
+
+
+def _plane(
+    view: memoryview,
+    start: int,
+    end: int,
+    index: int,
+    classes: dict[str, Any],
+    decoder: Any,
+    stats: Stats,
+    frames: bool,
+    chosen: bool | Collection[int],
+) -> PlaneColumns:
+    lines: list[tuple[int, int, int]] = []
+    other: list[list[int]] = []  # the spans of every other field, neighbours merged (thousands of entries)
+    for field, header, _, stop in wire._fields(view, start, end):
+        if field == XPlane.LINES:
+            lines.append((header, stop, len(lines)))
+        elif other and other[-1][1] == header:
+            other[-1][1] = stop
+        else:
+            other.append([header, stop])
+    try:
+        meta = classes["XPlane"].FromString(b"".join(view[a:b] for a, b in other))
     except Exception as exc:  # noqa: BLE001 - upb's DecodeError
-        raise TraceFormatError(f"unparsable line ({exc})") from None
+        raise TraceFormatError(f"unparsable plane metadata ({exc})") from None
+    if chosen is not True:
+        lines = [] if chosen is False else [line for line in lines if line[2] in chosen]
+    stat_names = {key: value.name for key, value in meta.stat_metadata.items()}
+    plane_stats = _message_stats(meta.stats, stat_names, None)
+    event_names = {key: value.name for key, value in meta.event_metadata.items()}
+    frame_bits = None if frames else _frame_bits(event_names)
+    reading: dict[frozenset[str] | None, dict[int, str]] = {None: stat_names}
+    columns = []
+    for a, b, number in lines:
+        payload = _payload(view, a, b)
+        try:
+            raw_name, stamp = decoder.head(payload)
+            name = raw_name.decode("utf-8")
+            wanted = _stats_of(stats, meta.name, name)
+            if wanted not in reading:
+                reading[wanted] = stat_names if wanted is None else {k: v for k, v in stat_names.items() if v in wanted}
+            got = decoder.events(payload, stamp, event_names, stat_names, reading[wanted], NO_STATS, frame_bits, frames)
+        except (decoder.Unexpected, UnicodeDecodeError):  # upb parses the line whole, and names what is wrong
+            line_class, stats_for = classes["XLine"], _stats_for(stats, meta.name)
+            columns.append(
+                _message_line(line_class, bytes(payload), event_names, stat_names, stats_for, frames, number)
+            )
+            continue
+        names, starts, durs, values, skipped = got
+        columns.append(LineColumns(name, names, starts, durs, values, skipped, number))
+    return PlaneColumns(meta.name, plane_stats, columns, index)
+
+
+def _stats_for(stats: Stats, plane: str) -> Callable[[str], frozenset[str] | None]:
+    return lambda line: _stats_of(stats, plane, line)
+
+
+def _frame_bits(event_names: dict[int, str]) -> bytearray | None:
+    """``bits[id]`` is 1 for the metadata ids of Python-tracer frames (names starting ``$``); ``None`` where an id
+    is too large or negative for such a table (the decoder then looks at each event's name)."""
+    ids = [key for key, name in event_names.items() if name[:1] == "$"]
+    if ids and (min(ids) < 0 or max(ids) >= 1 << 24):
+        return None
+    bits = bytearray(max(ids) + 1 if ids else 0)
+    for key in ids:
+        bits[key] = 1
+    return bits
 
 
 def _payload(view: memoryview, a: int, b: int) -> memoryview:
@@ -375,5 +308,8 @@ def _message_stats(stats: Any, stat_names: dict[int, str], wanted: frozenset[str
         out[name] = value
     return out
 
+
+#: The stats of an event with none of those read: one dict for all of them, never written to.
+NO_STATS: dict[str, Any] = {}
 
 __all__ = ["ColumnReader", "LineColumns", "PlaneColumns", "ProfileDataReader", "TraceReader"]

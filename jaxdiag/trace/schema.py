@@ -1,6 +1,6 @@
 """The XSpace schema (``tsl/profiler/protobuf/xplane.proto``): every field number the readers use, in one place.
 
-``wire`` walks a file's top level, ``line_bytes`` and ``stat_bytes`` decode events
+``wire`` walks a file's top level, ``_xline.c`` decodes events (a test holds its numbers to these)
 from the bytes, and tests build and check XSpaces: all by the numbers here.
 ``message_classes`` turns the same table into protobuf message classes (upb),
 for the planes' metadata and as the reference the byte readers are tested against.

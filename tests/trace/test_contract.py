@@ -1,6 +1,7 @@
 """The reader contract's two backends give the same columns, and the columns protobuf itself reads.
 
-``ProfileDataReader`` (jaxlib) is the reference; ``ColumnReader`` decodes whole lines from the bytes.
+``ProfileDataReader`` (jaxlib) is the reference; ``ColumnReader`` decodes whole lines from the bytes
+(``_xline``, compiled at install), and leaves what its decoder does not expect to upb.
 Both are run on every XSpace of the corpus and the shared H100 captures, on a CPU capture made here,
 and on generated XSpaces whose truth is computed from protobuf's own parse of the same bytes.
 """
@@ -16,10 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace import schema
+from jaxdiag.trace import _xline, schema, wire
 from jaxdiag.trace.contract import ColumnReader, LineColumns, PlaneColumns, ProfileDataReader
-from jaxdiag.trace.line_bytes import header
-from jaxdiag.trace.schema import XLine, XPlane, XSpace
+from jaxdiag.trace.schema import XEvent, XLine, XPlane, XSpace, XStat
 from tests.trace.test_corpus import CORPUS
 
 BACKENDS = {"column": ColumnReader(), "profile_data": ProfileDataReader()}
@@ -100,15 +100,32 @@ _events = st.lists(
         st.integers(0, 10**9),
         _stats,
         st.one_of(st.none(), st.integers(0, 10**9)),  # a duration written a second time (the later counts)
+        # written after the event: num_occurrences (clears offset_ps, its oneof), an unknown field, a known
+        # field with another wire type (protobuf keeps it as unknown; the decoder leaves the line to upb)
+        st.sampled_from([None, "occurrences", "unknown", "wrong_wire", "stat_wrong_wire"]),
     ),
     max_size=12,
 )
-_lines = st.lists(st.tuples(st.text(max_size=6), st.integers(0, 2**62), _events), max_size=4)
+# name, timestamp, events, and whether the timestamp is written after the events
+_lines = st.lists(st.tuples(st.text(max_size=6), st.integers(0, 2**62), _events, st.booleans()), max_size=4)
 _planes = st.lists(st.tuples(st.text(max_size=8), _lines, _stats), min_size=1, max_size=3)
 
 
 def _record(field: int, payload: bytes) -> bytes:
-    return header(field, len(payload)) + payload
+    return wire._encode_varint(field << 3 | 2) + wire._encode_varint(len(payload)) + payload
+
+
+def _varint_field(field: int, value: int) -> bytes:
+    return wire._encode_varint(field << 3) + wire._encode_varint(value)
+
+
+_EXTRA = {
+    None: b"",
+    "occurrences": _varint_field(XEvent.NUM_OCCURRENCES, 3),
+    "unknown": _varint_field(15, 9) + _record(16, b"\x22\x01"),
+    "wrong_wire": _record(XEvent.DURATION_PS, b"\x05"),
+    "stat_wrong_wire": _record(XEvent.STATS, _varint_field(XStat.METADATA_ID, 1) + _record(XStat.UINT64, b"\x01")),
+}
 
 
 def _xspace(planes: list[Any]) -> bytes:
@@ -128,16 +145,19 @@ def _xspace(planes: list[Any]) -> bytes:
             stat = plane.stats.add(metadata_id=key)
             setattr(stat, kind, value)
         body = b""
-        for line_name, timestamp, events in lines:
-            line = classes["XLine"](name=line_name, timestamp_ns=timestamp, id=7).SerializeToString()
-            for metadata_id, offset, duration, stats, again in events:
+        for line_name, timestamp, events, stamp_after in lines:
+            line = classes["XLine"](name=line_name, timestamp_ns=0 if stamp_after else timestamp, id=7)
+            line = line.SerializeToString()
+            for metadata_id, offset, duration, stats, again, extra in events:
                 event = classes["XEvent"](metadata_id=metadata_id, offset_ps=offset, duration_ps=duration)
                 for key, (kind, value) in stats:
                     setattr(event.stats.add(metadata_id=key), kind, value)
                 written = event.SerializeToString()
                 if again is not None:
                     written += classes["XEvent"](duration_ps=again).SerializeToString()
-                line += _record(XLine.EVENTS, written)
+                line += _record(XLine.EVENTS, written + _EXTRA[extra])
+            if stamp_after:
+                line += _varint_field(XLine.TIMESTAMP_NS, timestamp)
             body += _record(XPlane.LINES, line)
         space += _record(XSpace.PLANES, plane.SerializeToString() + body)
     return space
@@ -192,3 +212,31 @@ def test_generated_xspaces_read_as_protobuf_reads_them(planes: list[Any], frames
     truth = _truth(data, frames)
     for backend in BACKENDS.values():
         assert_same(backend.read(data, "generated", frames=frames), truth)
+
+
+def test_the_decoder_numbers_fields_as_the_schema_does() -> None:
+    assert _xline.FIELDS == {
+        "XLine": (XLine.NAME, XLine.TIMESTAMP_NS, XLine.EVENTS),
+        "XEvent": (XEvent.METADATA_ID, XEvent.OFFSET_PS, XEvent.DURATION_PS, XEvent.STATS, XEvent.NUM_OCCURRENCES),
+        "XStat": (XStat.METADATA_ID, XStat.DOUBLE, XStat.UINT64, XStat.INT64, XStat.STR, XStat.BYTES, XStat.REF),
+    }
+
+
+def test_the_decoder_reads_a_line_and_leaves_what_it_does_not_expect() -> None:
+    """The decoder itself, not upb behind it: a plain line is decoded; a known field with another wire type,
+    a group or a truncated event raises ``Unexpected`` (``ColumnReader`` then parses the line with upb)."""
+    stat = _varint_field(XStat.METADATA_ID, 2) + _varint_field(XStat.UINT64, 2**64 - 1)
+    event = _varint_field(XEvent.METADATA_ID, 1) + _varint_field(XEvent.OFFSET_PS, 2_500) + _record(XEvent.STATS, stat)
+    line = _record(XLine.NAME, b"main") + _record(XLine.EVENTS, event) + _varint_field(XLine.TIMESTAMP_NS, 10)
+    assert _xline.head(line) == (b"main", 10)
+    got = _xline.events(line, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, {}, None, True)
+    assert got == (["op"], [12.0], [0.0], [{"run_id": 2**64 - 1}], 0)
+    for bad in (
+        line + _record(XLine.TIMESTAMP_NS, b"\x01"),  # a known field, length-delimited
+        line + bytes([XLine.EVENTS << 3 | 3]),  # a group
+        line + _record(XLine.EVENTS, event)[:-1],  # cut short
+    ):
+        with pytest.raises(_xline.Unexpected):
+            _xline.head(bad)
+    with pytest.raises(_xline.Unexpected):
+        _xline.events(line + _record(XLine.EVENTS, _record(XEvent.OFFSET_PS, b"")), 10, {}, {}, {}, {}, None, True)

@@ -1,0 +1,360 @@
+/* The events of one serialized XLine, decoded into the columns of the reader contract.
+
+   ``contract.ColumnReader`` calls ``head`` for a line's name and timestamp, then ``events`` for
+   its events: names, starts and durations (ns, as floats) and the stats asked for, as
+   jaxlib's ``ProfileData`` gives them (see contract.py). Anything this decoder does not expect
+   (a group, a known field written with another wire type, a varint past ten bytes, a start
+   that overflows int64) raises ``Unexpected``: the caller then parses the line whole with
+   protobuf's own parser, which also says what is wrong with a damaged one. Field numbers are
+   those of ``schema.py`` (XLine, XEvent, XStat), checked against it when the module is used.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *Unexpected;
+
+typedef struct {
+    const uint8_t *at;
+    const uint8_t *end;
+} Cursor;
+
+/* One varint; 0 on success, -1 past the end or longer than ten bytes. */
+static inline int varint(Cursor *c, uint64_t *out) {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (c->at >= c->end) return -1;
+        uint8_t byte = *c->at++;
+        value |= (uint64_t)(byte & 0x7F) << (shift < 64 ? shift : 63);
+        if (byte < 0x80) {
+            *out = value;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The next field: its number, wire type, a varint's value or a length-delimited field's payload.
+   0 on success, -1 on a malformed or unexpected field. */
+typedef struct {
+    uint64_t number;
+    int wire;
+    uint64_t value;
+    const uint8_t *data; /* a length-delimited field's payload, or a fixed field's bytes */
+    Py_ssize_t size;
+} Field;
+
+static inline int next_field(Cursor *c, Field *f) {
+    uint64_t tag;
+    if (varint(c, &tag) < 0) return -1;
+    f->number = tag >> 3;
+    f->wire = (int)(tag & 7);
+    if (f->number == 0) return -1;
+    switch (f->wire) {
+        case 0:
+            return varint(c, &f->value);
+        case 1:
+        case 5: {
+            Py_ssize_t width = f->wire == 1 ? 8 : 4;
+            if (c->end - c->at < width) return -1;
+            f->data = c->at;
+            f->size = width;
+            c->at += width;
+            return 0;
+        }
+        case 2: {
+            uint64_t length;
+            if (varint(c, &length) < 0 || length > (uint64_t)(c->end - c->at)) return -1;
+            f->data = c->at;
+            f->size = (Py_ssize_t)length;
+            f->value = length;
+            c->at += length;
+            return 0;
+        }
+        default: /* groups */
+            return -1;
+    }
+}
+
+static PyObject *unexpected(void) {
+    PyErr_SetNone(Unexpected);
+    return NULL;
+}
+
+/* XLine fields, as schema.XLine */
+enum { LINE_NAME = 2, LINE_TIMESTAMP_NS = 3, LINE_EVENTS = 4 };
+/* XEvent fields, as schema.XEvent */
+enum { EVENT_METADATA_ID = 1, EVENT_OFFSET_PS = 2, EVENT_DURATION_PS = 3, EVENT_STATS = 4, EVENT_NUM_OCCURRENCES = 5 };
+/* XStat fields, as schema.XStat */
+enum { STAT_METADATA_ID = 1, STAT_DOUBLE = 2, STAT_UINT64 = 3, STAT_INT64 = 4, STAT_STR = 5, STAT_BYTES = 6, STAT_REF = 7 };
+
+static const int LINE_WIRE[] = {-1, 0, 2, 0, 2, -1, -1, -1, -1, 0, 0, 2}; /* fields 1-4, 9-11; -1: unknown */
+static const int STAT_WIRE[] = {-1, 0, 1, 0, 0, 2, 2, 0};
+
+/* head(payload) -> (name as bytes, timestamp_ns): the line's fields other than its events. */
+static PyObject *head(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buffer;
+    if (!PyArg_ParseTuple(args, "y*", &buffer)) return NULL;
+    Cursor c = {buffer.buf, (const uint8_t *)buffer.buf + buffer.len};
+    const uint8_t *name = (const uint8_t *)"";
+    Py_ssize_t name_size = 0;
+    uint64_t stamp = 0;
+    Field f = {0};
+    while (c.at < c.end) {
+        if (next_field(&c, &f) < 0 || (f.number <= 11 && LINE_WIRE[f.number] >= 0 && LINE_WIRE[f.number] != f.wire)) {
+            PyBuffer_Release(&buffer);
+            return unexpected();
+        }
+        if (f.number == LINE_NAME) {
+            name = f.data;
+            name_size = f.size;
+        } else if (f.number == LINE_TIMESTAMP_NS) {
+            stamp = f.value;
+        }
+    }
+    PyObject *out = Py_BuildValue("(y#L)", (const char *)name, name_size, (long long)(int64_t)stamp);
+    PyBuffer_Release(&buffer);
+    return out;
+}
+
+/* ``value / 1000`` truncated toward zero, as C++ divides integers (C does too). */
+static inline int64_t div1000(int64_t value) { return value / 1000; }
+
+typedef struct {
+    PyObject *names;      /* dict: event metadata id -> name */
+    PyObject *stat_names; /* dict: stat metadata id -> name (references) */
+    PyObject *wanted;     /* dict: stat metadata id -> name, of the stats to read (may be empty) */
+    PyObject *no_stats;   /* the shared dict of an event with none of them */
+    PyObject *empty;      /* "" */
+    const uint8_t *frame_bits; /* frame_bits[id]: the id names a Python-tracer frame (NULL: look at names) */
+    Py_ssize_t frame_count;
+} Context;
+
+/* The name of an event metadata id (a borrowed reference; "" when missing), or NULL on error. */
+static PyObject *lookup(PyObject *dict, int64_t id, PyObject *missing) {
+    PyObject *key = PyLong_FromLongLong(id);
+    if (key == NULL) return NULL;
+    PyObject *got = PyDict_GetItemWithError(dict, key);
+    Py_DECREF(key);
+    if (got == NULL && !PyErr_Occurred()) return missing;
+    return got;
+}
+
+static int is_frame(const Context *cx, int64_t id, PyObject **name) {
+    *name = NULL;
+    if (cx->frame_bits != NULL) return id >= 0 && id < cx->frame_count && cx->frame_bits[id];
+    *name = lookup(cx->names, id, cx->empty);
+    if (*name == NULL) return -1;
+    return PyUnicode_GET_LENGTH(*name) > 0 && PyUnicode_READ_CHAR(*name, 0) == '$';
+}
+
+/* One stat's value as ProfileData gives it, or NULL with no error set when it holds none. */
+static PyObject *stat_value(const Context *cx, int kind, uint64_t number, const uint8_t *data, Py_ssize_t size) {
+    switch (kind) {
+        case STAT_DOUBLE: {
+            double d;
+            memcpy(&d, data, 8);
+            return PyFloat_FromDouble(d);
+        }
+        case STAT_UINT64:
+            return PyLong_FromUnsignedLongLong(number);
+        case STAT_INT64:
+            return PyLong_FromLongLong((long long)(int64_t)number);
+        case STAT_STR:
+        case STAT_BYTES:
+            return PyUnicode_DecodeUTF8((const char *)data, size, "strict");
+        case STAT_REF: {
+            PyObject *got = lookup(cx->stat_names, (int64_t)number, cx->empty);
+            Py_XINCREF(got);
+            return got;
+        }
+    }
+    return NULL;
+}
+
+/* Add the wanted stats of one event's stat records to *dict (made when the first is met). -1 on error. */
+static int read_stats(const Context *cx, const uint8_t *event, Py_ssize_t size, PyObject **dict) {
+    Cursor c = {event, event + size};
+    Field f = {0};
+    while (c.at < c.end) {
+        if (next_field(&c, &f) < 0) return -2;
+        if (f.number != EVENT_STATS) continue;
+        Cursor s = {f.data, f.data + f.size};
+        uint64_t id = 0, number = 0;
+        int kind = 0;
+        const uint8_t *data = NULL;
+        Py_ssize_t data_size = 0;
+        Field g = {0};
+        while (s.at < s.end) {
+            if (next_field(&s, &g) < 0) return -2;
+            if (g.number > STAT_REF) continue;
+            if (STAT_WIRE[g.number] != g.wire) return -2;
+            if (g.number == STAT_METADATA_ID) {
+                id = g.value;
+            } else { /* the value oneof: the last one written counts */
+                kind = (int)g.number;
+                number = g.value;
+                data = g.data;
+                data_size = g.size;
+            }
+        }
+        if (kind == 0) continue;
+        PyObject *key = PyLong_FromLongLong((long long)(int64_t)id);
+        if (key == NULL) return -1;
+        PyObject *name = PyDict_GetItemWithError(cx->wanted, key);
+        Py_DECREF(key);
+        if (name == NULL) {
+            if (PyErr_Occurred()) return -1;
+            continue;
+        }
+        PyObject *value = stat_value(cx, kind, number, data, data_size);
+        if (value == NULL) return -1;
+        if (*dict == NULL && (*dict = PyDict_New()) == NULL) {
+            Py_DECREF(value);
+            return -1;
+        }
+        int failed = PyDict_SetItem(*dict, name, value);
+        Py_DECREF(value);
+        if (failed) return -1;
+    }
+    return 0;
+}
+
+/* events(payload, timestamp_ns, names, stat_names, wanted, no_stats, frame_bits, keep_frames)
+   -> (names, starts, durations, stats, frames left out) */
+static PyObject *events(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buffer, bits;
+    long long stamp;
+    int keep_frames;
+    Context cx;
+    PyObject *bits_object;
+    if (!PyArg_ParseTuple(args, "y*LO!O!O!O!Op", &buffer, &stamp, &PyDict_Type, &cx.names, &PyDict_Type,
+                          &cx.stat_names, &PyDict_Type, &cx.wanted, &PyDict_Type, &cx.no_stats, &bits_object,
+                          &keep_frames))
+        return NULL;
+    cx.frame_bits = NULL;
+    cx.frame_count = 0;
+    bits.obj = NULL;
+    if (bits_object != Py_None) {
+        if (PyObject_GetBuffer(bits_object, &bits, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&buffer);
+            return NULL;
+        }
+        cx.frame_bits = bits.buf;
+        cx.frame_count = bits.len;
+    }
+    cx.empty = PyUnicode_FromStringAndSize("", 0);
+    PyObject *names = PyList_New(0), *starts = PyList_New(0), *durs = PyList_New(0), *stats = PyList_New(0);
+    PyObject *out = NULL;
+    Py_ssize_t skipped = 0;
+    int read_any = PyDict_GET_SIZE(cx.wanted) > 0;
+    int64_t last_id = 0;
+    PyObject *last_name = NULL; /* borrowed: consecutive events often share a name */
+    if (cx.empty == NULL || names == NULL || starts == NULL || durs == NULL || stats == NULL) goto done;
+    Cursor c = {buffer.buf, (const uint8_t *)buffer.buf + buffer.len};
+    Field f = {0};
+    while (c.at < c.end) {
+        if (next_field(&c, &f) < 0) goto unexpected;
+        if (f.number != LINE_EVENTS) continue;
+        if (f.wire != 2) goto unexpected;
+        Cursor e = {f.data, f.data + f.size};
+        uint64_t id = 0, offset = 0, duration = 0;
+        Field g = {0};
+        while (e.at < e.end) {
+            if (next_field(&e, &g) < 0) goto unexpected;
+            if (g.number > EVENT_NUM_OCCURRENCES) continue;
+            if (g.wire != (g.number == EVENT_STATS ? 2 : 0)) goto unexpected;
+            if (g.number == EVENT_METADATA_ID) id = g.value;
+            else if (g.number == EVENT_OFFSET_PS) offset = g.value;
+            else if (g.number == EVENT_DURATION_PS) duration = g.value;
+            else if (g.number == EVENT_NUM_OCCURRENCES) offset = 0; /* the other member of the oneof */
+        }
+        PyObject *name = NULL;
+        if (!keep_frames) {
+            int frame = is_frame(&cx, (int64_t)id, &name);
+            if (frame < 0) goto done;
+            if (frame) {
+                skipped++;
+                continue;
+            }
+        }
+        if (name == NULL) {
+            if (last_name != NULL && last_id == (int64_t)id) {
+                name = last_name;
+            } else if ((name = lookup(cx.names, (int64_t)id, cx.empty)) == NULL) {
+                goto done;
+            }
+        }
+        last_id = (int64_t)id;
+        last_name = name;
+        int64_t start;
+        if (__builtin_add_overflow((int64_t)stamp, div1000((int64_t)offset), &start)) goto unexpected;
+        PyObject *start_object = PyFloat_FromDouble((double)start);
+        PyObject *dur_object = PyFloat_FromDouble((double)div1000((int64_t)duration));
+        PyObject *event_stats = NULL;
+        int got = 0;
+        if (read_any) got = read_stats(&cx, f.data, f.size, &event_stats);
+        if (got == -2) {
+            Py_XDECREF(start_object);
+            Py_XDECREF(dur_object);
+            Py_XDECREF(event_stats);
+            goto unexpected;
+        }
+        int failed = got < 0 || start_object == NULL || dur_object == NULL || PyList_Append(names, name) ||
+                     PyList_Append(starts, start_object) || PyList_Append(durs, dur_object) ||
+                     PyList_Append(stats, event_stats != NULL ? event_stats : cx.no_stats);
+        Py_XDECREF(start_object);
+        Py_XDECREF(dur_object);
+        Py_XDECREF(event_stats);
+        if (failed) goto done;
+    }
+    out = Py_BuildValue("(OOOOn)", names, starts, durs, stats, skipped);
+    goto done;
+unexpected:
+    if (!PyErr_Occurred()) PyErr_SetNone(Unexpected);
+done:
+    Py_XDECREF(names);
+    Py_XDECREF(starts);
+    Py_XDECREF(durs);
+    Py_XDECREF(stats);
+    Py_XDECREF(cx.empty);
+    if (bits.obj != NULL) PyBuffer_Release(&bits);
+    PyBuffer_Release(&buffer);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"head", head, METH_VARARGS, "A serialized XLine's name (bytes) and timestamp_ns, its events skipped."},
+    {"events", events, METH_VARARGS, "A serialized XLine's events as the reader contract's columns."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int exec_module(PyObject *module) {
+    Unexpected = PyErr_NewException("jaxdiag.trace._xline.Unexpected", NULL, NULL);
+    if (Unexpected == NULL) return -1;
+    if (PyModule_AddObjectRef(module, "Unexpected", Unexpected) < 0) return -1;
+    PyObject *fields = Py_BuildValue("{s(iii)s(iiiii)s(iiiiiii)}", "XLine", LINE_NAME, LINE_TIMESTAMP_NS, LINE_EVENTS,
+                                     "XEvent", EVENT_METADATA_ID, EVENT_OFFSET_PS, EVENT_DURATION_PS, EVENT_STATS,
+                                     EVENT_NUM_OCCURRENCES, "XStat", STAT_METADATA_ID, STAT_DOUBLE, STAT_UINT64,
+                                     STAT_INT64, STAT_STR, STAT_BYTES, STAT_REF);
+    if (fields == NULL) return -1;
+    int failed = PyModule_AddObjectRef(module, "FIELDS", fields);
+    Py_DECREF(fields);
+    return failed;
+}
+
+static PyModuleDef_Slot slots[] = {{Py_mod_exec, exec_module}, {0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_xline",
+    .m_doc = "XLine events decoded into the reader contract's columns.",
+    .m_size = 0,
+    .m_methods = methods,
+    .m_slots = slots,
+};
+
+PyMODINIT_FUNC PyInit__xline(void) { return PyModuleDef_Init(&module_def); }
