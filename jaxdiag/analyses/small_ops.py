@@ -207,10 +207,8 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
 
 def _by_step(spans: np.ndarray, steps: np.ndarray) -> dict[int, int]:
     """The union's length of each step's ``spans``: ops booked to a step count there wherever they ran."""
-    order = np.argsort(steps, kind="stable")
-    keys, first = np.unique(steps[order], return_index=True)
-    parts = np.split(spans[order], first[1:])
-    return {int(k): iv.total(p) for k, p in zip(keys.tolist(), parts)}
+    keys, groups = np.unique(steps, return_inverse=True)
+    return dict(zip(keys.tolist(), iv.totals(spans, groups, len(keys)).tolist()))
 
 
 #: A step counts among a module's small-op steps with at least this share of its busiest step's

@@ -195,11 +195,11 @@ def _booked_busy(frames: Any, host: str, ops: "pd.DataFrame", win: "pd.DataFrame
     out = iv.covered_in_windows(iv.union(spans[others]), lo, hi).astype(np.int64)
     order = np.argsort(ops[F.RUN_ID].to_numpy(np.int64)[rows], kind="stable")
     runs = ops[F.RUN_ID].to_numpy(np.int64)[rows[order]]
-    firsts = np.flatnonzero(np.r_[True, runs[1:] != runs[:-1]])
-    for of_run in np.split(order, firsts[1:]):  # each execution's busy time, in the step it is booked to
-        step = int(steps[of_run[0]])
+    new_run = np.r_[True, runs[1:] != runs[:-1]]
+    busy = iv.totals(spans[rows[order]], np.cumsum(new_run) - 1, int(new_run.sum()))
+    for step, run_busy in zip(steps[order[new_run]].tolist(), busy.tolist()):  # in the step it is booked to
         if step in index:
-            out[index[step]] += iv.total(spans[rows[of_run]])
+            out[index[step]] += run_busy
     return out
 
 

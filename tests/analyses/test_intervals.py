@@ -118,3 +118,23 @@ def test_spans_inside_the_runs_change_no_subtraction() -> None:
         kept = _not_within(spans, runs)
         assert len(kept) <= len(spans)
         assert iv.subtract(kept, runs).tolist() == iv.subtract(spans, runs).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(-5, 40), st.integers(-5, 40)),  # group, start, end (may be empty)
+        max_size=30,
+    ),
+    st.sampled_from([0, 1 << 61]),  # where the times lie: near zero, or near int64's end
+)
+def test_totals_are_each_groups_total(rows, base):
+    groups = np.array([g for g, _, _ in rows], dtype=np.int64)
+    spans = np.array([(base + s, base + e) for _, s, e in rows], dtype=np.int64).reshape(-1, 2)
+    want = [iv.total(spans[groups == g]) for g in range(4)]
+    assert iv.totals(spans, groups, 4).tolist() == want
+
+
+def test_totals_of_groups_too_far_apart_to_line_up():
+    spans = np.array([[0, 10], [5, 20], [0, 1 << 61], [1 << 61, (1 << 61) + 3]], dtype=np.int64)
+    assert iv.totals(spans, np.array([0, 0, 1, 2]), 4).tolist() == [20, 1 << 61, 3, 0]
