@@ -61,33 +61,10 @@ class CpuTrace:
         Less than the sleep when the previous step's unread ``tiny_soup`` still runs, or waits to run,
         into it, as on a loaded machine: the planted host waits are held to this, not to the sleep.
         """
-        from jax.profiler import ProfileData
-
-        from tests.analyses.trace_truth import read, union
+        from tests.analyses.trace_truth import load_batch_idle_ns
 
         (path,) = self.run_dir.glob("*.xplane.pb")
-        truth = read(path)
-        pending = []
-        for e in truth.executions:
-            call = f"PjitFunction({e.module.removeprefix('jit_')})"
-            launched = [a for name, a, _ in truth.dispatches if name == call and a <= e.start_ns]
-            pending.append((max(launched, default=e.start_ns), e.end_ns))
-        busy = union(pending)
-        steps, loads = [], []
-        for plane in ProfileData.from_file(str(path)).planes:
-            for line in plane.lines:
-                for ev in line.events:
-                    span = (int(ev.start_ns), int(ev.start_ns + ev.duration_ns))
-                    if ev.name == "train":
-                        steps.append((*span, int(dict(ev.stats)["step_num"])))
-                    elif ev.name == "load_batch":
-                        loads.append(span)
-        out = {}
-        for a, b in loads:
-            (step,) = [n for s, e, n in steps if s <= a < e]
-            overlap = sum(max(0, min(b, y) - max(a, x)) for x, y in busy)
-            out[step] = (b - a - overlap) / 1e6
-        return out
+        return {step: ns / 1e6 for step, ns in load_batch_idle_ns(path)}
 
 
 def _capture(logdir: Path, truth: CpuTrace) -> None:

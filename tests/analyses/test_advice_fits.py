@@ -379,25 +379,13 @@ def _loading(logdir: Path, prefetch: bool) -> Path:
 
 
 def _load_stall_ns(run_dir: Path) -> tuple[int, int]:
-    """Time inside ``load_batch`` with no execution in flight, and how many ``load_batch`` spans lie inside
-    a ``train`` step (ProfileData alone, through ``trace_truth``)."""
-    from jax.profiler import ProfileData
-
+    """Time inside the steps' ``load_batch`` spans with nothing pending, and how many there are (ProfileData
+    alone, through ``trace_truth``)."""
     from tests.analyses import trace_truth
 
     (xplane,) = run_dir.glob("*.xplane.pb")
-    truth = trace_truth.read(xplane)
-    loads, steps = [], []
-    for plane in ProfileData.from_file(str(xplane)).planes:
-        for line in plane.lines:
-            for e in line.events:
-                span = (int(e.start_ns), int(e.start_ns + e.duration_ns))
-                if e.name == "load_batch":
-                    loads.append(span)
-                elif e.name == "train":
-                    steps.append(span)
-    inside = [(a, b) for a, b in loads if any(lo <= a < hi for lo, hi in steps)]
-    return sum(truth.nothing_in_flight_ns(a, b) for a, b in inside), len(inside)
+    idle = trace_truth.load_batch_idle_ns(xplane)
+    return sum(ns for _, ns in idle), len(idle)
 
 
 def _load_waits(run_dir: Path) -> list:

@@ -81,6 +81,21 @@ class Truth:
         covered = sum(max(0, min(b, hi) - max(a, lo)) for a, b in self.in_flight())
         return (hi - lo) - covered
 
+    def pending(self) -> list[tuple[int, int]]:
+        """When an execution was in flight or queued: each from the start of the call that launched it (the
+        latest outermost ``PjitFunction(f)`` of its function before its first op) to its last op."""
+        spans = []
+        for e in self.executions:
+            call = f"PjitFunction({e.module.removeprefix('jit_')})"
+            launched = [a for name, a, _ in self.dispatches if name == call and a <= e.start_ns]
+            spans.append((max(launched, default=e.start_ns), e.end_ns))
+        return union(spans)
+
+    def nothing_pending_ns(self, lo: int, hi: int) -> int:
+        """Time in ``[lo, hi)`` with no execution in flight or queued (``pending``): what a host wait is."""
+        covered = sum(max(0, min(b, hi) - max(a, lo)) for a, b in self.pending())
+        return (hi - lo) - covered
+
 
 def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[list[int]] = []
@@ -90,6 +105,32 @@ def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append([a, b])
     return [(a, b) for a, b in out]
+
+
+def named_spans(xplane: str | Path, name: str) -> list[tuple[int, int, dict]]:
+    """``(start_ns, end_ns, stats)`` of every host event called ``name`` (``train`` steps, ``load_batch``)."""
+    from jax.profiler import ProfileData
+
+    return [
+        (int(e.start_ns), int(e.start_ns + e.duration_ns), dict(e.stats))
+        for plane in ProfileData.from_file(str(xplane)).planes
+        for line in plane.lines
+        for e in line.events
+        if e.name == name
+    ]
+
+
+def load_batch_idle_ns(xplane: str | Path) -> list[tuple[int, int]]:
+    """``(step_num, ns)`` of each ``load_batch`` span that starts inside a ``train`` step: the time inside it
+    with nothing pending (``Truth.nothing_pending_ns``)."""
+    truth = read(xplane)
+    steps = named_spans(xplane, "train")
+    return [
+        (int(stats["step_num"]), truth.nothing_pending_ns(a, b))
+        for a, b, _ in named_spans(xplane, "load_batch")
+        for lo, hi, stats in steps
+        if lo <= a < hi
+    ]
 
 
 def read(xplane: str | Path) -> Truth:
