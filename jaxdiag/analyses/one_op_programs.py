@@ -61,13 +61,17 @@ def advice(modules: Sequence[str], compile_log: Sequence[Mapping[str, Any]]) -> 
 
 
 def _of_host(frames: "TraceFrames", host: str) -> dict[str, int]:
+    import pandas as pd
+
     ops = device_ops(frames, host)
     ops = ops.loc[is_compute(frames, ops)]
     if ops.empty:
         return {}
     out = {}
     run_id = ops[F.RUN_ID].to_numpy(np.int64)
-    device = ops[F.PLANE].astype(str).to_numpy(object) + ":" + ops[F.DEVICE].astype(str).to_numpy(object)
+    plane = pd.factorize(ops[F.PLANE])[0].astype(np.int64)
+    ordinal = ops[F.DEVICE].to_numpy(np.int64) + 1  # -1: none
+    device = plane * (int(ordinal.max()) + 1) + ordinal  # one number per plane and device ordinal
     for module, rows in ops.groupby(F.HLO_MODULE, observed=True, sort=False).indices.items():
         runs = run_id[rows]
         if not str(module) or len(runs) < MIN_RUNS or (runs < 0).any():
