@@ -140,7 +140,7 @@ def test_timeline_puts_host_annotations_above_device_streams(cpu_report, cpu_tra
     load = names.index("load_batch")
     assert host.x[load] >= cpu_trace_dir.sleep_s * 1000 * 0.95
     # The step's window runs on to the next step's start: the annotation fills all but that gap.
-    assert names.count("train") == 1 and 0.98 * wall <= host.x[names.index("train")] <= wall * (1 + 1e-6)
+    assert names.count("train") == 1 and 0.98 * wall <= host.x[names.index("train")] <= wall + 1e-4  # wall_ms: 4 places
     assert not annotations(fig)  # nothing merged in a small step
 
 
