@@ -52,6 +52,8 @@ def _train(logdir: Path, fused: bool) -> Path:
     x = jnp.ones((16, 32))
     with jaxdiag.watch():
         value, params, mom = step(params, mom, x)  # compiled before the capture
+        # and run: else, on a loaded machine, its last eager ops still wait to run when the capture opens
+        jax.block_until_ready((value, params, mom))
         with jaxdiag.capture(logdir, skip=0, take=STEPS, run="fused" if fused else "eager") as cap:
             for _ in range(STEPS):
                 with cap.step():
