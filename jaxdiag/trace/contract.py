@@ -190,6 +190,7 @@ def _plane(
     frames: bool,
     chosen: bool | Collection[int],
 ) -> PlaneColumns:
+    """The plane record ``view[start:end]``: its metadata by upb, the ``chosen`` lines by the decoder."""
     lines: list[tuple[int, int, int]] = []
     other: list[list[int]] = []  # the spans of every other field, neighbours merged (thousands of entries)
     for field, header, _, stop in wire._fields(view, start, end):

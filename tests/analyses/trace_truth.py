@@ -107,28 +107,28 @@ def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
-def named_spans(xplane: str | Path, name: str) -> list[tuple[int, int, dict]]:
-    """``(start_ns, end_ns, stats)`` of every host event called ``name`` (``train`` steps, ``load_batch``)."""
+def named_spans(xplane: str | Path, *names: str) -> dict[str, list[tuple[int, int, dict]]]:
+    """``(start_ns, end_ns, stats)`` of every host event called one of ``names`` (``train`` steps, ``load_batch``)."""
     from jax.profiler import ProfileData
 
-    return [
-        (int(e.start_ns), int(e.start_ns + e.duration_ns), dict(e.stats))
-        for plane in ProfileData.from_file(str(xplane)).planes
-        for line in plane.lines
-        for e in line.events
-        if e.name == name
-    ]
+    out: dict[str, list[tuple[int, int, dict]]] = {name: [] for name in names}
+    for plane in ProfileData.from_file(str(xplane)).planes:
+        for line in plane.lines:
+            for e in line.events:
+                if e.name in out:
+                    out[e.name].append((int(e.start_ns), int(e.start_ns + e.duration_ns), dict(e.stats)))
+    return out
 
 
 def load_batch_idle_ns(xplane: str | Path) -> list[tuple[int, int]]:
     """``(step_num, ns)`` of each ``load_batch`` span that starts inside a ``train`` step: the time inside it
     with nothing pending (``Truth.nothing_pending_ns``)."""
     truth = read(xplane)
-    steps = named_spans(xplane, "train")
+    spans = named_spans(xplane, "train", "load_batch")
     return [
         (int(stats["step_num"]), truth.nothing_pending_ns(a, b))
-        for a, b, _ in named_spans(xplane, "load_batch")
-        for lo, hi, stats in steps
+        for a, b, _ in spans["load_batch"]
+        for lo, hi, stats in spans["train"]
         if lo <= a < hi
     ]
 

@@ -34,3 +34,10 @@ def trace_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
         needs_line_decoder()
     monkeypatch.setenv(READER_VARIABLE, request.param)
     return str(request.param)
+
+
+@pytest.fixture
+def xline() -> object:
+    """The compiled line decoder, for a test that needs it (see ``needs_line_decoder``)."""
+    needs_line_decoder()
+    return line_decoder()

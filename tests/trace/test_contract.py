@@ -9,7 +9,6 @@ and on generated XSpaces whose truth is computed from protobuf's own parse of th
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +18,10 @@ from hypothesis import strategies as st
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import schema, wire
-from jaxdiag.trace.contract import ColumnReader, LineColumns, PlaneColumns, ProfileDataReader, line_decoder
+from jaxdiag.trace.contract import ColumnReader, LineColumns, PlaneColumns, ProfileDataReader
 from jaxdiag.trace.schema import XEvent, XLine, XPlane, XSpace, XStat
 from tests.trace.test_corpus import CORPUS
 
-_xline = line_decoder()
-#: The tests of the compiled decoder skip where it was not built (no C compiler at install), except with
-#: ``CI`` set, where they run and fail: CI is where it must be seen to build.
-needs_decoder = pytest.mark.skipif(
-    _xline is None and not os.environ.get("CI"), reason="jaxdiag.trace._xline was not built"
-)
 BACKENDS = {"column": ColumnReader(), "profile_data": ProfileDataReader()}
 NEEDED = frozenset({"hlo_module", "hlo_op", "program_id", "run_id", "step_num", "group_id", "name", "tf_op"})
 
@@ -65,8 +58,7 @@ def _captures() -> list[Path]:
 
 @pytest.mark.parametrize("path", _captures(), ids=lambda p: p.name if "fixtures" not in str(p) else p.parts[-5])
 @pytest.mark.parametrize("frames", [True, False])
-@needs_decoder
-def test_backends_read_every_capture_alike(path: Path, frames: bool) -> None:
+def test_backends_read_every_capture_alike(path: Path, frames: bool, xline: object) -> None:
     data = path.read_bytes()
     outcomes = {}
     for name, backend in BACKENDS.items():
@@ -81,8 +73,7 @@ def test_backends_read_every_capture_alike(path: Path, frames: bool) -> None:
     assert sum(len(line.names) for plane in outcomes["column"] for line in plane.lines) > 0
 
 
-@needs_decoder
-def test_backends_read_a_cpu_capture_alike(cpu_trace_dir) -> None:
+def test_backends_read_a_cpu_capture_alike(cpu_trace_dir, xline: object) -> None:
     for path in sorted(Path(cpu_trace_dir.run_dir).glob("*.xplane.pb")):
         data = path.read_bytes()
         for frames in (True, False):
@@ -214,41 +205,42 @@ def _truth(data: bytes, frames: bool) -> list[PlaneColumns]:
     return out
 
 
-@needs_decoder
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],  # xline: read only
+)
 @given(planes=_planes, frames=st.booleans())
-def test_generated_xspaces_read_as_protobuf_reads_them(planes: list[Any], frames: bool) -> None:
+def test_generated_xspaces_read_as_protobuf_reads_them(planes: list[Any], frames: bool, xline: object) -> None:
     data = _xspace(planes)
     truth = _truth(data, frames)
     for backend in BACKENDS.values():
         assert_same(backend.read(data, "generated", frames=frames), truth)
 
 
-@needs_decoder
-def test_the_decoder_numbers_fields_as_the_schema_does() -> None:
-    assert _xline.FIELDS == {
+def test_the_decoder_numbers_fields_as_the_schema_does(xline: Any) -> None:
+    assert xline.FIELDS == {
         "XLine": (XLine.NAME, XLine.TIMESTAMP_NS, XLine.EVENTS),
         "XEvent": (XEvent.METADATA_ID, XEvent.OFFSET_PS, XEvent.DURATION_PS, XEvent.STATS, XEvent.NUM_OCCURRENCES),
         "XStat": (XStat.METADATA_ID, XStat.DOUBLE, XStat.UINT64, XStat.INT64, XStat.STR, XStat.BYTES, XStat.REF),
     }
 
 
-@needs_decoder
-def test_the_decoder_reads_a_line_and_leaves_what_it_does_not_expect() -> None:
+def test_the_decoder_reads_a_line_and_leaves_what_it_does_not_expect(xline: Any) -> None:
     """The decoder itself, not upb behind it: a plain line is decoded; a known field with another wire type,
     a group or a truncated event raises ``Unexpected`` (``ColumnReader`` then parses the line with upb)."""
     stat = _varint_field(XStat.METADATA_ID, 2) + _varint_field(XStat.UINT64, 2**64 - 1)
     event = _varint_field(XEvent.METADATA_ID, 1) + _varint_field(XEvent.OFFSET_PS, 2_500) + _record(XEvent.STATS, stat)
     line = _record(XLine.NAME, b"main") + _record(XLine.EVENTS, event) + _varint_field(XLine.TIMESTAMP_NS, 10)
-    assert _xline.head(line) == (b"main", 10)
-    got = _xline.events(line, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, {}, None, True)
+    assert xline.head(line) == (b"main", 10)
+    got = xline.events(line, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, {}, None, True)
     assert got == (["op"], [12.0], [0.0], [{"run_id": 2**64 - 1}], 0)
     for bad in (
         line + _record(XLine.TIMESTAMP_NS, b"\x01"),  # a known field, length-delimited
         line + bytes([XLine.EVENTS << 3 | 3]),  # a group
         line + _record(XLine.EVENTS, event)[:-1],  # cut short
     ):
-        with pytest.raises(_xline.Unexpected):
-            _xline.head(bad)
-    with pytest.raises(_xline.Unexpected):
-        _xline.events(line + _record(XLine.EVENTS, _record(XEvent.OFFSET_PS, b"")), 10, {}, {}, {}, {}, None, True)
+        with pytest.raises(xline.Unexpected):
+            xline.head(bad)
+    with pytest.raises(xline.Unexpected):
+        xline.events(line + _record(XLine.EVENTS, _record(XEvent.OFFSET_PS, b"")), 10, {}, {}, {}, {}, None, True)
