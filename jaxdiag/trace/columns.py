@@ -170,6 +170,33 @@ class HostColumns:
         for column in (self.hlo_module, self.hlo_op, self.framework_op):
             column += [""] * n
 
+    def add_events(
+        self,
+        devices: list[int],
+        names: list[str],
+        starts: list[float],
+        durs: list[float],
+        modules: list[str],
+        ops: list[str],
+        programs: list[int],
+        runs: list[int],
+        categories: list[str],
+    ) -> None:
+        """Append events in bulk, each with its own device, module, op, program, run and category
+        (no framework op, no correlation), as ``add`` would one by one."""
+        n = len(names)
+        self.device.extend(devices)
+        self.name += names
+        self.start_ns.extend(starts)
+        self.dur_ns.extend(durs)
+        self.hlo_module += modules
+        self.hlo_op += ops
+        self.framework_op += [""] * n
+        self.program_id.extend(programs)
+        self.run_id.extend(runs)
+        self.correlation.extend(_NONE * n)
+        self.category += categories
+
     def add_device_events(
         self,
         device: int,

@@ -162,12 +162,12 @@ def _read_pool_events(
     no_hlo: set[str],
 ) -> int:
     """A runtime thread's events on a host without accelerators: XLA:CPU ops, else runtime. Returns the op count."""
-    ops = 0
-    for name, start, dur, event_stats in zip(names, starts, durs, stats):
-        if name not in no_hlo and _add_cpu_op(cols, name, start, dur, event_stats, no_hlo):
-            ops += 1
-        else:
-            cols.add(-1, name, start, dur)
+    is_op = _cpu_ops(names, stats, no_hlo)
+    ops = sum(is_op)
+    if ops:
+        cols.add_events(*_with_op_stats(names, starts, durs, stats, is_op, "runtime"))
+    else:
+        cols.add_host_events(names, starts, durs, "runtime")
     return ops
 
 
@@ -176,14 +176,12 @@ def _read_main_events(
 ) -> None:
     """Python-thread events ``(start, duration, name, stats)``, categorised by what encloses them (see the module
     docstring)."""
-    rows.sort(key=lambda r: (r[0], -r[1]))
+    starts, durs, names, stats = _outer_first(rows)
+    is_op = _cpu_ops(names, stats, no_hlo) if cpu_only else [False] * len(rows)
     open_spans: list[tuple[float, bool]] = []  # (end, inside runtime or framework)
     kinds: dict[str, int] = {}  # by name: 1 a runtime name, 2 a framework span, 0 neither
-    names: list[str] = []
-    starts: list[float] = []
-    durs: list[float] = []
     categories: list[str] = []
-    for start, dur, name, stats in rows:
+    for start, dur, name, event_stats, op in zip(starts, durs, names, stats, is_op):
         while open_spans and open_spans[-1][0] <= start:
             open_spans.pop()
         opaque = bool(open_spans) and open_spans[-1][1]
@@ -191,27 +189,35 @@ def _read_main_events(
         if kind is None:
             runtime = name in _RUNTIME_NAMES or "::" in name or _CUDA_CALL.match(name)
             kind = kinds[name] = 1 if runtime else 2 if _FRAMEWORK_SPAN.match(name) else 0
-        if cpu_only and name not in no_hlo:
-            cols.add_host_events(names, starts, durs, categories)  # the events before it, in order
-            names, starts, durs, categories = [], [], [], []
-            is_op = _add_cpu_op(cols, name, start, dur, stats, no_hlo)
-        else:
-            is_op = False
-        if is_op:
+        if op:
             category = "device"
         elif opaque or kind == 1:
             category = "runtime"
         elif kind == 2:
             category = "annotation"
         else:
-            category = _top_level_category(cols, name, stats, start, dur)
-        if not is_op:
-            names.append(name)
-            starts.append(start)
-            durs.append(dur)
-            categories.append(category)
+            category = _top_level_category(cols, name, event_stats, start, dur)
+        categories.append(category)
         open_spans.append((start + dur, opaque or category != "annotation" or kind == 2))
-    cols.add_host_events(names, starts, durs, categories)
+    if any(is_op):
+        cols.add_events(*_with_op_stats(names, starts, durs, stats, is_op, categories))
+    else:
+        cols.add_host_events(names, starts, durs, categories)
+
+
+def _outer_first(
+    rows: list[tuple[float, float, str, dict[str, Any]]],
+) -> tuple[list[float], list[float], list[str], list[dict[str, Any]]]:
+    """The columns of ``rows`` by start, the longer of two that start together first (an enclosing span
+    before what it encloses); rows equal in both stay in their order. A line is most often in that order
+    already."""
+    import numpy as np
+
+    starts, durs, names, stats = (list(column) for column in zip(*rows)) if rows else ([], [], [], [])
+    order = np.lexsort((-np.asarray(durs, dtype=np.float64), np.asarray(starts, dtype=np.float64)))
+    if (order[1:] < order[:-1]).any():
+        starts, durs, names, stats = ([column[i] for i in order.tolist()] for column in (starts, durs, names, stats))
+    return starts, durs, names, stats
 
 
 def _top_level_category(cols: HostColumns, name: str, stats: dict[str, Any], start: float, dur: float) -> str:
@@ -222,26 +228,45 @@ def _top_level_category(cols: HostColumns, name: str, stats: dict[str, Any], sta
     return "runtime" if _SOURCE_STATS.intersection(stats) else "annotation"
 
 
-def _add_cpu_op(
-    cols: HostColumns, name: str, start: float, dur: float, stats: dict[str, Any], no_hlo: set[str]
-) -> bool:
-    """Append the event as an XLA:CPU op if its stats say it is one; remember names that are not."""
-    if "hlo_op" not in stats or "hlo_module" not in stats:
-        no_hlo.add(name)
-        return False
-    cols.add(
-        int_or(stats.get("device_ordinal", 0), 0),
-        name,
-        start,
-        dur,
-        str(stats["hlo_module"]),
-        str(stats["hlo_op"]),
-        "",
-        program_id_of(stats.get("program_id")),
-        "device",
-        execution_id(run_id_of(stats.get("run_id")), program_id_of(stats.get("program_id"))),
-    )
-    return True
+def _cpu_ops(names: list[str], stats: list[dict[str, Any]], no_hlo: set[str]) -> list[bool]:
+    """Which events are XLA:CPU ops: both ``hlo_op`` and ``hlo_module`` stats. A name seen without them
+    joins ``no_hlo``, and its later events are not looked at (the events in order, as they were read)."""
+    is_op = []
+    for name, event_stats in zip(names, stats):
+        op = name not in no_hlo and "hlo_op" in event_stats and "hlo_module" in event_stats
+        if not op:
+            no_hlo.add(name)
+        is_op.append(op)
+    return is_op
+
+
+def _with_op_stats(
+    names: list[str],
+    starts: list[float],
+    durs: list[float],
+    stats: list[dict[str, Any]],
+    is_op: list[bool],
+    categories: str | list[str],
+) -> tuple[Any, ...]:
+    """``HostColumns.add_events``' columns of these events: an op's from its stats, in category ``device``;
+    the others' without device, module or program, in ``categories``."""
+    n = len(names)
+    category = [categories] * n if isinstance(categories, str) else categories
+    devices, modules, hlo_ops, programs, runs, kinds = [-1] * n, [""] * n, [""] * n, [-1] * n, [-1] * n, list(category)
+    for i in [i for i, op in enumerate(is_op) if op]:
+        event_stats = stats[i]
+        # The stats are ints and strings as the reader decodes them; the conversions are for anything else.
+        program, run = event_stats.get("program_id"), event_stats.get("run_id")
+        device = event_stats.get("device_ordinal", 0)
+        program = (program & _INT63 if program >= 0 else -1) if type(program) is int else program_id_of(program)
+        run = run & _INT63 if type(run) is int else run_id_of(run)
+        devices[i] = device if type(device) is int else int_or(device, 0)
+        modules[i] = str(event_stats["hlo_module"])
+        hlo_ops[i] = str(event_stats["hlo_op"])
+        programs[i] = program
+        runs[i] = run if run < 0 or program < 0 else (run ^ (program * _MIX)) & _INT63  # ``execution_id``
+        kinds[i] = "device"
+    return devices, names, starts, durs, modules, hlo_ops, programs, runs, kinds
 
 
 def execution_id(run: int, program: int) -> int:

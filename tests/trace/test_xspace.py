@@ -38,6 +38,7 @@ def rows(cols: HostColumns) -> list[dict]:
             "op": cols.hlo_op[i],
             "framework": cols.framework_op[i],
             "program": cols.program_id[i],
+            "run": cols.run_id[i],
             "category": cols.category[i],
         }
         for i in range(len(cols.name))
@@ -232,6 +233,36 @@ def test_real_cpu_trace_has_xla_cpu_ops_as_device_work(cpu_trace_dir) -> None:
 
     # Newer JAX writes its version into the trace; older JAX, nothing.
     assert cols.meta.get("jax_version", jax.__version__) == jax.__version__
+
+
+def test_xla_cpu_op_ids_follow_the_stat_conversions_whatever_the_values() -> None:
+    """The reader converts an op's program, run and device stats inline (``host_plane._with_op_stats``): the
+    result is ``execution_id(run_id_of(run), program_id_of(program))`` and ``int_or(device, 0)`` for every kind
+    of value a trace may hold (signed, past 2^63, missing, a string, a double), on a pool thread and the main one."""
+    from jaxdiag.trace.host_plane import execution_id, int_or, program_id_of, run_id_of
+
+    values = [None, 0, 7, -5, (1 << 63) + 9, (1 << 64) - 1, "12", "x", 2.5]
+    cases = [(p, r, d) for p in values for r in values for d in (None, 0, 3, "1", "y")]
+    events = []
+    for i, (program, run, device) in enumerate(cases):
+        stats = {"hlo_op": f"op{i}", "hlo_module": "jit_step", "program_id": program, "run_id": run}
+        if device is not None:
+            stats["device_ordinal"] = device
+        events.append(Ev(f"op{i}", 10 * i, 5, {k: v for k, v in stats.items() if v is not None}))
+    builder = XSpaceBuilder().plane("/host:CPU")
+    builder.line("tf_XLACpuThreadPool/1", events[::2])
+    builder.line("python3", events[1::2])
+    got = by_name(read_xspace(builder.serialize(), "h", source="x"))
+    for i, (program, run, device) in enumerate(cases):
+        row = got[f"op{i}"]
+        # What the trace holds: the builder writes a Python number as such, anything else as a string.
+        program, run = program_id_of(program), run_id_of(run)
+        assert (row["category"], row["program"], row["run"], row["device"]) == (
+            "device",
+            program,
+            execution_id(run, program),
+            0 if device is None else int_or(device, 0),
+        ), (i, cases[i])
 
 
 @pytest.mark.parametrize(
