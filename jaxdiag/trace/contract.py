@@ -84,7 +84,7 @@ def reader() -> TraceReader:
     import os
 
     chosen = os.environ.get(READER_VARIABLE, "")
-    fast = schema.message_classes() is not None and line_decoder() is not None
+    fast = schema.has_upb() and line_decoder() is not None
     if chosen == "profile_data" or (chosen != "column" and not fast):
         return ProfileDataReader()
     return ColumnReader()
@@ -150,8 +150,8 @@ class ColumnReader:
     ) -> list[PlaneColumns]:
         classes = schema.message_classes()
         decoder = line_decoder()
-        if classes is None or decoder is None:
-            raise TraceFormatError(f"{source}: reading from the bytes needs protobuf's upb and jaxdiag's _xline")
+        if classes is None or decoder is None:  # a protobuf that builds no classes from the table: the reference
+            return ProfileDataReader().read(data, source, stats=stats, frames=frames, select=select)
         view = memoryview(data)
         wire.check_wire(data, source)
         planes = []

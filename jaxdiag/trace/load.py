@@ -143,18 +143,18 @@ def prefetch(path: str | Path, *, run: str | None = None, host: str | None = Non
 
 
 def _ready_xspace_reader() -> None:
-    """Load the XSpace reader before any worker forks (``contract.reader``): protobuf's classes of the
-    planes; or, without upb, jaxlib's reader, asked once whether it survives corrupt data.
+    """Without upb, load jaxlib's reader before any worker forks (``contract.reader``), asked once whether it
+    survives corrupt data: forked workers inherit it, where each would otherwise load it again (and fork a
+    child of its own to ask), and this process would fork its child later, from the size pandas and the
+    analyses have grown it to.
 
-    Forked workers inherit them; each would otherwise load the reader again (and fork
-    a child of its own to ask), and this process would fork its child later, from the
-    size pandas and the analyses have grown it to.
+    The fast backend needs nothing here: protobuf's classes of the planes are built where a plane is
+    first read, by the workers (which have time to spare while this process imports) and by this
+    process only when it reads a task itself.
     """
     from jaxdiag.trace.contract import ColumnReader, reader
-    from jaxdiag.trace import schema
 
     if isinstance(reader(), ColumnReader):
-        schema.message_classes()
         return
     from jaxdiag.jax_internals import xspace_reader_raises
 

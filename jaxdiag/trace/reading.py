@@ -262,13 +262,10 @@ class Reading:
             return
         context = multiprocessing.get_context(method)
         if method == "fork":
-            # Every process needs numpy (the bulk reading, the frames) and protobuf's classes of the planes
-            # (``schema``): loaded once, before the fork.
+            # Every process needs numpy (the reading, the frames): loaded once, before the fork. Protobuf's
+            # classes of the planes are built by the workers, as they first read: this process needs them
+            # only when it reads a task itself, and it is the one on which the report waits.
             import numpy  # noqa: F401
-
-            from jaxdiag.trace import schema
-
-            schema.message_classes()
         elif method == "forkserver":
             context.set_forkserver_preload([__name__])  # type: ignore[attr-defined]
         try:

@@ -121,15 +121,25 @@ _PACKAGE = "jaxdiag_xplane"
 
 
 @functools.cache
+def has_upb() -> bool:
+    """Whether protobuf is upb, which ``message_classes`` needs: known without building the classes
+    (protobuf's descriptor modules take a tenth of what reading a large trace does)."""
+    try:
+        from google.protobuf.internal import api_implementation
+    except ImportError:
+        return False
+    return api_implementation.Type() == "upb"
+
+
+@functools.cache
 def message_classes() -> dict[str, Any] | None:
     """Protobuf classes of the XSpace messages, by name (``XSpace``, ``XPlane``, ...), built from the table
     above; ``None`` where protobuf is not upb (an old protobuf, or its pure-Python implementation)."""
+    if not has_upb():
+        return None
     try:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-        from google.protobuf.internal import api_implementation
 
-        if api_implementation.Type() != "upb":
-            return None
         get_class = message_factory.GetMessageClass
     except (ImportError, AttributeError):
         return None

@@ -1,7 +1,8 @@
 """``start_load`` readies the XSpace reader before workers fork: they inherit it, nobody asks twice.
 
 With protobuf's upb, the reader is ``contract.ColumnReader`` and jaxlib's reader is never asked;
-without it, jaxlib's reader is asked once, here.
+protobuf's classes of the planes are left to the workers (this process, on which the report
+waits, builds them only when it reads a task itself). Without upb, jaxlib's reader is asked once, here.
 
 Workers are forked only from a single-threaded process, and the test process runs
 jax's threads, so the case runs in a fresh interpreter.
@@ -32,7 +33,7 @@ SCRIPT = textwrap.dedent(
     jax_internals.profiler._parses_in_child = logged
     pending = load.start_load(sys.argv[1], parallel=True, workers=2)
     if os.environ.get("JAXDIAG_READER") != "profile_data":
-        assert schema.message_classes.cache_info().currsize == 1  # made before the workers forked
+        assert schema.message_classes.cache_info().currsize == 0  # not made here before the workers forked
     workers = pending._reading.workers
     frames = pending.result()
     print(workers, len(frames.events), os.getpid(), open(log).read().split())
