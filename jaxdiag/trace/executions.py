@@ -219,21 +219,25 @@ def between_steps_cut(
         for m, k, ok in zip(modules, at.tolist(), inside.tolist()):
             if ok:
                 steps_with[str(m)].add(k)
-        rare = {m for m, ks in steps_with.items() if 2 * len(ks) < len(positions)}
-        for k in range(len(positions)):  # step 0 too: work queued before the loop is not its own
-            row = out[positions[k]]
-            mark_start = marked.get((row[0], row[1]), (row[3], row[4]))[0]
-            lead = (at == k) & inside & (e_start < mark_start) & np.isin(modules, list(rare))
-            if not lead.any():
-                continue
-            cut = min(int(e_end[lead].max()), mark_start)
+        rare = np.isin(modules, [m for m, ks in steps_with.items() if 2 * len(ks) < len(positions)])
+        rows = [out[i] for i in positions]
+        mark_starts = np.array([marked.get((r[0], r[1]), (r[3], r[4]))[0] for r in rows], dtype=np.int64)
+        # Each step's lead (step 0's too: work queued before the loop is not its own): the rare executions
+        # that start in it before its mark; the step then starts where the last of them ends.
+        lead = inside & rare & (e_start < mark_starts[np.maximum(at, 0)])
+        none = np.iinfo(np.int64).min
+        lead_end = np.full(len(positions), none, dtype=np.int64)
+        np.maximum.at(lead_end, at[lead], e_end[lead])
+        for k in np.flatnonzero(lead_end > none).tolist():
+            row = rows[k]
+            cut = min(int(lead_end[k]), int(mark_starts[k]))
             if cut > row[3]:
                 out[positions[k]] = (row[0], row[1], row[2], cut, max(row[4], cut))
         last = out[positions[-1]]
         mark_end = marked.get((last[0], last[1]), (last[3], last[4]))[1]
-        trail = (at == len(positions) - 1) & inside & (e_start >= mark_end) & np.isin(modules, list(rare))
+        trail = (at == len(positions) - 1) & inside & (e_start >= mark_end) & rare
         if trail.any():  # work after the last step (a final evaluation) is not the last step's
-            steps_own = (at == len(positions) - 1) & inside & ~np.isin(modules, list(rare))
+            steps_own = (at == len(positions) - 1) & inside & ~rare
             end = max([mark_end] + [int(e) for e in e_end[steps_own & (e_start < int(e_start[trail].min()))]])
             out[positions[-1]] = (last[0], last[1], last[2], last[3], max(last[3], min(last[4], end)))
     return out
