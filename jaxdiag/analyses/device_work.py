@@ -381,7 +381,6 @@ def _steps_and_device_share(
 
 
 def executions_of(frames: "TraceFrames") -> "pd.DataFrame":
-    """Every execution of the capture (``trace.executions.executions``), shared within a report (read-only)."""
-    from jaxdiag.trace.executions import executions
-
-    return once(frames, ("executions",), lambda: executions(frames.events, frames.settings.step_gap_us))
+    """Every execution of the capture (``TraceFrames.executions``, read-only)."""
+    assert frames.executions is not None  # made with the frames
+    return frames.executions

@@ -136,6 +136,9 @@ class TraceFrames:
         inferred with) and compile-thread work is joined (``compile_join_us``). Every
         table derived from these frames reads them from here, so the frames and what
         is derived from them agree.
+      executions: one row per execution of a program, columns ``trace.executions.EXECUTION_COLUMNS``:
+        the loader finds them once, for the steps and the analyses; made from ``events`` and
+        ``settings`` when not given.
     """
 
     events: "pd.DataFrame"
@@ -149,3 +152,10 @@ class TraceFrames:
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
     settings: Settings = DEFAULT_SETTINGS
+    executions: "pd.DataFrame | None" = None
+
+    def __post_init__(self) -> None:
+        if self.executions is None:
+            from jaxdiag.trace.executions import executions
+
+            object.__setattr__(self, "executions", executions(self.events, self.settings.step_gap_us))

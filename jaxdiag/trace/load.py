@@ -191,6 +191,7 @@ class PendingLoad:
         """The loaded capture, read with ``settings`` (see ``load``)."""
         import pandas as pd
 
+        from jaxdiag.trace.executions import executions
         from jaxdiag.trace.steps import assign_steps, find_steps
 
         found, include_python = self._found, self._include_python
@@ -215,7 +216,8 @@ class PendingLoad:
         marks = [(p.host, n, s, round(a), round(b)) for p in parts for n, s, a, b in p.step_marks]
         device_steps = [(p.host, d, s, round(a), round(b)) for p in parts for d, s, a, b in p.device_steps]
         settings = settings if settings is not None else DEFAULT_SETTINGS
-        found_steps = find_steps(events, marks, device_steps, settings.step_gap_us)
+        execs = executions(events, settings.step_gap_us)
+        found_steps = find_steps(events, marks, device_steps, settings.step_gap_us, execs)
         events[STEP] = assign_steps(events, found_steps.table)
         devices = pd.DataFrame([row for p in parts for row in p.devices], columns=list(DEVICE_COLUMNS))
         impossible += _negative_device_facts_dropped(devices)
@@ -231,6 +233,7 @@ class PendingLoad:
             meta=_meta(parts, include_python),
             notes=_notes(parts, skipped, include_python) + tuple(impossible) + found_steps.notes,
             settings=settings,
+            executions=execs,
         )
 
 

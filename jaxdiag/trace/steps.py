@@ -99,6 +99,7 @@ def find_steps(
     marks: Sequence[StepMark] = (),
     device_steps: Sequence[DeviceStep] = (),
     step_gap_us: float = DEFAULT_SETTINGS.step_gap_us,
+    execs: "pd.DataFrame | None" = None,
 ) -> FoundSteps:
     """Find steps from annotations, TPU step lines or the dominant module, in that order.
 
@@ -108,12 +109,17 @@ def find_steps(
       device_steps: events of TPU "Steps" lines.
       step_gap_us: the setting: where executions are told apart by timing alone, a device
         idle this long ends one (``trace.executions``).
+      execs: ``trace.executions.executions(events, step_gap_us)``, when the caller has it.
     """
+    if execs is None:
+        from jaxdiag.trace.executions import executions
+
+        execs = executions(events, step_gap_us)
     if marks:
         rows, notes = _from_marks(marks)
         names = {r[2] for r in rows}
         tiled = tile(rows, events, read_back=True, step_names=names)
-        return FoundSteps(_table(_cut_between(tiled, rows, events, step_gap_us)), "annotation", notes)
+        return FoundSteps(_table(_cut_between(tiled, rows, events, execs)), "annotation", notes)
     if device_steps:
         merged: dict[tuple[str, int], list[int]] = {}
         for host, _device, step, start, end in device_steps:
@@ -121,7 +127,7 @@ def find_steps(
             span[0], span[1] = min(span[0], start), max(span[1], end)
         rows = [(h, s, "Steps", a, b) for (h, s), (a, b) in merged.items()]
         return FoundSteps(_table(tile(rows, events)), "device_steps", ())
-    return _from_module(events, step_gap_us)
+    return _from_module(events, execs)
 
 
 Row = tuple[str, int, str, int, int]
@@ -317,8 +323,8 @@ def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, in
     return [(h, s, chosen, a, b) for (h, s), (a, b) in spans.items()], notes
 
 
-def _from_module(events: "pd.DataFrame", step_gap_us: float) -> FoundSteps:
-    from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, executions, step_module
+def _from_module(events: "pd.DataFrame", execs: "pd.DataFrame") -> FoundSteps:
+    from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, step_module
 
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
@@ -327,7 +333,6 @@ def _from_module(events: "pd.DataFrame", step_gap_us: float) -> FoundSteps:
             "Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i)"
         )
         return FoundSteps(_table([]), "none", (note,))
-    execs = executions(events, step_gap_us)
     module = step_module(device, execs)
     rows: list[tuple[str, int, str, int, int]] = []
     sources: set[str] = set()
@@ -359,14 +364,13 @@ def _from_module(events: "pd.DataFrame", step_gap_us: float) -> FoundSteps:
     return FoundSteps(_table(between_steps_cut(tiled, marked, execs, module)), "module", (note,))
 
 
-def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame", step_gap_us: float) -> list[Row]:
+def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame", execs: "pd.DataFrame") -> list[Row]:
     """``between_steps_cut`` for marked steps, the step's program found as for inferred steps."""
-    from jaxdiag.trace.executions import between_steps_cut, executions, step_module
+    from jaxdiag.trace.executions import between_steps_cut, step_module
 
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
         return tiled
-    execs = executions(device, step_gap_us)
     marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
     return between_steps_cut(tiled, marked, execs, step_module(device, execs))
 
