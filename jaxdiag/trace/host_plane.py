@@ -126,7 +126,7 @@ def read_host_line(
             cols.add_host_events(names, starts, durs, "runtime")
         kind = "xla_cpu" if ops else "host"
     else:
-        _read_main_events(cols, list(zip(starts, durs, names, stats)), cpu_only, no_hlo)
+        _read_main_events(cols, starts, durs, names, stats, cpu_only, no_hlo)
         if not cpu_only:
             _read_launches(cols, label, starts, durs, stats)
         kind = "python" if frames else "host"
@@ -172,12 +172,17 @@ def _read_pool_events(
 
 
 def _read_main_events(
-    cols: HostColumns, rows: list[tuple[float, float, str, dict[str, Any]]], cpu_only: bool, no_hlo: set[str]
+    cols: HostColumns,
+    starts: list[float],
+    durs: list[float],
+    names: list[str],
+    stats: list[dict[str, Any]],
+    cpu_only: bool,
+    no_hlo: set[str],
 ) -> None:
-    """Python-thread events ``(start, duration, name, stats)``, categorised by what encloses them (see the module
-    docstring)."""
-    starts, durs, names, stats = _outer_first(rows)
-    is_op = _cpu_ops(names, stats, no_hlo) if cpu_only else [False] * len(rows)
+    """A Python thread's events, categorised by what encloses them (see the module docstring)."""
+    starts, durs, names, stats = _outer_first(starts, durs, names, stats)
+    is_op = _cpu_ops(names, stats, no_hlo) if cpu_only else [False] * len(names)
     open_spans: list[tuple[float, bool]] = []  # (end, inside runtime or framework)
     kinds: dict[str, int] = {}  # by name: 1 a runtime name, 2 a framework span, 0 neither
     categories: list[str] = []
@@ -206,17 +211,16 @@ def _read_main_events(
 
 
 def _outer_first(
-    rows: list[tuple[float, float, str, dict[str, Any]]],
+    starts: list[float], durs: list[float], names: list[str], stats: list[dict[str, Any]]
 ) -> tuple[list[float], list[float], list[str], list[dict[str, Any]]]:
-    """The columns of ``rows`` by start, the longer of two that start together first (an enclosing span
-    before what it encloses); rows equal in both stay in their order. A line is most often in that order
-    already."""
+    """The events by start, the longer of two that start together first (an enclosing span before what it
+    encloses); events equal in both stay in their order. A line is most often in that order already."""
     import numpy as np
 
-    starts, durs, names, stats = (list(column) for column in zip(*rows)) if rows else ([], [], [], [])
     order = np.lexsort((-np.asarray(durs, dtype=np.float64), np.asarray(starts, dtype=np.float64)))
     if (order[1:] < order[:-1]).any():
-        starts, durs, names, stats = ([column[i] for i in order.tolist()] for column in (starts, durs, names, stats))
+        at = order.tolist()
+        return [starts[i] for i in at], [durs[i] for i in at], [names[i] for i in at], [stats[i] for i in at]
     return starts, durs, names, stats
 
 
