@@ -34,6 +34,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jaxdiag.config import DEFAULT_SETTINGS
+from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, executions, step_module
 from jaxdiag.trace.frames import (
     CATEGORY,
     DEVICE,
@@ -112,8 +113,6 @@ def find_steps(
       execs: ``trace.executions.executions(events, step_gap_us)``, when the caller has it.
     """
     if execs is None:
-        from jaxdiag.trace.executions import executions
-
         execs = executions(events, step_gap_us)
     if marks:
         rows, notes = _from_marks(marks)
@@ -324,8 +323,6 @@ def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, in
 
 
 def _from_module(events: "pd.DataFrame", execs: "pd.DataFrame") -> FoundSteps:
-    from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, step_module
-
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
         note = (
@@ -366,8 +363,6 @@ def _from_module(events: "pd.DataFrame", execs: "pd.DataFrame") -> FoundSteps:
 
 def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame", execs: "pd.DataFrame") -> list[Row]:
     """``between_steps_cut`` for marked steps, the step's program found as for inferred steps."""
-    from jaxdiag.trace.executions import between_steps_cut, step_module
-
     device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
     if device.empty:
         return tiled
