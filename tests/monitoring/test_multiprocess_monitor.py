@@ -38,6 +38,11 @@ WORKER = PRELUDE + textwrap.dedent(
             if mode == "hang" and pid == 1 and i == 12:
                 time.sleep(300)  # HANG LINE: stops before the collective of step 12
             with mon.step():
+                if mode == "slow":
+                    # Steps of 5 ms at least, as training steps are: a window opens four of the monitor's
+                    # 50 ms intervals ahead, in steps (``peers._lead``): 100 to 200 steps of 1 to 2 ms,
+                    # past the loop's end, where the window would never open.
+                    time.sleep(0.005)
                 loss = train_step(np.ones((32, 32), np.float32) * i)
                 float(np.asarray(multihost_utils.process_allgather(loss)).sum())  # COLLECTIVE LINE
     jax.distributed.shutdown()
