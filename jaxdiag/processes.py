@@ -1,4 +1,4 @@
-"""Worker processes that read files: when fork is safe, and how a pool is stopped at once.
+"""This process and its workers: when fork is safe, how a pool is stopped at once, and the collector paused.
 
 Trace files (``trace.reading``) and long compile logs (``recording.log_chunks``) are
 read by a ``concurrent.futures.ProcessPoolExecutor`` beside this process; both start
@@ -8,10 +8,30 @@ their workers the same way and kill them the same way when a wait runs out.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import gc
 import os
 import signal
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a capture is read or a report built.
+
+    Both allocate a few million short-lived objects, and each allocation burst makes
+    the collector walk every object of pandas and numpy again: about a tenth of the
+    time of a report. Nothing here depends on cycles being freed early; the collector
+    runs again as soon as the block ends (a block inside another leaves it to the outer).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def fork_is_safe() -> bool:

@@ -6,14 +6,13 @@ printing and no rendering.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, graded, report_order, steady_wall_ms
 from jaxdiag.config import DEFAULT_THRESHOLDS, Settings, Thresholds
+from jaxdiag.processes import collector_paused
 from jaxdiag.reporting import sections as registry
 from jaxdiag.reporting.model import REPORT_FIELDS, Report
 from jaxdiag.trace.versions import capture_versions, untested_jax
@@ -65,26 +64,8 @@ def report(
       CompileLogError: an explicitly given compile log cannot be read.
     """
     settings = settings if settings is not None else thresholds
-    with _collector_paused():
+    with collector_paused():
         return _report(path, run, host, steps, tokens_per_step, flops_per_step, compile_log, settings, deep, scheduler)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a report is built.
-
-    Building a report allocates a few million short-lived objects, and each
-    allocation burst makes the collector walk every object of pandas and numpy
-    again: about a tenth of the time of a report. Nothing in a report depends on
-    cycles being freed early; the collector runs again as soon as it is done.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _report(

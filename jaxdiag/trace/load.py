@@ -84,16 +84,19 @@ def load(
       TraceFormatError: nothing readable at ``path``, or every host file is
         empty, truncated or not a trace.
     """
-    return start_load(
-        path,
-        run=run,
-        host=host,
-        include_python=include_python,
-        parallel=parallel,
-        workers=workers,
-        scheduler=scheduler,
-        start_method=start_method,
-    ).result(settings)
+    from jaxdiag.processes import collector_paused
+
+    with collector_paused():
+        return start_load(
+            path,
+            run=run,
+            host=host,
+            include_python=include_python,
+            parallel=parallel,
+            workers=workers,
+            scheduler=scheduler,
+            start_method=start_method,
+        ).result(settings)
 
 
 def start_load(

@@ -99,6 +99,25 @@ def two_gpu_hosts() -> dict[str, bytes]:
     }
 
 
+def test_load_reads_with_the_collector_paused_and_restores_it(cpu_trace_dir, monkeypatch) -> None:
+    """Reading allocates many short-lived objects, and each burst would make the collector walk every object
+    of pandas and numpy again: ``load`` reads with it paused, and leaves it as it found it."""
+    import gc
+
+    from jaxdiag.trace.load import PendingLoad
+
+    states: list[bool] = []
+    read = PendingLoad.result
+
+    def result(self, *args, **kwargs):
+        states.append(gc.isenabled())
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(PendingLoad, "result", result)
+    load(cpu_trace_dir.logdir, parallel=False)
+    assert states == [False] and gc.isenabled()
+
+
 def test_multi_host_run_keeps_hosts_apart(tmp_path: Path) -> None:
     write_run(tmp_path, two_gpu_hosts())
     frames = load(tmp_path)
