@@ -154,75 +154,36 @@ class HostColumns:
         self.category.append(category)
         self.correlation.append(-1)
 
-    def add_host_events(
-        self, names: list[str], starts: list[float], durs: list[float], category: str | list[str]
-    ) -> None:
-        """Append host events in bulk (there can be a million): of one category, or each of its own."""
-        n = len(names)
-        self.name += names
-        self.start_ns.extend(starts)
-        self.dur_ns.extend(durs)
-        self.device.extend(_NONE * n)
-        self.program_id.extend(_NONE * n)
-        self.run_id.extend(_NONE * n)
-        self.correlation.extend(_NONE * n)
-        self.category += [category] * n if isinstance(category, str) else category
-        for column in (self.hlo_module, self.hlo_op, self.framework_op):
-            column += [""] * n
-
     def add_events(
         self,
-        devices: list[int],
         names: list[str],
-        starts: list[float],
-        durs: list[float],
-        modules: list[str],
-        ops: list[str],
-        programs: list[int],
-        runs: list[int],
-        categories: list[str],
+        starts: Sequence[float],
+        durs: Sequence[float],
+        category: str | list[str],
+        *,
+        devices: Sequence[int] | None = None,
+        modules: list[str] | None = None,
+        ops: list[str] | None = None,
+        frameworks: list[str] | None = None,
+        programs: Sequence[int] | None = None,
+        runs: Sequence[int] | None = None,
+        correlations: Sequence[int] | None = None,
     ) -> None:
-        """Append events in bulk, each with its own device, module, op, program, run and category
-        (no framework op, no correlation), as ``add`` would one by one."""
+        """Append events in bulk (there can be a million), as ``add`` would one by one: of one category, or
+        each of its own; a column not given holds none (-1, or an empty string) for every event."""
         n = len(names)
-        self.device.extend(devices)
+        none, blank = _NONE * n, [""] * n
         self.name += names
         self.start_ns.extend(starts)
         self.dur_ns.extend(durs)
-        self.hlo_module += modules
-        self.hlo_op += ops
-        self.framework_op += [""] * n
-        self.program_id.extend(programs)
-        self.run_id.extend(runs)
-        self.correlation.extend(_NONE * n)
-        self.category += categories
-
-    def add_device_events(
-        self,
-        device: int,
-        names: list[str],
-        starts: list[float],
-        durs: list[float],
-        modules: list[str],
-        ops: list[str],
-        frameworks: list[str],
-        programs: list[int],
-        runs: list[int] | None = None,
-        correlations: list[int] | None = None,
-    ) -> None:
-        """Append device events in bulk (category ``device``), as ``add`` would one by one."""
-        n = len(names)
-        self.device.extend(array("q", [device]) * n)
-        self.name += names
-        self.start_ns.extend(starts)
-        self.dur_ns.extend(durs)
-        self.hlo_module += modules
-        self.hlo_op += ops
-        self.framework_op += frameworks
-        self.program_id.extend(programs)
-        self.run_id.extend(_NONE * n if runs is None else runs)
-        self.correlation.extend(_NONE * n if correlations is None else correlations)
-        self.category += ["device"] * n
+        self.device.extend(none if devices is None else devices)
+        self.program_id.extend(none if programs is None else programs)
+        self.run_id.extend(none if runs is None else runs)
+        self.correlation.extend(none if correlations is None else correlations)
+        self.hlo_module += blank if modules is None else modules
+        self.hlo_op += blank if ops is None else ops
+        self.framework_op += blank if frameworks is None else frameworks
+        self.category += [category] * n if isinstance(category, str) else category
 
     def extend(self, *others: "HostColumns") -> None:
         """Append ``others``' events and facts after this one's (the pieces of one host, in plane order).

@@ -8,6 +8,8 @@ Each line is a stream (GPU) or a kind of op (TPU); its kind (``LINE_KINDS`` in
 
 from __future__ import annotations
 
+from array import array
+
 import math
 import re
 from typing import TYPE_CHECKING, Any, Iterable
@@ -175,15 +177,16 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
             if verdict is None:
                 verdict = verdicts[name, op] = is_collective(name, op)
             collectives += verdict
-    cols.add_device_events(
-        ordinal,
+    cols.add_events(
         line.names,
         line.starts,
         line.durs,
-        [str(s.get("hlo_module", "")) for s in stats],
-        ops,
-        ["" if f.startswith("XlaModule:") else f for f in frameworks],
-        programs,
+        "device",
+        devices=array("q", [ordinal]) * len(line.names),
+        modules=[str(s.get("hlo_module", "")) for s in stats],
+        ops=ops,
+        frameworks=["" if f.startswith("XlaModule:") else f for f in frameworks],
+        programs=programs,
         correlations=_correlations(stats),
     )
     return kernels, collectives

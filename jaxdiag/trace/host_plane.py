@@ -123,7 +123,7 @@ def read_host_line(
         if cpu_only:
             ops = _read_pool_events(cols, names, starts, durs, stats, no_hlo)
         else:
-            cols.add_host_events(names, starts, durs, "runtime")
+            cols.add_events(names, starts, durs, "runtime")
         kind = "xla_cpu" if ops else "host"
     else:
         _read_main_events(cols, starts, durs, names, stats, cpu_only, no_hlo)
@@ -131,7 +131,7 @@ def read_host_line(
             _read_launches(cols, label, starts, durs, stats)
         kind = "python" if frames else "host"
     if python:
-        cols.add_host_events(
+        cols.add_events(
             [line.names[i] for i in python], [line.starts[i] for i in python], [line.durs[i] for i in python], "python"
         )
     cols.close_segment(HOST_PLANE, label, kind, first)
@@ -165,9 +165,9 @@ def _read_pool_events(
     is_op = _cpu_ops(names, stats, no_hlo)
     ops = sum(is_op)
     if ops:
-        cols.add_events(*_with_op_stats(names, starts, durs, stats, is_op, "runtime"))
+        _add_with_op_stats(cols, names, starts, durs, stats, is_op, "runtime")
     else:
-        cols.add_host_events(names, starts, durs, "runtime")
+        cols.add_events(names, starts, durs, "runtime")
     return ops
 
 
@@ -205,9 +205,9 @@ def _read_main_events(
         categories.append(category)
         open_spans.append((start + dur, opaque or category != "annotation" or kind == 2))
     if any(is_op):
-        cols.add_events(*_with_op_stats(names, starts, durs, stats, is_op, categories))
+        _add_with_op_stats(cols, names, starts, durs, stats, is_op, categories)
     else:
-        cols.add_host_events(names, starts, durs, categories)
+        cols.add_events(names, starts, durs, categories)
 
 
 def _outer_first(
@@ -244,16 +244,17 @@ def _cpu_ops(names: list[str], stats: list[dict[str, Any]], no_hlo: set[str]) ->
     return is_op
 
 
-def _with_op_stats(
+def _add_with_op_stats(
+    cols: HostColumns,
     names: list[str],
     starts: list[float],
     durs: list[float],
     stats: list[dict[str, Any]],
     is_op: list[bool],
     categories: str | list[str],
-) -> tuple[Any, ...]:
-    """``HostColumns.add_events``' columns of these events: an op's from its stats, in category ``device``;
-    the others' without device, module or program, in ``categories``."""
+) -> None:
+    """Append these events: an op with its device, module, program and run from its stats, in category
+    ``device``; the others without them, in ``categories``."""
     n = len(names)
     category = [categories] * n if isinstance(categories, str) else categories
     devices, modules, hlo_ops, programs, runs, kinds = [-1] * n, [""] * n, [""] * n, [-1] * n, [-1] * n, list(category)
@@ -270,7 +271,9 @@ def _with_op_stats(
         programs[i] = program
         runs[i] = run if run < 0 or program < 0 else (run ^ (program * _MIX)) & _INT63  # ``execution_id``
         kinds[i] = "device"
-    return devices, names, starts, durs, modules, hlo_ops, programs, runs, kinds
+    cols.add_events(
+        names, starts, durs, kinds, devices=devices, modules=modules, ops=hlo_ops, programs=programs, runs=runs
+    )
 
 
 def execution_id(run: int, program: int) -> int:

@@ -110,14 +110,14 @@ def find_steps(
       device_steps: events of TPU "Steps" lines.
       step_gap_us: the setting: where executions are told apart by timing alone, a device
         idle this long ends one (``trace.executions``).
-      execs: ``trace.executions.executions(events, step_gap_us)``, when the caller has it.
+      execs: ``trace.executions.executions(events, step_gap_us)``, when the caller has it
+        (TPU step lines need none).
     """
-    if execs is None:
-        execs = executions(events, step_gap_us)
     if marks:
         rows, notes = _from_marks(marks)
         names = {r[2] for r in rows}
         tiled = tile(rows, events, read_back=True, step_names=names)
+        execs = execs if execs is not None else executions(events, step_gap_us)
         return FoundSteps(_table(_cut_between(tiled, rows, events, execs)), "annotation", notes)
     if device_steps:
         merged: dict[tuple[str, int], list[int]] = {}
@@ -126,7 +126,7 @@ def find_steps(
             span[0], span[1] = min(span[0], start), max(span[1], end)
         rows = [(h, s, "Steps", a, b) for (h, s), (a, b) in merged.items()]
         return FoundSteps(_table(tile(rows, events)), "device_steps", ())
-    return _from_module(events, execs)
+    return _from_module(events, execs if execs is not None else executions(events, step_gap_us))
 
 
 Row = tuple[str, int, str, int, int]

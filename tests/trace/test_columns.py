@@ -12,7 +12,7 @@ def test_extend_appends_every_list_and_merges_the_facts() -> None:
     a.add(0, "fusion.1", 10.0, 5.0, "jit_f", "fusion.1", "", 3, "device")
     a.close_segment("/device:GPU:0", "Stream #14", "compute", 0)
     a.meta["jax_version"], a.python_frames = "0.1", 4
-    b.add_host_events(["load_batch"], [20.0], [7.0], "annotation")
+    b.add_events(["load_batch"], [20.0], [7.0], "annotation")
     b.close_segment("/host:CPU", "python3", "python", 0)
     b.step_marks.append(("train", 0, 0.0, 30.0))
     b.notes.append("a note")
@@ -44,7 +44,7 @@ def test_extend_joins_packed_and_unpacked_pieces_in_order() -> None:
 
     def piece(names: list[str], category: str) -> HostColumns:
         cols = HostColumns("h")
-        cols.add_host_events(names, [float(i) for i in range(len(names))], [1.0] * len(names), category)
+        cols.add_events(names, [float(i) for i in range(len(names))], [1.0] * len(names), category)
         cols.close_segment("/host:CPU", category, "host", 0)
         return cols
 
@@ -76,7 +76,7 @@ def test_pieces_packed_together_share_their_values_and_join_as_apart() -> None:
 
     def piece(names: list[str]) -> HostColumns:
         cols = HostColumns("h")
-        cols.add_host_events(names, [0.0] * len(names), [1.0] * len(names), "runtime")
+        cols.add_events(names, [0.0] * len(names), [1.0] * len(names), "runtime")
         return cols
 
     together = [piece(["a", "b"]), piece(["b", "c", "c"]), piece([])]

@@ -81,6 +81,16 @@ def test_backends_read_a_cpu_capture_alike(cpu_trace_dir, xline: object) -> None
             assert_same(got, want)
 
 
+def test_a_protobuf_that_builds_no_classes_is_read_by_the_reference(cpu_trace_dir, monkeypatch) -> None:
+    """The backend is chosen by whether protobuf is upb (``schema.has_upb``), before the classes are built;
+    where upb cannot build them from the table, ``ColumnReader`` reads as ``ProfileDataReader`` does."""
+    path = sorted(Path(cpu_trace_dir.run_dir).glob("*.xplane.pb"))[0]
+    data = path.read_bytes()
+    want = ProfileDataReader().read(data, str(path), frames=False)
+    monkeypatch.setattr(schema, "message_classes", lambda: None)
+    assert_same(ColumnReader().read(data, str(path), frames=False), want)
+
+
 # --- generated XSpaces ------------------------------------------------------------
 _STAT_NAMES = ["hlo_op", "run_id", "program_id", "ref_target", "value"]
 _values = st.one_of(

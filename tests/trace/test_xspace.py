@@ -236,7 +236,7 @@ def test_real_cpu_trace_has_xla_cpu_ops_as_device_work(cpu_trace_dir) -> None:
 
 
 def test_xla_cpu_op_ids_follow_the_stat_conversions_whatever_the_values() -> None:
-    """The reader converts an op's program, run and device stats inline (``host_plane._with_op_stats``): the
+    """The reader converts an op's program, run and device stats inline (``host_plane._add_with_op_stats``): the
     result is ``execution_id(run_id_of(run), program_id_of(program))`` and ``int_or(device, 0)`` for every kind
     of value a trace may hold (signed, past 2^63, missing, a string, a double), on a pool thread and the main one."""
     from jaxdiag.trace.host_plane import execution_id, int_or, program_id_of, run_id_of
