@@ -17,6 +17,7 @@ import pytest
 
 import jaxdiag
 from jaxdiag.config import Thresholds
+from jaxdiag.recording import compile_log
 
 STEPS = 8
 LAYERS = 6  # 12 leaves: 48 eager launches a step
@@ -50,6 +51,9 @@ def _train(logdir: Path, fused: bool) -> Path:
     params = [(jax.random.normal(jax.random.fold_in(key, i), (32, 32)) / 6, jnp.zeros(32)) for i in range(LAYERS)]
     mom = jax.tree_util.tree_map(jnp.zeros_like, params)
     x = jnp.ones((16, 32))
+    # Records of what other tests compiled earlier in this process (an eager ``add`` of another shape)
+    # would be carried into the sidecar as earlier compiles of the same function, with their own lines.
+    compile_log.clear()
     with jaxdiag.watch():
         value, params, mom = step(params, mom, x)  # compiled before the capture
         # and run: else, on a loaded machine, its last eager ops still wait to run when the capture opens
