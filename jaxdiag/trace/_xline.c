@@ -4,7 +4,7 @@
    its events: names, starts and durations (ns, as floats) and the stats asked for, as
    jaxlib's ``ProfileData`` gives them (see contract.py). Anything this decoder does not expect
    (a group, a known field written with another wire type, a varint past ten bytes, a start
-   that overflows int64) raises ``Unexpected``: the caller then parses the line whole with
+   that overflows int64, a name or timestamp written after an event) raises ``Unexpected``: the caller then parses the line whole with
    protobuf's own parser, which also says what is wrong with a damaged one. Field numbers are
    those of ``schema.py`` (XLine, XEvent, XStat), checked against it when the module is used.
 */
@@ -92,7 +92,8 @@ enum { STAT_METADATA_ID = 1, STAT_DOUBLE = 2, STAT_UINT64 = 3, STAT_INT64 = 4, S
 static const int LINE_WIRE[] = {-1, 0, 2, 0, 2, -1, -1, -1, -1, 0, 0, 2}; /* fields 1-4, 9-11; -1: unknown */
 static const int STAT_WIRE[] = {-1, 0, 1, 0, 0, 2, 2, 0};
 
-/* head(payload) -> (name as bytes, timestamp_ns): the line's fields other than its events. */
+/* head(payload) -> (name as bytes, timestamp_ns): the line's fields before its first event. A name or
+   timestamp written after an event is left to ``events``, which raises ``Unexpected`` on it. */
 static PyObject *head(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer buffer;
@@ -107,6 +108,7 @@ static PyObject *head(PyObject *self, PyObject *args) {
             PyBuffer_Release(&buffer);
             return unexpected();
         }
+        if (f.number == LINE_EVENTS) break; /* protobuf writes a line's fields in order: the events last */
         if (f.number == LINE_NAME) {
             name = f.data;
             name_size = f.size;
@@ -223,7 +225,7 @@ static int read_stats(const Context *cx, const uint8_t *event, Py_ssize_t size, 
 }
 
 /* events(payload, timestamp_ns, names, stat_names, wanted, no_stats, frame_bits, keep_frames)
-   -> (names, starts, durations, stats, frames left out) */
+   -> (names, starts, durations, stats, frames left out); ``Unexpected`` on a name or timestamp after an event */
 static PyObject *events(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer buffer, bits;
@@ -252,14 +254,20 @@ static PyObject *events(PyObject *self, PyObject *args) {
     Py_ssize_t skipped = 0;
     int read_any = PyDict_GET_SIZE(cx.wanted) > 0;
     int64_t last_id = 0;
+    int seen_event = 0;
     PyObject *last_name = NULL; /* borrowed: consecutive events often share a name */
     if (cx.empty == NULL || names == NULL || starts == NULL || durs == NULL || stats == NULL) goto done;
     Cursor c = {buffer.buf, (const uint8_t *)buffer.buf + buffer.len};
     Field f = {0};
     while (c.at < c.end) {
         if (next_field(&c, &f) < 0) goto unexpected;
-        if (f.number != LINE_EVENTS) continue;
-        if (f.wire != 2) goto unexpected;
+        if (f.number <= 11 && LINE_WIRE[f.number] >= 0 && LINE_WIRE[f.number] != f.wire) goto unexpected;
+        if (f.number != LINE_EVENTS) {
+            /* ``head`` read the name and timestamp written before the first event: a later one would count */
+            if (seen_event && (f.number == LINE_NAME || f.number == LINE_TIMESTAMP_NS)) goto unexpected;
+            continue;
+        }
+        seen_event = 1;
         Cursor e = {f.data, f.data + f.size};
         uint64_t id = 0, offset = 0, duration = 0;
         Field g = {0};
@@ -327,7 +335,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"head", head, METH_VARARGS, "A serialized XLine's name (bytes) and timestamp_ns, its events skipped."},
+    {"head", head, METH_VARARGS, "A serialized XLine's name (bytes) and timestamp_ns, read up to its first event."},
     {"events", events, METH_VARARGS, "A serialized XLine's events as the reader contract's columns."},
     {NULL, NULL, 0, NULL},
 };

@@ -77,9 +77,9 @@ def unique_labels(names: Iterable[str]) -> list[str]:
 
 def host_line_stats(line: str, accelerated: bool) -> frozenset[str]:
     """The stats ``read_host_line`` reads of a host thread's events (``accelerated``: the host has devices)."""
-    if not accelerated:
-        return CPU_OP_STATS | PYTHON_THREAD_STATS
-    return frozenset() if is_runtime_thread(line) else PYTHON_THREAD_STATS | LAUNCH_STATS
+    if is_runtime_thread(line):  # a pool's events are ops or runtime, whatever else they carry
+        return frozenset() if accelerated else CPU_OP_STATS
+    return PYTHON_THREAD_STATS | (LAUNCH_STATS if accelerated else CPU_OP_STATS)
 
 
 def read_host_plane(cols: HostColumns, plane: "PlaneColumns", *, cpu_only: bool, include_python: bool) -> None:

@@ -238,19 +238,24 @@ def test_the_decoder_numbers_fields_as_the_schema_does(xline: Any) -> None:
 
 def test_the_decoder_reads_a_line_and_leaves_what_it_does_not_expect(xline: Any) -> None:
     """The decoder itself, not upb behind it: a plain line is decoded; a known field with another wire type,
-    a group or a truncated event raises ``Unexpected`` (``ColumnReader`` then parses the line with upb)."""
+    a group, a truncated event, or a name or timestamp after an event raises ``Unexpected`` (``ColumnReader``
+    then parses the line with upb)."""
     stat = _varint_field(XStat.METADATA_ID, 2) + _varint_field(XStat.UINT64, 2**64 - 1)
     event = _varint_field(XEvent.METADATA_ID, 1) + _varint_field(XEvent.OFFSET_PS, 2_500) + _record(XEvent.STATS, stat)
-    line = _record(XLine.NAME, b"main") + _record(XLine.EVENTS, event) + _varint_field(XLine.TIMESTAMP_NS, 10)
+    line = _record(XLine.NAME, b"main") + _varint_field(XLine.TIMESTAMP_NS, 10) + _record(XLine.EVENTS, event)
     assert xline.head(line) == (b"main", 10)
     got = xline.events(line, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, {}, None, True)
     assert got == (["op"], [12.0], [0.0], [{"run_id": 2**64 - 1}], 0)
+    with pytest.raises(xline.Unexpected):  # a known field of another wire type before the events
+        xline.head(_record(XLine.TIMESTAMP_NS, b"\x01") + line)
     for bad in (
         line + _record(XLine.TIMESTAMP_NS, b"\x01"),  # a known field, length-delimited
         line + bytes([XLine.EVENTS << 3 | 3]),  # a group
         line + _record(XLine.EVENTS, event)[:-1],  # cut short
+        line + _varint_field(XLine.TIMESTAMP_NS, 20),  # a timestamp after the events, which would count
+        line + _record(XLine.NAME, b"other"),  # a name after the events
     ):
         with pytest.raises(xline.Unexpected):
-            xline.head(bad)
+            xline.events(bad, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, {}, None, True)
     with pytest.raises(xline.Unexpected):
         xline.events(line + _record(XLine.EVENTS, _record(XEvent.OFFSET_PS, b"")), 10, {}, {}, {}, {}, None, True)
