@@ -26,6 +26,8 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from jaxdiag.analyses.capture_section import CaptureNote, CaptureSection
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.collectives import platform_of
@@ -156,12 +158,19 @@ def _executions(ops: "pd.DataFrame") -> dict[str, int]:
     kernel XLA reuses for identical fusions more often, but fewer ops than the rest.
     Each compile of a function (``program_id``) counts apart.
     """
+    import pandas as pd
+
     out: dict[str, int] = {}
     keys = [F.HLO_MODULE, F.PROGRAM_ID, F.PLANE, F.DEVICE]
     best: dict[tuple[str, int], int] = {}
-    for (module, program, _plane, _device), rows in ops.groupby(keys, sort=False, observed=True):
-        counts = (rows[F.NAME].astype(str) + "\0" + rows[F.HLO_OP].astype(str)).value_counts()
-        runs = int(counts.value_counts().idxmax()) if len(counts) else 0
+    if ops.empty:
+        return out
+    names, hlo_ops = pd.factorize(ops[F.NAME])[0], pd.factorize(ops[F.HLO_OP])
+    op = names.astype(np.int64) * (len(hlo_ops[1]) + 1) + hlo_ops[0] + 1  # one number per (kernel, HLO op)
+    for (module, program, _plane, _device), rows in ops.groupby(keys, sort=False, observed=True).indices.items():
+        occurrences = np.unique(op[rows], return_counts=True)[1]
+        counts, how_often = np.unique(occurrences, return_counts=True)
+        runs = int(counts[np.flatnonzero(how_often == np.max(how_often))[-1]])  # a tie: the most occurrences
         best[(str(module), int(program))] = max(best.get((str(module), int(program)), 0), runs)
     for (module, _program), runs in best.items():
         function = _function_of(module)

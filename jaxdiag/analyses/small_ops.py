@@ -35,6 +35,7 @@ import numpy as np
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import between_programs, op_steps
+from jaxdiag.analyses.categories import name_matches
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
@@ -56,6 +57,7 @@ _NUMBERED = re.compile(r"(?:[._]\d+)+$")
 _MAX_FINDINGS = 3
 _USELESS_FRAMEWORK_OP = re.compile(r"^(?:XlaModule:.*|(?:jit|pjit|pmap)\([^/]*\)|)$")
 _JIT_PREFIX = re.compile(r"^(?:jit|pjit|pmap)\([^/]*\)/")
+_WHILE = re.compile("while")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -160,7 +162,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
             iv.length(gap_iv),
             iv.total(np.concatenate([small_iv, gap_iv])),
         ]
-        counts = small.groupby(F.STEP).size()
+        counts = small.groupby(F.STEP).size().to_dict()
         t = _by_step(intervals_of(small), small[F.STEP].to_numpy(np.int64))
         g = _by_step(gaps, gap_step)
         for step in win[F.STEP].to_numpy(np.int64).tolist():
@@ -230,7 +232,7 @@ def _in_loop(program_ops: "pd.DataFrame", small: "pd.DataFrame") -> int:
     is counted: a repeated kernel name is no sign of a loop, since XLA reuses one
     kernel for identical fusions.
     """
-    loops = program_ops.loc[program_ops[F.NAME].astype(str).str.startswith("while")]
+    loops = program_ops.loc[name_matches(program_ops[F.NAME], _WHILE, at_start=True)]
     if loops.empty:
         return 0
     mine = program_ops.loc[program_ops.index.isin(small.index)]

@@ -13,6 +13,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxdiag
 from jaxdiag.analyses import completeness
@@ -175,3 +177,52 @@ def test_dropped_event_stats_are_said():
     (note,) = completeness.analyze(AnalysisInputs(held)).notes
     assert note.kind == "events_dropped" and "dropped_events = 1,234" in note.message
     assert completeness.analyze(AnalysisInputs(frames(events, steps=[(0, 500), (500, 1200)]))).whole
+
+
+_names = st.sampled_from(["fusion", "fusion.1", "dot", "copy", ""])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            _names,  # kernel
+            _names,  # HLO op
+            st.sampled_from(["jit_step", "jit_eval", "other"]),  # module
+            st.integers(0, 2),  # program
+            st.integers(0, 1),  # device
+        ),
+        max_size=60,
+    )
+)
+def test_executions_are_the_commonest_count_of_an_op_the_larger_on_a_tie(rows: list[tuple]) -> None:
+    """Each compile of a function ran as many times as its ops' commonest number of occurrences, on the device
+    that ran it most; a tie between two counts is the larger (an op run once more, as a loop body's, is no
+    other execution). Written out with counters, and held to ``_executions`` on generated ops."""
+    import collections
+
+    import pandas as pd
+
+    from jaxdiag.trace import frames as F
+
+    ops = pd.DataFrame(
+        {
+            F.NAME: pd.Categorical([r[0] for r in rows]),
+            F.HLO_OP: pd.Categorical([r[1] for r in rows]),
+            F.HLO_MODULE: pd.Categorical([r[2] for r in rows]),
+            F.PROGRAM_ID: [r[3] for r in rows],
+            F.PLANE: pd.Categorical(["/host:CPU"] * len(rows)),
+            F.DEVICE: [r[4] for r in rows],
+        }
+    )
+    best: dict[tuple[str, int], int] = {}
+    for module, program, device in {(r[2], r[3], r[4]) for r in rows}:
+        per_op = collections.Counter((r[0], r[1]) for r in rows if (r[2], r[3], r[4]) == (module, program, device))
+        how_often = collections.Counter(per_op.values())
+        runs = max(count for count, n in how_often.items() if n == max(how_often.values()))
+        best[(module, program)] = max(best.get((module, program), 0), runs)
+    truth: dict[str, int] = {}
+    for (module, _), runs in best.items():
+        if module.startswith("jit_"):
+            truth[module[4:]] = truth.get(module[4:], 0) + runs
+    assert completeness._executions(ops) == truth
