@@ -7,8 +7,9 @@ report draws what the trace drew. (Only a timeline of a step the report did not
 keep reads the trace, when the report was built in this process.) A section with
 nothing in it gives a figure that says "no data" and why, never an error.
 plotly is imported inside the builders, so importing this module costs nothing.
-(Seven builders and their few shared helpers make it a little over 400 lines; the
-timeline's event selection and merging live in ``render.timeline``.)
+(Eleven builders and their shared helpers make it run past 400 lines, to about 600: each builder is
+short, and they share the report's reading and the "no data" figure; the timeline's event selection
+and merging live in ``render.timeline``.)
 """
 
 from __future__ import annotations
