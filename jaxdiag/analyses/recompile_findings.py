@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
-from jaxdiag.analyses.compile_spans import UNNAMED
+from jaxdiag.analyses.booking import step_program
+from jaxdiag.analyses.compile_spans import UNNAMED, function_name
 from jaxdiag.config import Settings
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
 from jaxdiag.trace import frames as F
@@ -108,6 +109,7 @@ def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ..
     all_steps = sorted({int(s) for s in inputs.frames.steps[F.STEP]}) if len(inputs.frames.steps) else []
     if inputs.steps is not None:
         all_steps = [s for s in all_steps if s in set(inputs.steps)]
+    warm_up = _warm_up_steps(r, inputs)
     out = []
     for (kind, name), group in groups.items():
         # Hosts compile at the same time: the run lost the slowest host's share, not their sum.
@@ -117,11 +119,38 @@ def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ..
         lost = _slowest_host(group, lambda c: c.device_wait_ms if c.step >= 0 else 0.0)
         if host_ms < inputs.thresholds.min_finding_ms:
             continue
-        if kind == "function" and lost < inputs.thresholds.min_finding_ms:
-            out.append(_one_off_finding(name, group, host_ms, lost, all_steps))
+        if kind == "function" and (lost < inputs.thresholds.min_finding_ms or _only_warming_up(group, warm_up)):
+            out.append(_one_off_finding(name, group, host_ms, lost, all_steps, warm_up))
             continue
         out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps, inputs.thresholds))
     return tuple(out)
+
+
+def _warm_up_steps(r: "RecompilesResult", inputs: AnalysisInputs) -> dict[str, tuple[int, str]]:
+    """Per host, the step that compiled the training step's program for the first time, and its function:
+    the run's warm-up, where whatever runs first compiles."""
+    program = step_program(inputs.frames)
+    function = function_name(program) if program else ""
+    out: dict[str, tuple[int, str]] = {}
+    for c in r.compiles:
+        if function and c.function == function and not c.recompile and c.step >= 0:
+            out.setdefault(c.host, (c.step, function))
+    return out
+
+
+def _only_warming_up(group: list[Compile], warm_up: Mapping[str, tuple[int, str]]) -> bool:
+    """Whether every compile of ``group`` in a step lies in its host's warm-up step, and none is logged.
+
+    Without a compile log, a compile is called a recompile when its function's name compiled before:
+    for an eager operation (``broadcast_in_dim``, ``gather``) that is a first compile at another shape.
+    Such compiles that happen only in the step that first compiled the training step, and nowhere after
+    it, are the warm-up's, paid once, not shapes that vary in the loop."""
+    inside = [c for c in group if c.step >= 0]
+    return (
+        bool(inside)
+        and not any(c.logged for c in group)
+        and all(c.host in warm_up and warm_up[c.host][0] == c.step for c in inside)
+    )
 
 
 def _slowest_host(group: list[Compile], ms: Any) -> float:
@@ -149,36 +178,55 @@ _ONE_OFF = (
 )
 
 
-def _one_off_finding(name: str, group: list[Compile], host_ms: float, lost: float, all_steps: list[int]) -> Finding:
-    """Compiles of a function that cost the steps (next to) nothing: one-off compiles, not a loop's recompiles."""
+def _one_off_finding(
+    name: str,
+    group: list[Compile],
+    host_ms: float,
+    lost: float,
+    all_steps: list[int],
+    warm_up: Mapping[str, tuple[int, str]],
+) -> Finding:
+    """Compiles of a function that cost the steps (next to) nothing, or only in the warm-up step
+    (``_only_warming_up``): one-off compiles, not a loop's recompiles."""
     hosts = sorted({c.host for c in group})
     count = max(sum(1 for c in group if c.host == h) for h in hosts)
     times = "once more" if count == 1 else f"{count} more times"
     shown = f"`{name}`" if name != UNNAMED else "a function the trace does not name"
+    warming = _only_warming_up(group, warm_up)
     notes = []
     if any(c.step < 0 for c in group):
         notes.append("outside the steps: part of the time around them, not of any step")
-    if any(c.step >= 0 for c in group):
+    if warming:
+        step, function = warm_up[next(c.host for c in group if c.step >= 0)]
         notes.append(
-            "inside the steps: the device kept running work the host had queued ahead"
-            + (f" (it waited {fmt_ms(lost)} ms)" if lost > 0 else "")
+            f"in step {step}, the run's warm-up, which also compiled `{function}` for the first time"
+            + (f": the step waited {fmt_ms(lost)} ms for these, once" if lost > 0 else "")
         )
+        cost = "one-off compiles, not recompiles in the training loop"
+    else:
+        if any(c.step >= 0 for c in group):
+            notes.append(
+                "inside the steps: the device kept running work the host had queued ahead"
+                + (f" (it waited {fmt_ms(lost)} ms)" if lost > 0 else "")
+            )
+        cost = "one-off compiles that cost the steps " + ("nothing" if lost <= 0 else "little")
     message = (
         f"{shown} compiled {times}, {_where(group, all_steps)}: {fmt_ms(host_ms)} ms of host compile time, "
-        f"one-off compiles that cost the steps "
-        + ("nothing" if lost <= 0 else "little")
-        + f" ({'; '.join(notes)}){_causes(group)}."
+        f"{cost} ({'; '.join(notes)}){_causes(group)}."
     )
     return Finding(
         kind="recompile",
         severity=Severity.INFO,
-        time_lost_ms=lost,
+        # The warm-up step's wait is paid once, as for the training step's own first compile: not a loss
+        # of the loop's (the evidence keeps it).
+        time_lost_ms=0.0 if warming else lost,
         message=message,
         suggestion=_ONE_OFF,
         evidence={
             **_evidence("function", name, group),
             "one_off": True,
             "host_compile_ms": round(host_ms, 3),
+            **({"warm_up_step": step, "warm_up_wait_ms": round(lost, 3)} if warming else {}),
         },
     )
 

@@ -26,7 +26,11 @@ steps (``between_steps`` counts work there), so it is not counted again here.
 A function whose recompiles cost the steps (next to) nothing (less than
 ``min_finding_ms``) is not a varying shape in the training loop: code that runs once,
 an optimizer's init or an eager evaluation, compiles each new shape it meets once.
-Its finding says so (``evidence.one_off``), is ``info``, and advises no buckets.
+Its finding says so (``evidence.one_off``), is ``info``, and advises no buckets. So is,
+without a compile log, a function whose compiles in steps all lie in the warm-up step (the
+step that first compiled the training step's program): there a "recompile" is inferred from
+the name alone, and an eager operation's first compile at another shape, made where
+everything first runs and never after, is not a shape that varies in the loop.
 The findings are built in ``recompile_findings``.
 """
 

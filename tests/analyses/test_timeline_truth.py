@@ -24,7 +24,7 @@ from jaxdiag.analyses.base import severity_for, steady_wall_ms
 from jaxdiag.analyses.between_step_section import ProgramRuns
 from jaxdiag.config import DEFAULT_SETTINGS
 from tests.analyses import trace_truth
-from tests.analyses.timeline_programs import PATTERNS, RECOMPILE_AT
+from tests.analyses.timeline_programs import PATTERNS, RECOMPILE_AT, STEPS
 from tests.jax_release import jax_before
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -336,3 +336,46 @@ def test_an_eager_evaluation_compiling_each_shape_once_is_one_off(captures: Path
             assert row.step not in compiled, row
     by_step = {row.step: row for row in report.steps}
     assert all(by_step[s].compile_wait_ms > 0 for s in compiled)
+
+
+def _first_runs(truth: trace_truth.Truth, module: str) -> list[int]:
+    """When each program of ``module`` (each compile of it) first ran."""
+    first: dict[int, int] = {}
+    for e in truth.of(module):
+        first.setdefault(e.program_id, e.start_ns)
+    return sorted(first.values())
+
+
+def test_eager_operations_compiled_only_in_the_warm_up_step_are_one_off(captures: Path) -> None:
+    """A script profiled from its start compiles its step, and the eager gather that takes each batch, in
+    step 0. Without a compile log the gather's second shape reads as a recompile by name; compiled in that
+    step and never after, it is the warm-up's cost, paid once: no loss, no bucket advice."""
+    report, truth = _case(captures, "first_step_eager")
+    train = truth.of(TRAIN)
+    assert len(report.steps) == len(train) == STEPS
+    gathers = _first_runs(truth, "jit_gather")
+    assert len(gathers) >= 2 and all(t < train[1].start_ns for t in gathers)  # no new shape after step 0
+    assert len(_first_runs(truth, TRAIN)) == 1
+    findings = _recompile_findings(report)
+    assert findings and all(f.severity.value == "info" and f.evidence["one_off"] for f in findings)
+    (gather,) = _recompile_findings(report, "gather")
+    assert gather.time_lost_ms == 0 and gather.evidence["warm_up_step"] == 0
+    assert gather.evidence["warm_up_wait_ms"] > 0  # the step did wait: said, not counted as a loop's loss
+    assert "warm-up" in gather.message and "`train_step` for the first time" in gather.message
+    assert "Pad the varying axis" not in gather.suggestion and "one-time cost" in gather.suggestion
+    assert not _recompile_findings(report, "train_step")
+
+
+def test_a_remainder_batch_after_the_warm_up_still_recompiles(captures: Path) -> None:
+    """The same script with a smaller last batch: the gather and the step compile a new shape in the last
+    step, which is no warm-up, so both are recompiles that cost the steps."""
+    report, truth = _case(captures, "first_step_remainder")
+    train = truth.of(TRAIN)
+    assert len(_first_runs(truth, TRAIN)) == 2
+    assert any(t > train[-2].start_ns for t in _first_runs(truth, "jit_gather"))  # a new gather in the last step
+    last = STEPS - 1
+    for function in ("train_step", "gather"):
+        (finding,) = _recompile_findings(report, function)
+        assert not finding.evidence.get("one_off") and finding.severity.value != "info"
+        assert last in finding.evidence["steps"]
+        assert f"at step {last}" in finding.message and finding.time_lost_ms > 0

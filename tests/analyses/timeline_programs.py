@@ -25,6 +25,11 @@ its training loop unless the pattern says so; the trace stops after the device i
 - ``eager_eval_no_read``: ``no_read`` in two epochs with an eager (unjitted) evaluation after
   each: its ops compile once per new shape, in the first epoch only.
 - ``optimizer_init``: zeros for four differently shaped parameters made eagerly before step 0.
+- ``first_step_eager``: profiled from the start, as a script is: data made eagerly, a look at a few
+  rows, then a loop that reads the loss every step and takes each batch by indexing the data with
+  NumPy (an eager gather), so the step and the batch's gather first compile in step 0.
+- ``first_step_remainder``: ``first_step_eager`` whose last batch is smaller: the gather and the step
+  compile once more in the last step.
 """
 
 from __future__ import annotations
@@ -365,6 +370,32 @@ def optimizer_init(logdir: str) -> None:
     jax.profiler.stop_trace()
 
 
+def _first_step_eager(logdir: str, last_rows: int) -> None:
+    import jax
+    import numpy as np
+
+    train_step, _loss, init = _mlp_step()
+    rows = 64
+    jax.profiler.start_trace(logdir)  # before anything compiles
+    key = jax.random.PRNGKey(2)
+    data_x, data_y = jax.random.normal(key, (STEPS * rows, 256)), jax.random.normal(key, (STEPS * rows, 64))
+    params = init()
+    float(data_x[np.arange(5)].sum())  # a look at a few rows: a gather of another shape
+    for i in range(STEPS):
+        batch = np.arange(i * rows, i * rows + (last_rows if i == STEPS - 1 else rows))
+        params, loss = train_step(params, data_x[batch], data_y[batch])
+        float(loss)
+    jax.profiler.stop_trace()
+
+
+def first_step_eager(logdir: str) -> None:
+    _first_step_eager(logdir, 64)
+
+
+def first_step_remainder(logdir: str) -> None:
+    _first_step_eager(logdir, 40)
+
+
 #: The step at which ``read_recompile`` compiles a new shape.
 RECOMPILE_AT = 6
 
@@ -374,7 +405,9 @@ ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between, 
 #: Programs with work before the first step.
 SETUP = {f.__name__: f for f in (setup_then_eval,)}
 #: Programs that compile inside the capture outside the steady loop, or mid-run with nothing in flight.
-COMPILING = {f.__name__: f for f in (read_recompile, eager_eval_no_read, optimizer_init)}
+COMPILING = {
+    f.__name__: f for f in (read_recompile, eager_eval_no_read, optimizer_init, first_step_eager, first_step_remainder)
+}
 
 
 def main(argv: list[str]) -> None:
