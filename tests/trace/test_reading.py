@@ -8,6 +8,7 @@ reads with workers and pickles the frames back for comparison.
 from __future__ import annotations
 
 import ast
+import os
 import pickle
 import subprocess
 import sys
@@ -58,10 +59,18 @@ def _two_gpu_hosts(tmp_path: Path) -> Path:
 
 
 def _with_worker(
-    tmp_path: Path, path: Path, setup: str = "", method: str = "fork", then: str = "", workers: int = 2
+    tmp_path: Path,
+    path: Path,
+    setup: str = "",
+    method: str = "fork",
+    then: str = "",
+    workers: int = 2,
+    every_process: str = "",
 ) -> dict | str:
     """``path`` read with workers started by ``method`` in a fresh interpreter (``setup`` before, ``then``
-    once the workers run): its frames, or the error it raised.
+    once the workers run): its frames, or the error it raised. ``every_process`` runs at the start of
+    that interpreter and of every one it starts, as a ``sitecustomize`` module: workers that forkserver
+    and spawn start run their own interpreter, which nothing set in the first one reaches.
 
     Only a process's first read can fork: pandas then starts numpy's thread.
     """
@@ -83,8 +92,14 @@ def _with_worker(
         """
     ) % (textwrap.dedent(setup), workers, method, textwrap.dedent(then), FRAME_FIELDS)
     out = tmp_path / "out.pkl"
+    env = dict(os.environ)
+    if every_process:
+        site = tmp_path / "site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(textwrap.dedent(every_process))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
     done = subprocess.run(
-        [sys.executable, "-c", script, str(out), str(path)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script, str(out), str(path)], capture_output=True, text=True, timeout=300, env=env
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return pickle.loads(out.read_bytes())
@@ -209,28 +224,31 @@ STOP_THE_WORKERS = """
 """
 
 
-#: Before the workers fork: a forked worker that has mapped the trace holds it and waits, to be killed while
-#: reading (its task takes a few milliseconds, less than the parent takes to begin looking; workers that
-#: forkserver or spawn start are slow enough to start that they are seen). Nothing here reads a stuck
-#: worker's tasks again, so without the kill the read would wait past the subprocess's timeout.
+#: In every process: a worker (a process that multiprocessing started) that has mapped the trace holds it and
+#: waits, to be killed while reading (its task takes a few milliseconds, less than the parent takes to begin
+#: looking). The parent never calls a worker stuck, so nothing reads a held worker's tasks again: without the
+#: kill the read would wait past the subprocess's timeout, however the workers were started.
 HOLD_THE_MAPPING = """
-    import time
-    reading.STUCK_AFTER_S = 3600.0
-    parent, mapped = os.getpid(), reading._map
+    import multiprocessing, time
+    from jaxdiag.trace import reading
+    mapped = reading._map
     def mapped_and_held(path):
         data = mapped(path)
-        if os.getpid() != parent:
+        if multiprocessing.parent_process() is not None:
             time.sleep(3600)
         return data
     reading._map = mapped_and_held
 """
+NEVER_STUCK = "reading.STUCK_AFTER_S = 3600.0"
 
 
 @pytest.mark.parametrize("method", reading.METHODS)
 def test_a_worker_killed_while_reading_leaves_its_planes_to_this_process(method: str, tmp_path: Path) -> None:
     run = _many_threads(tmp_path)
-    held = HOLD_THE_MAPPING if method == "fork" else ""
-    _assert_same(_with_worker(tmp_path, run, held, method, then=KILL_WHILE_READING % method, workers=1), run)
+    got = _with_worker(
+        tmp_path, run, NEVER_STUCK, method, then=KILL_WHILE_READING % method, workers=1, every_process=HOLD_THE_MAPPING
+    )
+    _assert_same(got, run)
 
 
 @pytest.mark.parametrize("method", reading.METHODS)
