@@ -69,18 +69,8 @@ class Booked:
 
 
 def step_program(frames: "TraceFrames") -> str:
-    """The program whose executions are the steps (``trace.steps.step_module``), or ``""``."""
-
-    def compute() -> str:
-        from jaxdiag.trace.executions import step_module
-
-        if frames.step_source == "module" and len(frames.steps):
-            return str(frames.steps["step_name"].iloc[0])
-        ev = frames.events
-        device = ev[(ev[F.CATEGORY] == "device") & (ev[F.HLO_MODULE] != "")] if len(ev) else ev
-        return "" if device.empty else step_module(device, executions_of(frames))
-
-    return once(frames, ("step_program",), compute)
+    """The program whose executions are the steps (``TraceFrames.step_program``, found by the loader), or ``""``."""
+    return frames.step_program or ""
 
 
 def booked(frames: "TraceFrames", host: str) -> Booked:

@@ -139,6 +139,9 @@ class TraceFrames:
       executions: one row per execution of a program, columns ``trace.executions.EXECUTION_COLUMNS``:
         the loader finds them once, for the steps and the analyses; made from ``events`` and
         ``settings`` when not given.
+      step_program: the program whose executions are the steps (``trace.executions.step_module``),
+        ``""`` without device work: the loader finds it with the steps; made from ``events`` and
+        ``executions`` when not given (for steps from executions, the steps' name).
     """
 
     events: "pd.DataFrame"
@@ -153,9 +156,18 @@ class TraceFrames:
     notes: tuple[str, ...] = ()
     settings: Settings = DEFAULT_SETTINGS
     executions: "pd.DataFrame | None" = None
+    step_program: str | None = None
 
     def __post_init__(self) -> None:
         if self.executions is None:
             from jaxdiag.trace.executions import executions
 
             object.__setattr__(self, "executions", executions(self.events, self.settings.step_gap_us))
+        if self.step_program is None:
+            from jaxdiag.trace.executions import find_step_program
+
+            if self.step_source == "module" and len(self.steps):
+                program = str(self.steps["step_name"].iloc[0])
+            else:
+                program = find_step_program(self.events, self.executions)
+            object.__setattr__(self, "step_program", program)

@@ -237,6 +237,7 @@ class PendingLoad:
             notes=_notes(parts, skipped, include_python) + tuple(impossible) + found_steps.notes,
             settings=settings,
             executions=execs,
+            step_program=found_steps.program,
         )
 
 

@@ -34,7 +34,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jaxdiag.config import DEFAULT_SETTINGS
-from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, executions, step_module
+from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, executions, find_step_program, step_module
 from jaxdiag.trace.frames import (
     CATEGORY,
     DEVICE,
@@ -93,6 +93,8 @@ class FoundSteps:
     table: "pd.DataFrame"
     source: str
     notes: tuple[str, ...]
+    #: the program whose executions are the steps (``executions.step_module``), found on the way; ``None``: not
+    program: str | None = None
 
 
 def find_steps(
@@ -118,7 +120,10 @@ def find_steps(
         names = {r[2] for r in rows}
         tiled = tile(rows, events, read_back=True, step_names=names)
         execs = execs if execs is not None else executions(events, step_gap_us)
-        return FoundSteps(_table(_cut_between(tiled, rows, events, execs)), "annotation", notes)
+        program = find_step_program(events, execs)
+        if program:
+            tiled = between_steps_cut(tiled, {(r[0], r[1]): (r[3], r[4]) for r in rows}, execs, program)
+        return FoundSteps(_table(tiled), "annotation", notes, program)
     if device_steps:
         merged: dict[tuple[str, int], list[int]] = {}
         for host, _device, step, start, end in device_steps:
@@ -329,7 +334,7 @@ def _from_module(events: "pd.DataFrame", execs: "pd.DataFrame") -> FoundSteps:
             "no step annotations and no device work with a module name; every event has step -1. "
             "Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i)"
         )
-        return FoundSteps(_table([]), "none", (note,))
+        return FoundSteps(_table([]), "none", (note,), "")
     module = step_module(device, execs)
     rows: list[tuple[str, int, str, int, int]] = []
     sources: set[str] = set()
@@ -358,16 +363,7 @@ def _from_module(events: "pd.DataFrame", execs: "pd.DataFrame") -> FoundSteps:
     )
     tiled = tile(rows, events, first_from_host_start=True)
     marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
-    return FoundSteps(_table(between_steps_cut(tiled, marked, execs, module)), "module", (note,))
-
-
-def _cut_between(tiled: list[Row], rows: Sequence[Row], events: "pd.DataFrame", execs: "pd.DataFrame") -> list[Row]:
-    """``between_steps_cut`` for marked steps, the step's program found as for inferred steps."""
-    device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
-    if device.empty:
-        return tiled
-    marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
-    return between_steps_cut(tiled, marked, execs, step_module(device, execs))
+    return FoundSteps(_table(between_steps_cut(tiled, marked, execs, module)), "module", (note,), module)
 
 
 def _table(rows: Sequence[tuple[str, int, str, int, int]]) -> "pd.DataFrame":
