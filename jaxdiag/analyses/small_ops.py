@@ -224,26 +224,35 @@ def _main_steps(per_step: dict[int, int]) -> tuple[int, ...]:
     return tuple(sorted(s for s, n in per_step.items() if n >= MAIN_STEP_SHARE * most))
 
 
-def _in_loop(program_ops: "pd.DataFrame", small: "pd.DataFrame") -> int:
+def _in_loop(
+    program: np.ndarray, is_while: np.ndarray, is_small: np.ndarray, place: np.ndarray, spans: np.ndarray
+) -> int:
     """How many of a program's small ops ran inside one of its loops (a ``while`` op on their device).
 
     XLA:CPU records a ``lax.scan``/``fori_loop``/``while_loop`` as a ``while`` op
     spanning its body's ops. Where loops leave no such span (GPU kernels), no op
     is counted: a repeated kernel name is no sign of a loop, since XLA reuses one
     kernel for identical fusions.
+
+    Args:
+      program: the positions of the program's ops among the arrays that follow, one per op.
+      is_while: which ops are ``while`` ops; is_small: which are small; place: a number per plane and device.
+      spans: each op's ``[start, end)``.
     """
-    loops = program_ops.loc[name_matches(program_ops[F.NAME], _WHILE, at_start=True)]
-    if loops.empty:
+    loops = program[is_while[program]]
+    if not len(loops):
         return 0
-    mine = program_ops.loc[program_ops.index.isin(small.index)]
+    mine = program[is_small[program]]
     inside = 0
-    for (plane, device), rows in mine.groupby([F.PLANE, F.DEVICE], sort=False, observed=True):
-        spans = iv.union(intervals_of(loops.loc[(loops[F.PLANE] == plane) & (loops[F.DEVICE] == device)]))
-        if not len(spans):
+    for where in np.unique(place[mine]).tolist():
+        if where < 0:  # no plane
             continue
-        starts, ends = rows[F.START_NS].to_numpy(np.int64), rows[END_NS].to_numpy(np.int64)
-        at = np.searchsorted(spans[:, 0], starts, side="right") - 1
-        inside += int(((at >= 0) & (ends <= spans[np.maximum(at, 0), 1])).sum())
+        body = iv.union(spans[loops[place[loops] == where]])
+        if not len(body):
+            continue
+        rows = mine[place[mine] == where]
+        at = np.searchsorted(body[:, 0], spans[rows, 0], side="right") - 1
+        inside += int(((at >= 0) & (spans[rows, 1] <= body[np.maximum(at, 0), 1])).sum())
     return inside
 
 
@@ -251,14 +260,21 @@ def _add_modules(
     acc: dict[str, list], ops: "pd.DataFrame", small: "pd.DataFrame", gaps: np.ndarray, gap_module: np.ndarray
 ) -> None:
     """Accumulate per module: [count, small ns, gap ns, compute ns, steps, small ops in a loop body]."""
+    import pandas as pd
+
     spans = intervals_of(ops)
+    is_while = name_matches(ops[F.NAME], _WHILE, at_start=True)
+    is_small = ops.index.isin(small.index)
+    plane, device = pd.factorize(ops[F.PLANE])[0].astype(np.int64), ops[F.DEVICE].to_numpy(np.int64)
+    place = plane * (int(device.max(initial=-1)) + 2) + device + 1  # one number per plane and device (-1: none)
+    place[plane < 0] = -1
+    program_ids = ops[F.PROGRAM_ID].to_numpy()
     for module, rows in row_groups(ops[F.HLO_MODULE]):
         a = acc.setdefault(str(module), [0, 0, 0, 0, {}, 0])
         a[3] += iv.total(spans[rows])
-        module_ops = ops.take(rows)
-        programs = module_ops[F.PROGRAM_ID].to_numpy()
+        programs = program_ids[rows]
         for program in np.unique(programs):  # each compile of the module runs its own program
-            a[5] += _in_loop(module_ops.loc[programs == program], small)
+            a[5] += _in_loop(rows[programs == program], is_while, is_small, place, spans)
     spans, steps = intervals_of(small), small[F.STEP].to_numpy(np.int64)
     for module, rows in row_groups(small[F.HLO_MODULE]):
         a = acc[str(module)]
