@@ -184,11 +184,16 @@ def _launches(events: "pd.DataFrame", functions: set[str] | None) -> dict[str, l
 
     Launches made inside another (the ``jnp`` functions a first call traces) are part of it.
     """
-    events = events.loc[name_matches(events[F.NAME], _LAUNCH, at_start=True)]  # tested once per distinct name
+    rows = np.flatnonzero(name_matches(events[F.NAME], _LAUNCH, at_start=True))  # tested once per distinct name
+    names = events[F.NAME].take(rows).astype(object).tolist()  # the matched names, never missing
     found = sorted(
-        (int(s), int(e), launched)
-        for s, e, name in zip(events[F.START_NS], events["end_ns"], events[F.NAME].astype(str))
-        if (launched := _launched(name)) and (functions is None or launched in functions)
+        (s, e, launched)
+        for s, e, name in zip(
+            events[F.START_NS].to_numpy(np.int64)[rows].tolist(),
+            events["end_ns"].to_numpy(np.int64)[rows].tolist(),
+            names,
+        )
+        if (launched := _launched(str(name))) and (functions is None or launched in functions)
     )
     out: dict[str, list[int]] = {}
     reach = -1
