@@ -2,7 +2,7 @@
 
 Trace files (``trace.reading``) and long compile logs (``recording.log_chunks``) are
 read by a ``concurrent.futures.ProcessPoolExecutor`` beside this process; both start
-their workers the same way and kill them the same way when a wait runs out.
+their workers the same way (``start_worker``) and kill them the same way when a wait runs out.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import gc
 import os
 import signal
 import sys
+import threading
 from typing import Any, Iterator, Sequence
 
 
@@ -70,3 +71,26 @@ def kill_workers(pool: concurrent.futures.ProcessPoolExecutor, started: Sequence
                 os.kill(process.pid, signal.SIGKILL)
         except (OSError, TypeError, ValueError, AssertionError):  # gone already, or never started
             pass
+
+
+def start_worker() -> None:
+    """A pool worker's start (its ``initializer``): no cyclic collections, and an end with its parent.
+
+    A worker lives for one reading and frees everything at exit, so collections are wasted work.
+    A parent killed outright (SIGKILL, the OOM killer) leaves its pool's workers waiting for tasks
+    for ever, on pipes they hold both ends of: a thread here waits on the parent's sentinel, which
+    every start method gives a worker, and ends the worker when it fires.
+    """
+    import multiprocessing
+
+    gc.disable()
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_end_with, args=(parent.sentinel,), name="jaxdiag-parent", daemon=True).start()
+
+
+def _end_with(sentinel: int) -> None:
+    from multiprocessing.connection import wait
+
+    wait([sentinel])
+    os._exit(1)

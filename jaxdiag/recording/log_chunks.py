@@ -22,13 +22,12 @@ start by ``fork`` only, and only from a single-threaded process
 from __future__ import annotations
 
 import concurrent.futures
-import gc
 import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
 
-from jaxdiag.processes import fork_is_safe, kill_workers, workers_of
+from jaxdiag.processes import fork_is_safe, kill_workers, start_worker, workers_of
 from jaxdiag.recording.records import CompileRecord, record_from_row, record_row
 
 #: Smaller logs are read here: a piece costs a worker's start and a round trip.
@@ -65,7 +64,7 @@ def read_chunked(
     count = -(-size // PIECE_BYTES)
     try:
         pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("fork"), initializer=gc.disable
+            max_workers=workers, mp_context=multiprocessing.get_context("fork"), initializer=start_worker
         )
     except (OSError, RuntimeError):  # no process to be had
         return None

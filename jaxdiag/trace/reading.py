@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import gc
 import mmap
 import multiprocessing
 import os
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.processes import fork_is_safe, kill_workers, workers_of
+from jaxdiag.processes import fork_is_safe, kill_workers, start_worker, workers_of
 from jaxdiag.trace import wire
 from jaxdiag.trace.discover import host_name
 from jaxdiag.trace.host_plane import HOST_PLANE, is_runtime_thread, unique_labels
@@ -272,7 +271,7 @@ class Reading:
             # Under fork, every worker is forked at the first submit (the parent runs one thread, checked
             # in ``start``), before the pool's own thread starts.
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(workers, len(self._tasks)), mp_context=context, initializer=_start_worker
+                max_workers=min(workers, len(self._tasks)), mp_context=context, initializer=start_worker
             )
             for task in self._tasks:
                 f = self._files[task.file]
@@ -345,10 +344,6 @@ class Reading:
             self._stop()
         except Exception:
             pass
-
-
-def _start_worker() -> None:
-    gc.disable()  # it lives for one reading and frees everything at exit: collections are wasted work
 
 
 def _read_task(

@@ -10,10 +10,12 @@ from __future__ import annotations
 import ast
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -225,17 +227,19 @@ STOP_THE_WORKERS = """
 
 
 #: In every process: a worker (a process that multiprocessing started) that has mapped the trace holds it and
-#: waits, to be killed while reading (its task takes a few milliseconds, less than the parent takes to begin
-#: looking). The parent never calls a worker stuck, so nothing reads a held worker's tasks again: without the
-#: kill the read would wait past the subprocess's timeout, however the workers were started.
+#: waits while its parent lives, to be killed while reading (its task takes a few milliseconds, less than the
+#: parent takes to begin looking). The parent never calls a worker stuck, so nothing reads a held worker's tasks
+#: again: without the kill the read would wait past the subprocess's timeout, however the workers were started,
+#: and the held workers end with the subprocess.
 HOLD_THE_MAPPING = """
     import multiprocessing, time
     from jaxdiag.trace import reading
     mapped = reading._map
     def mapped_and_held(path):
         data = mapped(path)
-        if multiprocessing.parent_process() is not None:
-            time.sleep(3600)
+        parent = multiprocessing.parent_process()
+        while parent is not None and parent.is_alive():
+            time.sleep(0.05)
         return data
     reading._map = mapped_and_held
 """
@@ -332,6 +336,57 @@ def test_an_abandoned_reading_stops_its_workers(tmp_path: Path) -> None:
     words = done.stdout.split()
     assert words[:2] == ["2", "workers,"] and int(words[2]) > 0, done.stdout + done.stderr[-2000:]
     assert done.stdout.strip().endswith("alive []"), done.stdout + done.stderr[-2000:]
+
+
+def _running(pid: int) -> bool:
+    """Whether a process runs, asked of the kernel: absent or a zombie is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:  # gone (no file), or going (ESRCH while the kernel tears it down)
+        return False
+
+
+@pytest.mark.parametrize("method", reading.METHODS)
+def test_workers_end_with_the_process_that_started_them(method: str, tmp_path: Path) -> None:
+    """A process killed outright (SIGKILL, the OOM killer) while its workers read: they end too, where the
+    pool's workers would wait for tasks for ever on pipes they hold both ends of."""
+    files = sorted(_many_threads(tmp_path, hosts=2).glob("*.xplane.pb"))
+    pids = tmp_path / "pids"
+    script = (
+        textwrap.dedent(
+            """
+        import multiprocessing, os, signal, sys
+        from pathlib import Path
+        from jaxdiag.trace import reading
+
+        reading.STUCK_AFTER_S = 3600.0
+        r = reading.start([Path(f) for f in sys.argv[2:]], "xplane", parallel=True, workers=2, method=%r)
+        workers = [w.pid for w in multiprocessing.active_children() if w.name.startswith("SpawnProcess") or
+                   w.name.startswith("ForkProcess") or w.name.startswith("ForkServerProcess")]
+        Path(sys.argv[1]).write_text(" ".join(map(str, workers)))
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+        )
+        % method
+    )
+    errors = tmp_path / "stderr"
+    with errors.open("w") as stderr:  # a file, not a pipe: workers left behind would hold a pipe open
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(pids), *map(str, files)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            timeout=300,
+        )
+    assert done.returncode == -signal.SIGKILL, errors.read_text()[-2000:]
+    workers = [int(p) for p in pids.read_text().split()]
+    assert workers
+    deadline = time.monotonic() + 60  # a bound: the test fails rather than hangs
+    while any(map(_running, workers)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    alive = [pid for pid in workers if _running(pid)]
+    for pid in alive:  # the test's own tidying: nothing is left behind when it fails
+        os.kill(pid, signal.SIGKILL)
+    assert not alive
 
 
 def test_no_worker_while_another_thread_runs(tmp_path: Path) -> None:
