@@ -242,6 +242,15 @@ def intervals_of(df: "pd.DataFrame") -> np.ndarray:
     return np.stack([s, s + df[F.DUR_NS].to_numpy(dtype=np.int64)], axis=1) if len(df) else np.zeros((0, 2), np.int64)
 
 
+def places(ops: "pd.DataFrame") -> np.ndarray:
+    """One number per plane and device ordinal, for each row of an events frame (negative: no plane)."""
+    import pandas as pd
+
+    plane = pd.factorize(ops[F.PLANE])[0].astype(np.int64)
+    ordinal = ops[F.DEVICE].to_numpy(np.int64) + 1  # -1: none
+    return plane * (int(ordinal.max(initial=0)) + 1) + ordinal
+
+
 def step_windows(frames: "TraceFrames", host: str | None = None, steps: Sequence[int] | None = None) -> "pd.DataFrame":
     """Step rows (``host``, ``step``, ``start_ns``, ``end_ns``), sorted, optionally filtered.
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from jaxdiag.analyses.compile_spans import function_name
-from jaxdiag.analyses.device_work import device_ops, hosts_of, is_compute
+from jaxdiag.analyses.device_work import device_ops, hosts_of, is_compute, places
 from jaxdiag.analyses.shared import once
 from jaxdiag.trace import frames as F
 
@@ -61,17 +61,13 @@ def advice(modules: Sequence[str], compile_log: Sequence[Mapping[str, Any]]) -> 
 
 
 def _of_host(frames: "TraceFrames", host: str) -> dict[str, int]:
-    import pandas as pd
-
     ops = device_ops(frames, host)
     ops = ops.loc[is_compute(frames, ops)]
     if ops.empty:
         return {}
     out = {}
     run_id = ops[F.RUN_ID].to_numpy(np.int64)
-    plane = pd.factorize(ops[F.PLANE])[0].astype(np.int64)
-    ordinal = ops[F.DEVICE].to_numpy(np.int64) + 1  # -1: none
-    device = plane * (int(ordinal.max()) + 1) + ordinal  # one number per plane and device ordinal
+    device = places(ops)
     for module, rows in ops.groupby(F.HLO_MODULE, observed=True, sort=False).indices.items():
         runs = run_id[rows]
         if not str(module) or len(runs) < MIN_RUNS or (runs < 0).any():

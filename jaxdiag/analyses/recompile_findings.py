@@ -119,8 +119,9 @@ def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ..
         lost = _slowest_host(group, lambda c: c.device_wait_ms if c.step >= 0 else 0.0)
         if host_ms < inputs.thresholds.min_finding_ms:
             continue
-        if kind == "function" and (lost < inputs.thresholds.min_finding_ms or _only_warming_up(group, warm_up)):
-            out.append(_one_off_finding(name, group, host_ms, lost, all_steps, warm_up))
+        warming = _warm_up_of(group, warm_up) if kind == "function" else None
+        if kind == "function" and (lost < inputs.thresholds.min_finding_ms or warming is not None):
+            out.append(_one_off_finding(name, group, host_ms, lost, all_steps, warming))
             continue
         out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps, inputs.thresholds))
     return tuple(out)
@@ -138,19 +139,20 @@ def _warm_up_steps(r: "RecompilesResult", inputs: AnalysisInputs) -> dict[str, t
     return out
 
 
-def _only_warming_up(group: list[Compile], warm_up: Mapping[str, tuple[int, str]]) -> bool:
-    """Whether every compile of ``group`` in a step lies in its host's warm-up step, and none is logged.
+def _warm_up_of(group: list[Compile], warm_up: Mapping[str, tuple[int, str]]) -> tuple[int, str] | None:
+    """The warm-up step (and the training step's function) that every compile of ``group`` in a step lies in,
+    when none is logged; ``None`` otherwise.
 
     Without a compile log, a compile is called a recompile when its function's name compiled before:
     for an eager operation (``broadcast_in_dim``, ``gather``) that is a first compile at another shape.
     Such compiles that happen only in the step that first compiled the training step, and nowhere after
     it, are the warm-up's, paid once, not shapes that vary in the loop."""
     inside = [c for c in group if c.step >= 0]
-    return (
-        bool(inside)
-        and not any(c.logged for c in group)
-        and all(c.host in warm_up and warm_up[c.host][0] == c.step for c in inside)
-    )
+    if not inside or any(c.logged for c in group):
+        return None
+    if all(c.host in warm_up and warm_up[c.host][0] == c.step for c in inside):
+        return warm_up[inside[0].host]
+    return None
 
 
 def _slowest_host(group: list[Compile], ms: Any) -> float:
@@ -184,20 +186,19 @@ def _one_off_finding(
     host_ms: float,
     lost: float,
     all_steps: list[int],
-    warm_up: Mapping[str, tuple[int, str]],
+    warming: tuple[int, str] | None,
 ) -> Finding:
     """Compiles of a function that cost the steps (next to) nothing, or only in the warm-up step
-    (``_only_warming_up``): one-off compiles, not a loop's recompiles."""
+    (``warming``, from ``_warm_up_of``): one-off compiles, not a loop's recompiles."""
     hosts = sorted({c.host for c in group})
     count = max(sum(1 for c in group if c.host == h) for h in hosts)
     times = "once more" if count == 1 else f"{count} more times"
     shown = f"`{name}`" if name != UNNAMED else "a function the trace does not name"
-    warming = _only_warming_up(group, warm_up)
     notes = []
     if any(c.step < 0 for c in group):
         notes.append("outside the steps: part of the time around them, not of any step")
-    if warming:
-        step, function = warm_up[next(c.host for c in group if c.step >= 0)]
+    if warming is not None:
+        step, function = warming
         notes.append(
             f"in step {step}, the run's warm-up, which also compiled `{function}` for the first time"
             + (f": the step waited {fmt_ms(lost)} ms for these, once" if lost > 0 else "")
@@ -219,14 +220,14 @@ def _one_off_finding(
         severity=Severity.INFO,
         # The warm-up step's wait is paid once, as for the training step's own first compile: not a loss
         # of the loop's (the evidence keeps it).
-        time_lost_ms=0.0 if warming else lost,
+        time_lost_ms=0.0 if warming is not None else lost,
         message=message,
         suggestion=_ONE_OFF,
         evidence={
             **_evidence("function", name, group),
             "one_off": True,
             "host_compile_ms": round(host_ms, 3),
-            **({"warm_up_step": step, "warm_up_wait_ms": round(lost, 3)} if warming else {}),
+            **({"warm_up_step": warming[0], "warm_up_wait_ms": round(lost, 3)} if warming is not None else {}),
         },
     )
 

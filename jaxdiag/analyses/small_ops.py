@@ -43,6 +43,7 @@ from jaxdiag.analyses.device_work import (
     hosts_of,
     intervals_of,
     is_compute,
+    places,
     row_groups,
     step_windows,
 )
@@ -236,7 +237,7 @@ def _in_loop(
 
     Args:
       program: the positions of the program's ops among the arrays that follow, one per op.
-      is_while: which ops are ``while`` ops; is_small: which are small; place: a number per plane and device.
+      is_while: which ops are ``while`` ops; is_small: which are small; place: ``places`` of the ops.
       spans: each op's ``[start, end)``.
     """
     loops = program[is_while[program]]
@@ -245,7 +246,7 @@ def _in_loop(
     mine = program[is_small[program]]
     inside = 0
     for where in np.unique(place[mine]).tolist():
-        if where < 0:  # no plane
+        if where < 0:  # no plane (``places``)
             continue
         body = iv.union(spans[loops[place[loops] == where]])
         if not len(body):
@@ -260,14 +261,10 @@ def _add_modules(
     acc: dict[str, list], ops: "pd.DataFrame", small: "pd.DataFrame", gaps: np.ndarray, gap_module: np.ndarray
 ) -> None:
     """Accumulate per module: [count, small ns, gap ns, compute ns, steps, small ops in a loop body]."""
-    import pandas as pd
-
     spans = intervals_of(ops)
     is_while = name_matches(ops[F.NAME], _WHILE, at_start=True)
     is_small = ops.index.isin(small.index)
-    plane, device = pd.factorize(ops[F.PLANE])[0].astype(np.int64), ops[F.DEVICE].to_numpy(np.int64)
-    place = plane * (int(device.max(initial=-1)) + 2) + device + 1  # one number per plane and device (-1: none)
-    place[plane < 0] = -1
+    place = places(ops)
     program_ids = ops[F.PROGRAM_ID].to_numpy()
     for module, rows in row_groups(ops[F.HLO_MODULE]):
         a = acc.setdefault(str(module), [0, 0, 0, 0, {}, 0])

@@ -8,10 +8,9 @@ Each line is a stream (GPU) or a kind of op (TPU); its kind (``LINE_KINDS`` in
 
 from __future__ import annotations
 
-from array import array
-
 import math
 import re
+from array import array
 from typing import TYPE_CHECKING, Any, Iterable
 
 from jaxdiag.trace.gpu_specs import gpu_spec

@@ -35,7 +35,6 @@ from jaxdiag.trace.frames import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
     import pandas as pd
 
 #: ``(host, step, name, start_ns, end_ns)`` of one step (``trace.steps.Row``).
@@ -63,8 +62,8 @@ def executions(events: "pd.DataFrame", step_gap_us: float) -> "pd.DataFrame":
     parts = []
     if len(events):
         device = (events[CATEGORY] == "device").to_numpy() & (events[HLO_MODULE] != "").to_numpy()
-        spans = device & _kind_in(events[LINE_KIND], ("xla_modules",))
-        ops = device & ~_kind_in(events[LINE_KIND], _NOT_OPS)
+        spans = device & events[LINE_KIND].isin(("xla_modules",)).to_numpy()  # pandas tests a category once
+        ops = device & ~events[LINE_KIND].isin(_NOT_OPS).to_numpy()
         runs = events[RUN_ID].to_numpy(np.int64) if RUN_ID in events else np.full(len(events), -1, np.int64)
         by_run = ops & (runs >= 0)
         if by_run.any():
@@ -103,17 +102,6 @@ def executions(events: "pd.DataFrame", step_gap_us: float) -> "pd.DataFrame":
         )
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values([HOST, START_NS], kind="stable").reset_index(drop=True)[list(EXECUTION_COLUMNS)]
-
-
-def _kind_in(kinds: "pd.Series", values: tuple[str, ...]) -> "np.ndarray":
-    """Which rows' line kind is one of ``values``: a categorical column is tested once per category."""
-    import numpy as np
-    import pandas as pd
-
-    if isinstance(kinds.dtype, pd.CategoricalDtype):
-        hit = np.append(kinds.cat.categories.isin(values), False)  # code -1 (missing) is none of them
-        return hit[kinds.cat.codes.to_numpy()]
-    return kinds.isin(values).to_numpy()
 
 
 def _by_run_id(ops: "pd.DataFrame", source: str) -> "pd.DataFrame":

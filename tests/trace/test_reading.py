@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from jaxdiag import processes
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace import reading, wire
 from jaxdiag.trace.load import load
+from tests.process_state import left_running
 from xspace_builders import (
     GPU_COMPUTE_STREAM,
     H100_STATS,
@@ -35,6 +35,7 @@ from xspace_builders import (
     write_run,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 FRAME_FIELDS = ("events", "devices", "steps", "step_source", "hosts", "files", "skipped", "meta", "notes")
 
 
@@ -305,16 +306,10 @@ def test_an_abandoned_reading_stops_its_workers(tmp_path: Path) -> None:
     # "not started yet"). That race failed an earlier form of this test twice under load, the workers gone.
     script = textwrap.dedent(
         """
-        import gc, multiprocessing, os, signal, sys, time
+        import gc, multiprocessing, os, signal, sys
         from pathlib import Path
         from jaxdiag.trace import reading
-
-        def running(pid):
-            try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    return stat.read().rpartition(")")[2].split()[0] != "Z"
-            except OSError:  # gone (no file), or going (ESRCH while the kernel tears it down)
-                return False
+        from tests.process_state import left_running
 
         r = reading.start([Path(f) for f in sys.argv[1:]], "xplane", parallel=True, workers=2)
         workers = [w.pid for w in multiprocessing.active_children()]
@@ -323,27 +318,15 @@ def test_an_abandoned_reading_stops_its_workers(tmp_path: Path) -> None:
         unfinished = sum(not f.done() for f in r._futures)
         del r
         gc.collect()
-        deadline = time.monotonic() + 60  # a bound: the test fails rather than hangs
-        while any(map(running, workers)) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        alive = [pid for pid in workers if running(pid)]
-        for pid in alive:  # the test's own tidying: nothing is left behind when it fails
-            os.kill(pid, signal.SIGKILL)
-        print(f"{len(workers)} workers, {unfinished} tasks unfinished, alive {alive}")
+        print(f"{len(workers)} workers, {unfinished} tasks unfinished, alive {left_running(workers)}")
         """
     )
-    done = subprocess.run([sys.executable, "-c", script, *map(str, files)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *map(str, files)], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     words = done.stdout.split()
     assert words[:2] == ["2", "workers,"] and int(words[2]) > 0, done.stdout + done.stderr[-2000:]
     assert done.stdout.strip().endswith("alive []"), done.stdout + done.stderr[-2000:]
-
-
-def _running(pid: int) -> bool:
-    """Whether a process runs, asked of the kernel: absent or a zombie is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:  # gone (no file), or going (ESRCH while the kernel tears it down)
-        return False
 
 
 @pytest.mark.parametrize("method", reading.METHODS)
@@ -380,13 +363,7 @@ def test_workers_end_with_the_process_that_started_them(method: str, tmp_path: P
     assert done.returncode == -signal.SIGKILL, errors.read_text()[-2000:]
     workers = [int(p) for p in pids.read_text().split()]
     assert workers
-    deadline = time.monotonic() + 60  # a bound: the test fails rather than hangs
-    while any(map(_running, workers)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    alive = [pid for pid in workers if _running(pid)]
-    for pid in alive:  # the test's own tidying: nothing is left behind when it fails
-        os.kill(pid, signal.SIGKILL)
-    assert not alive
+    assert not left_running(workers)
 
 
 def test_no_worker_while_another_thread_runs(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from jaxdiag.xprof_tools import server as S
+from tests.process_state import running
 
 #: Bound on every wait for the command or the server (it loads XProf's native module).
 WAIT_S = 120.0
@@ -55,7 +56,7 @@ def serving(cpu_trace_dir, tmp_path, monkeypatch):
     before = sorted(p.name for p in Path(cpu_trace_dir.run_dir).iterdir())
     with S.start_server(S.serving_folder(cpu_trace_dir.run_dir, files)) as server:
         yield server, cpu_trace_dir, files, before
-    assert not _alive(server.pid)
+    assert not running(server.pid)
 
 
 def test_server_serves_the_run_at_the_printed_address(serving):
@@ -136,17 +137,6 @@ def test_server_serves_only_its_run_to_this_machine(serving, tmp_path):
     assert _status(ok, {"Origin": server.url}) == 200
     assert _status(ok, method="POST") == 403
     assert sorted(p.name for p in victim.iterdir()) == listed  # XProf wrote no cache there
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _tree(root: int) -> list[int]:
@@ -279,7 +269,7 @@ def test_open_listens_on_loopback_only_and_ends_with_the_command(cpu_trace_dir, 
         # The server follows the command within a bounded wait, and its port closes (a process's
         # main thread can show as exited while its other threads still hold the socket: wait for both).
         def gone() -> bool:
-            return not _alive(server_pid) and held[0] not in _listening().values()
+            return not running(server_pid) and held[0] not in _listening().values()
 
         for _ in range(int(WAIT_S * 10)):
             if gone():
