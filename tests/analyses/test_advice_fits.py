@@ -104,8 +104,16 @@ def _steps_holding(run_dir: Path, prefix: str) -> list[int]:
     return sorted({n for lo, hi, n in steps for t in marks if lo <= t < hi})
 
 
+#: the side of the square matrices of ``_reads_every``'s step
+_READS_N = 640
+
+
 def _reads_every(logdir: Path, every: int) -> Path:
-    """A step the device takes a few ms over, host work before each, and ``float(loss)`` every ``every`` steps."""
+    """A step the device takes tens of ms over, host work before each, and ``float(loss)`` every ``every`` steps.
+
+    The device's step is long (about 45 ms on two cores) so that the host reaches ``float(loss)`` while the
+    step still runs, on a loaded machine too: with an 8 ms step, a host descheduled for longer after the
+    launch read a finished value, and the read cost the devices nothing."""
 
     @jax.jit
     def train_step(w, x):
@@ -114,12 +122,13 @@ def _reads_every(logdir: Path, every: int) -> Path:
         return w + 1e-4 * x.mean(), (x**2).mean()
 
     rng = np.random.default_rng(0)
-    w = jnp.full((384, 384), 1e-3)
-    w, _ = train_step(w, jnp.ones((384, 384)))
+    w = jnp.full((_READS_N, _READS_N), 1e-3)
+    w, _ = train_step(w, jnp.ones((_READS_N, _READS_N)))
     with jaxdiag.capture(logdir, skip=1, take=20, run=f"every{every}") as cap:
         for i in range(21):
             with cap.step():
-                batch = np.sort(rng.standard_normal((384, 384)).astype(np.float32), axis=0)  # the host's own work
+                # the host's own work
+                batch = np.sort(rng.standard_normal((_READS_N, _READS_N)).astype(np.float32), axis=0)
                 w, loss = train_step(w, batch)
                 if i % every == 0:
                     float(loss)
