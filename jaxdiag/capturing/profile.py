@@ -84,17 +84,25 @@ class Capture:
             self._process_count = jax.process_count()
             self.run = self.run or _shared_run_name(self._process_count)
             self._before = _run_folders(self.logdir)
-            try:
-                opts = self._profile_options()
-                kwargs = {} if opts is None else {"profiler_options": opts}
-                jax.profiler.start_trace(str(self._trace_dir()), **kwargs)
-            except RuntimeError as exc:
-                raise CaptureError(f"cannot start the profiler: {exc}") from None
-            self._started_unix = time.time()
-            _active = self
+            opts = self._profile_options()
+            kwargs = {} if opts is None else {"profiler_options": opts}
+            # jaxdiag's own set-up comes before the trace starts: the first recorder of a process
+            # imports its modules (about 30 ms), which the trace would show as the user's Python
+            # leaving the devices idle at the first step.
             self._analysis_was = sidecar_facts.analysis_on()
             if self.watch:
                 self._watch = sidecar_facts.start_watch()
+            try:
+                jax.profiler.start_trace(str(self._trace_dir()), **kwargs)
+            except BaseException as exc:
+                sidecar_facts.stop_watch(self._watch)
+                self._watch = None
+                sidecar_facts.restore_analysis(self._analysis_was)
+                if isinstance(exc, RuntimeError):
+                    raise CaptureError(f"cannot start the profiler: {exc}") from None
+                raise
+            self._started_unix = time.time()
+            _active = self
             self._mark_started()
             self._stop_on_sigterm()
         return self

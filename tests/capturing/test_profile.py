@@ -92,3 +92,58 @@ def test_the_leak_check_sees_a_session_left_running_on_this_jax(tmp_path):
     assert stop_a_running_session() is True  # found and stopped
     assert stop_a_running_session() is False
     assert list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))
+
+
+def test_the_captures_own_set_up_runs_before_the_trace_starts(tmp_path):
+    """The first capture of a process imports jaxdiag's compile recorder (about 30 ms on two cores).
+    Inside the trace, that import showed as the user's Python leaving the devices idle at the first
+    step. A fresh process, whose capture holds one call of a function compiled before it, with the
+    Python tracer on: no import runs between the trace's start and that call (ProfileData alone)."""
+    import subprocess
+    import sys
+
+    from jax.profiler import ProfileData
+
+    script = (
+        "import sys, jax, jax.numpy as jnp, jaxdiag\n"
+        "f = jax.jit(lambda x: x * 2)\n"
+        "x = jnp.ones(8)\n"
+        "f(x).block_until_ready()\n"
+        "with jaxdiag.profile(sys.argv[1], run='r', python_tracer=True):\n"
+        "    f(x).block_until_ready()\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=300)
+    (path,) = (tmp_path / "plugins" / "profile" / "r").glob("*.xplane.pb")
+    python = [
+        (e.start_ns, e.name)
+        for plane in ProfileData.from_file(str(path)).planes
+        for line in plane.lines
+        if line.name == "python"
+        for e in line.events
+    ]
+    first_call = min(start for start, name in python if name.startswith("PjitFunction("))
+    imports = sorted({name for start, name in python if start < first_call and "importlib._bootstrap" in name})
+    assert python and not imports, imports[:5]
+
+
+def test_a_capture_refused_leaves_no_compile_recording(tmp_path):
+    """jaxdiag starts its compile recorder before the trace. Options the profiler does not know are
+    refused before it starts; when the profiler will not start (a session of the program's own is
+    running), the recorder stops again with the error."""
+    from jaxdiag.recording.watch import watching
+
+    with pytest.raises(CaptureError, match="unknown profiler option"):  # refused before anything starts
+        with jaxdiag.profile(tmp_path / "ours", options={"no_such_option": 1}):
+            pass
+    assert not watching()
+    jax.profiler.start_trace(str(tmp_path / "theirs"))
+    try:
+        with pytest.raises(CaptureError, match="cannot start the profiler"):
+            with jaxdiag.profile(tmp_path / "ours"):
+                pass
+        assert not watching()
+    finally:
+        jax.profiler.stop_trace()
+    with jaxdiag.profile(tmp_path / "ours", run="after") as cap:  # and a capture starts cleanly afterwards
+        _work()
+    assert list(cap.run_dir.glob("*.xplane.pb"))
