@@ -37,6 +37,12 @@ class BetweenStepsRow:
     ms: float = 0.0
     device_busy_ms: float = 0.0
     programs: tuple[ProgramRuns, ...] = described("most run first", ())
+    compile_ms: float = described(
+        "host time compiling inside the stretch (the compile spans of `recompiles`: tracing, lowering and the"
+        " backend compile), part of `ms`",
+        0.0,
+        since="1.6",
+    )
 
     def where(self) -> str:
         """``between steps 468 and 469``, ``before step 0`` or ``after step 469``."""

@@ -45,16 +45,17 @@ class BetweenRow:
     end_ns: int
     device_busy_ms: float
     programs: tuple[tuple[str, int], ...]  # (function, executions), most run first
+    compile_ms: float = 0.0  # the host's compile spans inside the stretch
 
     @property
     def ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
 
     def describe(self) -> str:
-        """``between steps 468 and 469: `accuracy` x2, 15.0 s``."""
+        """``between steps 468 and 469: `accuracy` x2, 15.0 s (12.1 s of it compiling)``."""
         listed = ", ".join(f"`{name}` x{count}" for name, count in self.programs) or "no device program"
-        took = f"{self.ms / 1e3:.1f} s" if self.ms >= 1000 else f"{self.ms:.1f} ms"
-        return f"{self.where()}: {listed}, {took}"
+        compiling = f" ({_took(self.compile_ms)} of it compiling)" if self.compile_ms >= 0.1 * self.ms else ""
+        return f"{self.where()}: {listed}, {_took(self.ms)}{compiling}"
 
     def where(self) -> str:
         """``between steps 468 and 469``, ``before step 0`` or ``after step 469``."""
@@ -71,6 +72,7 @@ class BetweenRow:
             round(self.ms, 4),
             round(self.device_busy_ms, 4),
             tuple(ProgramRuns(n, c) for n, c in self.programs),
+            round(self.compile_ms, 4),
         )
 
 
@@ -167,7 +169,8 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
                 counts[name] = max(counts.get(name, 0), n)
             programs = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
             busy_ms = iv.covered_in_windows(busy, np.array([a]), np.array([b]))[0] / 1e6
-            rows.append(BetweenRow(host, after_step, before_step, a, b, float(busy_ms), programs))
+            compile_ms = iv.covered_in_windows(compiles, np.array([a]), np.array([b]))[0] / 1e6
+            rows.append(BetweenRow(host, after_step, before_step, a, b, float(busy_ms), programs, float(compile_ms)))
     result = BetweenSteps(tuple(rows))
     return dataclasses.replace(result, findings=_findings(result, inputs, steady_ns / 1e6))
 
@@ -219,10 +222,19 @@ def _clear_of_the_steps(
     return min(a, first), max(b, last)
 
 
+def _took(ms: float) -> str:
+    """``15.0 s`` or ``250.0 ms``."""
+    return f"{ms / 1e3:.1f} s" if ms >= 1000 else f"{ms:.1f} ms"
+
+
 def _findings(r: BetweenSteps, inputs: AnalysisInputs, steady_ms: float) -> tuple[Finding, ...]:
     """One finding for the work between steps and after the last; setup before the first step
     (which may hold the first compiles) is a row, not a cost of the loop, and the message says so.
-    Its share is of the steps' wall time outside compiles, the total the report grades it against."""
+    Its share is of the steps' wall time outside compiles, the total the report grades it against.
+
+    Where compiling is most of it (an evaluation's first run compiles its programs), the advice says
+    so: running the work less often does not shorten a compile, and a compile paid once is not paid again.
+    """
     rows = [row for row in r.rows if row.after_step >= 0]
     total = sum(row.ms for row in rows)
     if not rows or total < inputs.thresholds.min_finding_ms:
@@ -235,6 +247,29 @@ def _findings(r: BetweenSteps, inputs: AnalysisInputs, steady_ms: float) -> tupl
     left_out = (
         f" The {setup:.1f} ms before step 0 (work queued before the loop) is not counted here." if setup > 0 else ""
     )
+    compiling = sum(row.compile_ms for row in rows)
+    work = (
+        "This is the run's time spent on "
+        + (", ".join(f"`{n}`" for n in names) or "other work")
+        + " between training steps (evaluation, checkpointing, a reshard)"
+    )
+    rest = "If the run's wall time matters, run it less often or on fewer batches; it does not slow the training step itself."
+    if compiling >= 0.5 * total:
+        compiled_in = [row for row in rows if row.compile_ms >= 0.1 * row.ms]
+        once = (
+            f"all of it {compiled_in[0].where()}, paid once while the shapes stay the same"
+            if len(compiled_in) == 1
+            else f"in {len(compiled_in)} of the {len(rows)} stretches: it compiled again each time; the "
+            "recompile findings say what compiled"
+        )
+        suggestion = (
+            f"Most of it, {_took(compiling)}, was compiling ({once}): running the work less often does not "
+            "shorten that. Where the work is eager jnp code (a program per operation, named after it), one "
+            "`jax.jit` function around it compiles one program per input shape instead. "
+            f"{work}: {_took(total - compiling)} besides compiling. {rest}"
+        )
+    else:
+        suggestion = f"{work}. {rest}"
     return (
         Finding(
             kind="between_steps",
@@ -244,15 +279,11 @@ def _findings(r: BetweenSteps, inputs: AnalysisInputs, steady_ms: float) -> tupl
                 f"Work between steps took {total:.1f} ms, outside every "
                 f"step: {listed}{more}. It is left out of the step figures and steady throughput.{left_out}"
             ),
-            suggestion=(
-                "This is the run's time spent on "
-                + (", ".join(f"`{n}`" for n in names) or "other work")
-                + " between training steps (evaluation, checkpointing, a reshard). If the run's wall time matters, "
-                "run it less often or on fewer batches; it does not slow the training step itself."
-            ),
+            suggestion=suggestion,
             evidence={
                 "rows": [dataclasses.asdict(row.row()) for row in rows[:20]],
                 "total_ms": round(total, 3),
+                "compile_ms": round(compiling, 3),
                 "before_step_0_ms": round(setup, 3),
             },
         ),

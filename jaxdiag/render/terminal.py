@@ -187,8 +187,10 @@ def _between_steps(report: "Report", console: "Console") -> None:
     console.print(f"[bold]Work between steps[/bold] {_ms(section.total_ms)} ms, outside every step:")
     for r in rows[:10]:
         listed = ", ".join(f"`{esc(p.function)}` x{p.executions}" for p in r.programs)
+        compiling = f", compiling {_ms(r.compile_ms)} ms" if r.compile_ms > 0 else ""
         console.print(
-            f"  {r.where()}: {listed or 'no device program'}, {_ms(r.ms)} ms (device busy {_ms(r.device_busy_ms)} ms)"
+            f"  {r.where()}: {listed or 'no device program'}, {_ms(r.ms)} ms"
+            f" (device busy {_ms(r.device_busy_ms)} ms{compiling})"
         )
     if len(rows) > 10:
         console.print(f"  ... and {len(rows) - 10} more")

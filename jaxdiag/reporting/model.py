@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 #: Major.minor: a new major breaks readers; a new minor only adds fields.
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 
 
 #: What ``Report.open`` expects, in its messages.

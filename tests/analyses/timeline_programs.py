@@ -24,6 +24,8 @@ its training loop unless the pattern says so; the trace stops after the device i
   the step with nothing in flight.
 - ``eager_eval_no_read``: ``no_read`` in two epochs with an eager (unjitted) evaluation after
   each: its ops compile once per new shape, in the first epoch only.
+- ``jitted_eval_no_read``: the same with the evaluation under one ``jax.jit`` (one program to compile).
+- ``fresh_jit_eval_no_read``: the same, jitted anew each epoch: it compiles at every evaluation.
 - ``optimizer_init``: zeros for four differently shaped parameters made eagerly before step 0.
 - ``first_step_eager``: profiled from the start, as a script is: data made eagerly, a look at a few
   rows, then a loop that reads the loss every step and takes each batch by indexing the data with
@@ -325,9 +327,18 @@ def read_recompile(logdir: str) -> None:
     jax.profiler.stop_trace()
 
 
-def eager_eval_no_read(logdir: str) -> None:
-    import jax
+def _metrics(params, x, y):
+    """An evaluation's few figures, as evaluation code computes them: about a dozen operations."""
     import jax.numpy as jnp
+
+    out = jnp.tanh(x @ params["w1"]) @ params["w2"]
+    err = jnp.abs(out - y)
+    return jnp.mean(err), jnp.mean(err < 1.0), jnp.max(err), jnp.sum(out**2)
+
+
+def _eval_each_epoch(logdir: str, evaluation) -> None:
+    """Two epochs of steps that never read, then ``evaluation(epoch)(params, x, y)``, read back."""
+    import jax
 
     train_step, _loss, init = _mlp_step()
     params = init()
@@ -339,11 +350,30 @@ def eager_eval_no_read(logdir: str) -> None:
     for epoch in range(2):
         for i in range(epoch * half, (epoch + 1) * half):
             params, _ = train_step(params, xs[i], ys[i])
-        # Eager evaluation, not jitted: each op compiles once per new shape, in the first epoch only.
-        h = jnp.tanh(ex @ params["w1"])
-        float(jnp.mean(jnp.abs(h @ params["w2"] - ey)))
+        [float(m) for m in evaluation(epoch)(params, ex, ey)]
     jax.block_until_ready(params)
     jax.profiler.stop_trace()
+
+
+def eager_eval_no_read(logdir: str) -> None:
+    # Eager evaluation, not jitted: each op compiles once per new shape, in the first epoch only.
+    _eval_each_epoch(logdir, lambda epoch: _metrics)
+
+
+def jitted_eval_no_read(logdir: str) -> None:
+    """``eager_eval_no_read`` with the advice of its work-between-steps finding applied: the evaluation
+    under one ``jax.jit``, which compiles one program for its shape where the eager code compiled one per op."""
+    import jax
+
+    evaluate = jax.jit(_metrics)
+    _eval_each_epoch(logdir, lambda epoch: evaluate)
+
+
+def fresh_jit_eval_no_read(logdir: str) -> None:
+    """The evaluation jitted anew each epoch (a new function object): it compiles again at every evaluation."""
+    import jax
+
+    _eval_each_epoch(logdir, lambda epoch: jax.jit(lambda p, x, y: _metrics(p, x, y)))
 
 
 def optimizer_init(logdir: str) -> None:
@@ -406,7 +436,16 @@ ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between, 
 SETUP = {f.__name__: f for f in (setup_then_eval,)}
 #: Programs that compile inside the capture outside the steady loop, or mid-run with nothing in flight.
 COMPILING = {
-    f.__name__: f for f in (read_recompile, eager_eval_no_read, optimizer_init, first_step_eager, first_step_remainder)
+    f.__name__: f
+    for f in (
+        read_recompile,
+        eager_eval_no_read,
+        jitted_eval_no_read,
+        fresh_jit_eval_no_read,
+        optimizer_init,
+        first_step_eager,
+        first_step_remainder,
+    )
 }
 
 

@@ -28,7 +28,7 @@ def test_terminal_sections(matmul_report):
 def test_json_round_trip_keeps_the_sections(matmul_report, tmp_path):
     from jaxdiag.reporting.model import SCHEMA_VERSION, Report
 
-    assert SCHEMA_VERSION == "1.5"
+    assert SCHEMA_VERSION == "1.6"
     path = tmp_path / "r.json"
     matmul_report.save(path)
     again = Report.open(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import types
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +57,27 @@ def test_schema_document_types_and_versions_match_the_registry():
 
 
 def _fields_since(sections):
-    """``(key, since)`` for every field of a typed section that names the schema version adding it."""
+    """``(key, since)`` for every field of a typed section, or of the rows and objects it holds, that names
+    the schema version adding it (``between_steps.rows[].compile_ms``)."""
     import dataclasses
     import typing
 
-    out = []
-    for section in sections:
-        t, key = section.type, section.name
-        if typing.get_origin(t) is tuple:  # an array section: its rows' type
+    def walk(t, key):
+        if typing.get_origin(t) is tuple:  # an array: its rows' type
             t, key = typing.get_args(t)[0], f"{key}[]"
-        out += [(f"{key}.{f.name}", f.metadata["since"]) for f in dataclasses.fields(t) if "since" in f.metadata]
-    return out
+        if typing.get_origin(t) in (typing.Union, types.UnionType):  # ``X | None``
+            t = next(a for a in typing.get_args(t) if a is not type(None))
+        if not dataclasses.is_dataclass(t):
+            return []
+        hints = typing.get_type_hints(t)
+        out = []
+        for f in dataclasses.fields(t):
+            if "since" in f.metadata:
+                out.append((f"{key}.{f.name}", f.metadata["since"]))
+            out += walk(hints[f.name], f"{key}.{f.name}")
+        return out
+
+    return [pair for section in sections for pair in walk(section.type, section.name)]
 
 
 def test_every_analysis_fills_a_section_and_every_reference_resolves():
