@@ -242,15 +242,39 @@ def _handed_over(prepare: np.ndarray, spans: np.ndarray) -> np.ndarray:
 
 
 def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:
-    """The step a compile of the step's program belongs to: where the host ran ahead, the step of the
-    execution that waited for it (the first whose dispatch overlaps it: a compile runs inside the dispatch that
-    needs it), not the
-    step the device was in meanwhile. Other compiles, and unpaired executions: ``span.step``."""
+    """The step a compile belongs to, where the host ran ahead of the device: not the step the device
+    was in meanwhile, but
+
+    - for the step's program: the step of the execution that waited for it (the first whose dispatch
+      overlaps it: a compile runs inside the dispatch that needs it);
+    - for another function that began inside a step, with steps found from the executions (whose
+      windows are the device's time): the host's order, the step whose dispatch it ran in, else the one
+      whose dispatch came next, or no step (-1) where work between steps separates that step from the
+      one before it, or where no step was dispatched after it.
+
+    Otherwise (annotated steps are the host's own spans; unpaired executions; a compile outside every
+    step, such as set-up before the first): ``span.step``."""
     b = booked(frames, host)
-    if span.module != b.module or not (b.dispatch >= 0).any():
+    paired = b.dispatch >= 0
+    if not paired.any():
         return int(span.step)
-    after = np.flatnonzero((b.dispatch >= 0) & (b.dispatch <= span.end_ns) & (b.dispatch_end >= span.start_ns))
-    return int(b.by_dispatch[after[0]]) if len(after) else int(span.step)
+    if span.module == b.module:
+        after = np.flatnonzero(paired & (b.dispatch <= span.end_ns) & (b.dispatch_end >= span.start_ns))
+        return int(b.by_dispatch[after[0]]) if len(after) else int(span.step)
+    if frames.step_source != "module" or span.step < 0:
+        return int(span.step)
+    following = np.flatnonzero(paired & (b.dispatch_end >= span.start_ns))  # the dispatch it ran in, or the next
+    if not len(following):
+        return -1
+    step = int(b.by_dispatch[following[0]])
+    if b.dispatch[following[0]] <= span.start_ns:  # inside that dispatch: a compile it needed
+        return step
+    windows = StepWindows.of(step_windows(frames, host))
+    k = np.flatnonzero(windows.steps == step)
+    if not len(k):
+        return int(span.step)
+    k0 = int(k[0])
+    return -1 if k0 > 0 and windows.starts[k0] > windows.ends[k0 - 1] else step
 
 
 def op_steps(frames: "TraceFrames", host: str, ops: Any, windows: Any) -> np.ndarray:

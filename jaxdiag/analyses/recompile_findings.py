@@ -115,8 +115,9 @@ def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ..
         # Hosts compile at the same time: the run lost the slowest host's share, not their sum.
         host_ms = _slowest_host(group, lambda c: c.compile_ms)
         # What the steps lost: compile time inside them that the device waited for. Compiles outside
-        # every step belong to the time around the steps (``between_steps`` counts that), not to a step.
-        lost = _slowest_host(group, lambda c: c.device_wait_ms if c.step >= 0 else 0.0)
+        # every step, and the part of one that runs on past its step's end, belong to the time around
+        # the steps (``between_steps`` counts that), not to a step.
+        lost = _slowest_host(group, lambda c: c.step_wait_ms if c.step >= 0 else 0.0)
         if host_ms < inputs.thresholds.min_finding_ms:
             continue
         warming = _warm_up_of(group, warm_up) if kind == "function" else None

@@ -83,6 +83,8 @@ class Compile:
         executions the host had queued ahead.
       place: where a compile outside every step lies: ``"before step N"``, ``"between steps"``,
         ``"after step N"``; ``""`` inside a step.
+      step_wait_ms: the part of ``device_wait_ms`` inside the step windows, what the compile cost the
+        steps: a compile that began in a step may run on past its end, into work between steps.
     """
 
     function: str
@@ -98,6 +100,7 @@ class Compile:
     call_site: str | None = None
     device_wait_ms: float = 0.0
     place: str = ""
+    step_wait_ms: float = 0.0
 
     def row(self) -> RecompileRow:
         """This compile's row of the report's ``recompiles`` section (times in ms to 3 decimals)."""
@@ -146,13 +149,22 @@ def analyze(inputs: AnalysisInputs) -> RecompilesResult:
         seen: set[str] = set()
         waiting = _device_waiting(inputs, host, spans, win)
         lo, hi = win[F.START_NS].to_numpy(np.int64), win["end_ns"].to_numpy(np.int64)
+        waiting_in_steps = iv.intersect(waiting, np.stack([lo, hi], axis=1))
         steps_here = win[F.STEP].to_numpy(np.int64)
         for span, rec in zip(spans, records):
             span = dataclasses.replace(span, step=compile_step(frames, host, span))
-            waited = iv.intersection_length(np.array([[span.start_ns, span.end_ns]], dtype=np.int64), waiting)
+            wall = np.array([[span.start_ns, span.end_ns]], dtype=np.int64)
+            waited = iv.intersection_length(wall, waiting)
             compile = _compile(span, rec, seen, ran_before)
             place = "" if span.step >= 0 else _place(span.start_ns, lo, hi, steps_here)
-            compiles.append(dataclasses.replace(compile, device_wait_ms=waited / 1e6, place=place))
+            compiles.append(
+                dataclasses.replace(
+                    compile,
+                    device_wait_ms=waited / 1e6,
+                    place=place,
+                    step_wait_ms=iv.intersection_length(wall, waiting_in_steps) / 1e6,
+                )
+            )
             seen.add(span.function)
     if inputs.steps is not None:
         wanted = set(inputs.steps)

@@ -243,6 +243,18 @@ def test_compile_outside_steps_and_step_filter():
     assert recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000)]), steps=[0])).compiles == ()
 
 
+def test_a_compile_that_runs_past_its_steps_end_costs_the_steps_only_its_part_inside():
+    """Step 1 compiles ``step`` again from 12 to 17 us; the step ends at 15 us and the next begins at
+    20 us (work between them was cut out). The device waited the whole 5 us, but only 3 of them in
+    a step: the rest is time around the steps, which ``between_steps`` counts."""
+    events = compile_events(12_000, 5000, "step") + [device_event(5000, 100, module="jit_step")]
+    r = recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 10_000), (10_000, 15_000), (20_000, 30_000)])))
+    (compile,) = r.compiles
+    assert compile.step == 1 and compile.device_wait_ms == 5.0 and compile.step_wait_ms == 3.0
+    (finding,) = r.findings
+    assert finding.time_lost_ms == 3.0
+
+
 # --- end to end on real captures ---
 
 

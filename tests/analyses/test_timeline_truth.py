@@ -425,3 +425,26 @@ def test_an_evaluation_that_compiles_every_time_is_said_to(captures: Path) -> No
     finding = next(f for f in report.findings if f.kind == "between_steps")
     assert "in 2 of the 2 stretches: it compiled again each time" in finding.suggestion
     assert "paid once" not in finding.suggestion
+
+
+@pytest.mark.parametrize("pattern", ["eager_eval_no_read", "jitted_eval_no_read"])
+def test_an_evaluation_the_host_compiled_between_steps_is_between_them_where_the_device_was(
+    captures: Path, pattern: str
+) -> None:
+    """The loop never reads, so the host compiles the evaluation while the device still runs the steps it
+    queued (by the device's clock, inside step 1 or so). In the host's order, every one of those compiles
+    lies between the sixth step's dispatch and the seventh's (ProfileData alone): the report books them
+    between steps 5 and 6, and their time lost is what the steps waited for, none."""
+    report = jaxdiag.report(captures / pattern)
+    (xplane,) = (captures / pattern).glob("plugins/profile/*/*.xplane.pb")
+    spans = trace_truth.named_spans(xplane, "PjitFunction(train_step)", "backend_compile_and_load")
+    dispatches = trace_truth.union([(a, b) for a, b, _ in spans["PjitFunction(train_step)"]])
+    assert len(dispatches) == STEPS
+    half = STEPS // 2
+    compiles = [(a, b) for a, b, _ in spans["backend_compile_and_load"]]
+    assert compiles and all(dispatches[half - 1][1] <= a and b <= dispatches[half][0] for a, b in compiles)
+    others = [row for row in report.recompiles if row.function != "train_step"]
+    assert others and all(row.step is None for row in others), others
+    for finding in _recompile_findings(report):
+        assert finding.time_lost_ms == 0 and finding.severity.value == "info", finding.message
+        assert "between steps" in finding.message and "at step" not in finding.message

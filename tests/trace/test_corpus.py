@@ -151,6 +151,8 @@ def test_tpu_v6e_report(tpu_v6e) -> None:
     assert {"function": "_psum", "executions": 3} in before["programs"]
     first = report["steps"][0]
     assert first["collective_ms"] == 0 and first["compile_ms"] == pytest.approx(214.05, abs=0.1)
+    # f's compile runs inside the first dispatch of f, whose execution is step 0 (the host ran 4 s ahead).
+    assert [(r["function"], r["step"]) for r in report["recompiles"] if r["function"] == "f"] == [("f", 0)]
     assert report["collectives"]["by_kind"] == []  # the collective figures count time inside steps
     (outside,) = [f for f in report["findings"] if f["kind"] == "collectives_outside_steps"]
     assert "12 all-reduce op(s) over 4 device(s)" in outside["message"]
