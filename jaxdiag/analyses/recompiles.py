@@ -4,7 +4,8 @@ Each compile comes from ``compile_spans`` (function, wall span, the step it
 stalled). A compile is a *recompile* when the compile log says so
 (``compile_index > 1``) or, without a log, when the same function already ran
 or compiled earlier in the capture: its program existed, so this compile
-replaced or added to it.
+replaced or added to it. Compiles the trace does not name (``UNNAMED``) are never
+known to be of one function, so none of them is a recompile by name.
 
 The join with the log (records as ``CompileRecord.to_dict()``) matches by
 function name, then by time when ``frames.meta`` has the profile's start (the
@@ -46,7 +47,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.recompile_section import RecompileRow
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import compile_step
-from jaxdiag.analyses.compile_spans import CompileSpan, compile_spans, function_name
+from jaxdiag.analyses.compile_spans import UNNAMED, CompileSpan, compile_spans, function_name
 from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import hosts_of, step_windows
 from jaxdiag.analyses.recompile_findings import findings
@@ -200,8 +201,11 @@ def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], r
         # after its first call, as a capture window's does) is a recompile all the same.
         recompile = int(rec["compile_index"]) > 1 or bool(rec.get("earlier_unseen"))
     else:
+        # Two compiles the trace does not name are not known to be of one function.
         first_run = ran_before.get(span.module or f"jit_{span.function}")
-        recompile = span.function in seen or (first_run is not None and first_run < span.start_ns)
+        recompile = (span.function != UNNAMED and span.function in seen) or (
+            first_run is not None and first_run < span.start_ns
+        )
     cause = explanation.get("summary") or None
     if cause is None and rec is not None and rec.get("compile_index") is not None and int(rec["compile_index"]) <= 1:
         cause = FIRST_COMPILE

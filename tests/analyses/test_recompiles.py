@@ -63,6 +63,19 @@ def test_compile_thread_work_without_a_caller_anchor():
     assert (span.function, span.start_ns, span.end_ns) == ("f", 100_000, 1_200_000)
 
 
+def test_compiles_the_trace_does_not_name_are_never_recompiles_of_each_other():
+    """Two pieces of compile-thread work that nothing names (``<unknown>``), at steps 0 and 1: nothing
+    says they are of one function, so neither is a recompile and no finding asks what changed."""
+    pool = "tf_pjrt_compile_thread_pool/7"
+    events = [
+        host_event(100, 300, "LLVM codegen", category="runtime", line=pool, line_kind="host"),
+        host_event(6000, 3000, "LLVM codegen", category="runtime", line=pool, line_kind="host"),
+    ]
+    r = recompiles.analyze(AnalysisInputs(frames(events, steps=[(0, 5000), (5000, 10_000)])))
+    assert [(c.function, c.step, c.recompile) for c in r.compiles] == [("<unknown>", 0, False), ("<unknown>", 1, False)]
+    assert not r.findings
+
+
 def test_compile_of_an_inner_function_starts_at_its_own_call():
     # Tracing g calls f on concrete values, which compiles f: the span is f's, not g's.
     events = [host_event(0, 9000, "PjitFunction(g)")] + compile_events(3000, 2000, "f", trace_us=1000)

@@ -383,9 +383,13 @@ def test_a_remainder_batch_after_the_warm_up_still_recompiles(captures: Path) ->
 
 
 def _compiling_between(truth_file: Path, row) -> tuple[int, int]:
-    """``(count, ns)`` of JAX's backend compiles (``backend_compile_and_load``, ProfileData alone) inside ``row``."""
+    """``(count, ns)`` of JAX's backend compiles (``backend_compile_and_load``, ProfileData alone) in ``row``:
+    those that overlap it, and their time inside it. A host that ran ahead of the device may begin one
+    while the device still runs the steps before the row."""
     spans = trace_truth.named_spans(truth_file, "backend_compile_and_load")["backend_compile_and_load"]
-    inside = [(a, b) for a, b, _stats in spans if row.start_ns <= a and b <= row.end_ns]
+    inside = [
+        (max(a, row.start_ns), min(b, row.end_ns)) for a, b, _stats in spans if a < row.end_ns and b > row.start_ns
+    ]
     return len(inside), sum(b - a for a, b in trace_truth.union(inside))
 
 
