@@ -14,6 +14,8 @@ from jaxdiag.analyses.compile_spans import function_name
 from jaxdiag.analyses.host_waits import COMPILE, DISPATCH, SYNC, UNATTRIBUTED
 from jaxdiag.analyses.one_op_programs import advice, one_op_programs
 from jaxdiag.analyses.step_pattern import describe_amounts, describe_steps
+from jaxdiag.analyses.booking import step_program
+from jaxdiag.analyses.synchronous_launches import SynchronousLaunches, synchronous_launches
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.analyses.host_waits import HostWaitsResult
@@ -34,6 +36,18 @@ _SUGGESTIONS = {
         "The host takes longer to launch work than the device takes to run it: put more work "
         "in each jitted call (one jit around the whole step, `lax.scan` over micro-steps), and "
         "avoid many small jitted calls or eager jnp ops between steps."
+    ),
+    "callback_launch": (
+        "Take the callback out of the training step: return the values it prints or logs and handle them "
+        "outside the step, every N steps. A program that calls back into Python (`jax.debug.print`, "
+        "`jax.debug.callback`, `io_callback`, `pure_callback`) is launched here only once it has run, so the "
+        "host cannot queue the next step while the device runs this one; putting more work in each call "
+        "would not change that."
+    ),
+    "synchronous_launch": (
+        "Each launch returned only once its program had run, so every launch's overhead adds to the step: "
+        "put more work in each jitted call (one jit around the whole step, `lax.scan` over micro-steps), so "
+        "the same work takes fewer launches."
     ),
     "one_off_dispatch": (
         "Most of it is one step's launching ({share}), a one-off (moving or resharding data once, say), not a "
@@ -145,6 +159,21 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             one_op = {function_name(m): m for m in one_op_programs(inputs.frames, inputs.host)}
             named = sorted((f for f in by_fn if f in one_op), key=lambda f: -by_fn[f])
             share = sum(by_fn[f] for f in named) / max(sum(by_fn.values()), 1e-9)
+            launches = _synchronous_step_launches(inputs, top)
+            if launches is not None and "one_off_step" not in evidence:
+                extra += (
+                    f" {launches.synchronous} of {launches.paired} launches of `{top[0]}` returned only once it had"
+                    " run, so the host never ran ahead of the device: each launch's overhead left it idle"
+                    + (
+                        f"; the program calls back into Python ({', '.join(f'`{n}`' for n in launches.callbacks)})."
+                        if launches.callbacks
+                        else "."
+                    )
+                )
+                evidence["synchronous_launches"] = [launches.synchronous, launches.paired]
+                suggestion = _SUGGESTIONS["callback_launch" if launches.callbacks else "synchronous_launch"]
+                if launches.callbacks:
+                    evidence["host_callbacks"] = list(launches.callbacks)
             if share >= ONE_OP_SHARE and "one_off_step" not in evidence:
                 extra += (
                     f" {share * 100:.0f}% of it launched programs of one op each "
@@ -167,6 +196,16 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             )
         )
     return tuple(out)
+
+
+def _synchronous_step_launches(inputs: AnalysisInputs, top: list[str]) -> SynchronousLaunches | None:
+    """The step program's launches, where the launching waited mostly on them and they returned only once
+    the program had run (on the only host analysed, or the first: hosts launch alike)."""
+    program = step_program(inputs.frames)
+    if not top or not program or top[0] != function_name(program):
+        return None
+    host = inputs.host or (inputs.frames.hosts[0] if inputs.frames.hosts else None)
+    return None if host is None else synchronous_launches(inputs.frames, host)
 
 
 def _by_host(r: HostWaitsResult, cause: str) -> dict[str, float]:

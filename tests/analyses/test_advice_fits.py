@@ -421,3 +421,76 @@ def test_prefetching_the_batch_shrinks_the_load_batch_host_wait(tmp_path):
     assert after_ns < 0.5 * stalled_ns, (after_ns, stalled_ns)
     after = _load_waits(prefetched)
     assert not after or after[0].evidence["ms"] < 0.5 * before_ms, (after[0].evidence["ms"], before_ms)
+
+
+def _printing_steps(logdir: Path, prints: bool) -> Path:
+    """Twenty steps of a few ms that never read, each with ``jax.debug.print`` of its loss where ``prints``."""
+
+    @jax.jit
+    def train_step(w, x):
+        for _ in range(3):
+            x = jnp.tanh(x @ w)
+        loss = (x**2).mean()
+        if prints:
+            jax.debug.print("loss {loss}", loss=loss)
+        return w - 1e-3 * x.mean(), loss
+
+    w, x = jnp.full((512, 512), 1e-2), jnp.ones((512, 512))
+    w, _ = train_step(w, x)
+    with jaxdiag.capture(logdir, skip=1, take=20, run=f"prints{int(prints)}") as cap:
+        for _ in range(21):
+            with cap.step():
+                w, _loss = train_step(w, x)
+    return cap.run_dir
+
+
+def _launches_after_runs(run_dir: Path) -> tuple[int, int]:
+    """``(launches that returned after their run's last op ended, launches)`` of ``train_step`` (ProfileData
+    alone: each outermost ``PjitFunction(train_step)`` against the ``jit_train_step`` ops after its start)."""
+    from jax.profiler import ProfileData
+
+    launches, ops = [], []
+    for path in run_dir.glob("*.xplane.pb"):
+        for plane in ProfileData.from_file(str(path)).planes:
+            for line in plane.lines:
+                for e in line.events:
+                    if e.name == "PjitFunction(train_step)":
+                        launches.append((e.start_ns, e.start_ns + e.duration_ns))
+                    elif dict(e.stats).get("hlo_module") == "jit_train_step":
+                        ops.append((e.start_ns, e.start_ns + e.duration_ns))
+    from tests.analyses.trace_truth import union
+
+    launches, ops = union(launches), sorted(ops)
+    after = 0
+    for k, (a, b) in enumerate(launches):
+        nxt = launches[k + 1][0] if k + 1 < len(launches) else float("inf")
+        mine = [end for start, end in ops if a <= start < nxt]  # the run it queued starts after it began
+        after += bool(mine) and b >= max(mine)
+    return after, len(launches)
+
+
+def test_a_step_that_calls_back_into_python_is_named_and_taking_the_callback_out_lets_the_host_run_ahead(tmp_path):
+    """With ``jax.debug.print`` in the step, each launch returns only once the step has run (ProfileData), so
+    launching leaves the device idle every step; the finding names the callback and says to take it out,
+    not to put more work in each call. Taken out, the launches return at once and the launching wait
+    shrinks."""
+    from jaxdiag.config import Thresholds
+
+    waits = {}
+    for prints in (True, False):
+        run_dir = _printing_steps(tmp_path, prints)
+        after, launches = _launches_after_runs(run_dir)
+        report = jaxdiag.report(run_dir, thresholds=Thresholds(min_finding_ms=0.01))
+        launching = [f for f in report.findings if f.kind == "host_wait" and f.evidence["kind"] == "dispatch"]
+        waits[prints] = sum(f.time_lost_ms for f in launching)
+        if prints:
+            assert after >= 0.8 * launches >= 0.8 * 20  # the premise: each launch waited for its run
+            (finding,) = launching
+            assert finding.evidence["host_callbacks"] == ["debug_print.1"]
+            assert "calls back into Python (`debug_print.1`)" in finding.message
+            assert finding.suggestion.startswith("Take the callback out of the training step")
+            assert "takes longer to launch" not in finding.suggestion
+        else:
+            assert after <= 0.2 * launches  # the advice applied: the launches return before the runs end
+            assert all("host_callbacks" not in f.evidence for f in launching)
+    assert waits[False] < 0.5 * waits[True], waits

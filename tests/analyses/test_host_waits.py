@@ -10,6 +10,7 @@ from jaxdiag.analyses import host_waits
 from jaxdiag.analyses.base import AnalysisInputs, Severity
 from jaxdiag.config import Thresholds
 from jaxdiag.reporting import codec
+from jaxdiag.trace import frames as F
 from tests.frames_builders import compile_events, device_event, frames, host_event
 
 TH = Thresholds(host_wait_min_us=50, min_finding_ms=0.01)
@@ -281,3 +282,34 @@ def test_python_outside_annotations_points_at_the_python_tracer_as_the_capture_a
         )
     else:
         assert "python_tracer=True" in finding.suggestion and "python_tracer_level=1" in finding.suggestion
+
+
+def test_launches_that_return_only_once_their_program_ran_are_said_to():
+    """Three annotated steps, each launching ``train_step`` with a launch that returns after the run ends
+    (a synchronous launch): the launching finding says so. With no callback in the program the advice is
+    fewer launches for the same work, not that the host is slower than the device; with one (an op named
+    ``debug_print.1``, as ``jax.debug.print`` is), it is to take the callback out."""
+    from jaxdiag.analyses.host_wait_findings import _SUGGESTIONS
+
+    def steps(with_callback: bool):
+        events = []
+        for k in range(3):
+            s = 1000 * k
+            events.append(host_event(s + 100, 800, "PjitFunction(train_step)"))
+            for i, at in enumerate((300, 500)):  # a program of two ops
+                events.append({**device_event(s + at, 200, module="jit_train_step", name=f"fusion.{i}"), F.RUN_ID: k})
+            if with_callback:
+                events.append({**device_event(s + 700, 50, module="jit_train_step", name="debug_print.1"), F.RUN_ID: k})
+        windows = [(1000 * k, 1000 * (k + 1)) for k in range(3)]
+        f = frames(events + [host_event(a, b - a, "train") for a, b in windows], steps=windows)
+        f = dataclasses.replace(f, step_program="jit_train_step")
+        result = host_waits.analyze(AnalysisInputs(f, thresholds=TH))
+        return next(x for x in result.findings if x.evidence["kind"] == "dispatch")
+
+    plain = steps(False)
+    assert plain.evidence["synchronous_launches"] == [3, 3] and "host_callbacks" not in plain.evidence
+    assert "3 of 3 launches of `train_step` returned only once it had run" in plain.message
+    assert plain.suggestion == _SUGGESTIONS["synchronous_launch"]
+    printing = steps(True)
+    assert printing.evidence["host_callbacks"] == ["debug_print.1"]
+    assert printing.suggestion == _SUGGESTIONS["callback_launch"]
