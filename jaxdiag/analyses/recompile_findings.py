@@ -27,6 +27,11 @@ _ADVICE = {
         "Pass consistently typed values: a Python scalar (weakly typed) and a jnp array of the same "
         "dtype compile separately; convert once, e.g. `jnp.float32(x)`, or make it a static argument."
     ),
+    "weak_array": (
+        "Give the array its dtype where it is made (`jnp.full(shape, 0.1, dtype=jnp.float32)`, or "
+        "`jnp.float32(x)` once): an array made from a Python scalar is weakly typed, and the typed array an "
+        "update returns compiles the function again."
+    ),
     "dtype": "Cast the argument to one dtype before the call (e.g. `x.astype(jnp.float32)`).",
     "static": (
         "A static argument changed value; each value compiles anew. Pass it as a traced array "
@@ -60,6 +65,8 @@ def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
     shape_details: list[str] = []
     for ch in changes:
         what = str(ch.get("what", ""))
+        if what == "weak_type" and ch.get("of_shape") not in (None, "()"):
+            what = "weak_array"  # not a Python scalar: an array made from one
         if what not in _ADVICE:
             continue
         if what not in kinds:

@@ -87,6 +87,13 @@ RULES: dict[str, tuple[str, str, str]] = {
         "{path} flipped between a Python scalar and a typed array",
         "pass a consistently typed array, e.g. jnp.{dtype}(x) every time",
     ),
+    # An array made from a Python scalar (``jnp.full(shape, 0.1)``) is weakly typed; the one an update
+    # returns is not.
+    "weak_array": (
+        "weak_type",
+        "{path} flipped between a weakly typed array (made from a Python scalar) and a typed one",
+        "give it its dtype where it is made, e.g. jnp.full(shape, value, dtype=jnp.{dtype}), or jnp.{dtype}(x) once",
+    ),
     # Not jit's in_shardings: for an input already committed elsewhere it raises
     # "Sharding passed to jit does not match the sharding on the respective arg".
     "sharding": (
@@ -173,9 +180,10 @@ def change_advice(
     name = recs[0].function
     out = []
     for (what, path), by_id in hits.items():
-        kind, message, suggestion = _MESH_RULE if what == "config" and path in _MESH_STATES else RULES[what]
         involved = list(by_id.values())
         found = seen_changes[(what, path)]
+        rule = "weak_array" if what == "weak_type" and any(c.weak_array for c in found) else what
+        kind, message, suggestion = _MESH_RULE if what == "config" and path in _MESH_STATES else RULES[rule]
         values = list(dict.fromkeys(v for c in found for v in (c.old, c.new) if v is not None))
         shown_values = _one_mesh(values) if what in ("jit_options", "sharding") else values
         label = path or "the argument tree"

@@ -78,6 +78,11 @@ def describe(change: Change) -> str:
     if what == "dtype":
         return f"{p} dtype changed {change.old} -> {change.new}"
     if what == "weak_type":
+        if change.weak_array:  # not a scalar: an array made from one, as jnp.full(shape, 0.1) makes
+            made = f"an array made from a Python scalar, as `jnp.full({change.of_shape}, 0.1)` makes"
+            if change.old == "True":
+                return f"{p} changed from weakly typed ({made}) to typed (weak_type True -> False)"
+            return f"{p} changed from typed to weakly typed ({made}) (weak_type False -> True)"
         if change.old == "True":
             return f"{p} changed from a Python scalar to a typed array (weak_type True -> False)"
         return f"{p} changed from a typed array to a Python scalar (weak_type False -> True)"

@@ -164,7 +164,13 @@ def _leaf_changes_by_path(o: ArgSignature, n: ArgSignature) -> Iterable[Change]:
         yield Change(p, "dtype", o.dtype, n.dtype)
     # ``None`` means "not known" for these fields, which is no evidence of a change.
     if o.weak_type != n.weak_type and o.weak_type is not None and n.weak_type is not None:
-        yield Change(p, "weak_type", str(o.weak_type), str(n.weak_type))
+        yield Change(
+            p,
+            "weak_type",
+            str(o.weak_type),
+            str(n.weak_type),
+            of_shape=None if n.shape is None else _shape_text(n.shape),
+        )
     if sharding_differs(o, n):
         yield Change(p, "sharding", o.sharding, n.sharding)
     if o.memory_kind != n.memory_kind and o.memory_kind is not None and n.memory_kind is not None:

@@ -81,6 +81,8 @@ class Change:
       axis: for ``"shape"``, the axis whose size changed (``None`` for a rank change).
       label: ``path`` as the user wrote it (parameter names), for sentences.
       batch_axis: for ``"shape"``, the changed axis is the one ``jax.vmap`` added.
+      of_shape: for ``"weak_type"``, the argument's shape as text (``()``: a scalar): an array made
+        from a Python scalar (``jnp.full(shape, 0.1)``) is weakly typed too.
     """
 
     path: str
@@ -90,6 +92,12 @@ class Change:
     axis: int | None = None
     label: str | None = None
     batch_axis: bool | None = None
+    of_shape: str | None = None
+
+    @property
+    def weak_array(self) -> bool:
+        """A ``"weak_type"`` change of an argument with at least one axis, not a scalar."""
+        return self.what == "weak_type" and self.of_shape not in (None, "()")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}

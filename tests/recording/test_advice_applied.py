@@ -91,6 +91,31 @@ def test_weak_type_advice_types_the_scalar() -> None:
     check(planted, fixed, "weak_type", "<lambda>", "jnp.float32(x) every time")
 
 
+def test_weak_array_advice_gives_the_array_its_dtype() -> None:
+    """An array made from a Python scalar (``jnp.full(shape, 0.1)``) is weakly typed; the update returns a
+    typed one, so the second call compiles again. The cause names a weakly typed array, not a Python
+    scalar, and the advice (the report's too) gives the array its dtype where it is made."""
+    from jaxdiag.analyses.recompile_findings import suggestion_for
+
+    def planted():
+        update = jax.jit(lambda w: w - 0.01 * w.sum())
+        w = jnp.full((4, 4), 0.1)
+        update(update(w))
+
+    def fixed():
+        update = jax.jit(lambda w: w - 0.01 * w.sum())
+        w = jnp.full((4, 4), 0.1, dtype=jnp.float32)
+        update(update(w))
+
+    records = watched(planted)
+    again = records[-1].explanation
+    assert "w changed from weakly typed (an array made from a Python scalar" in again.summary
+    assert "Python scalar to a typed array" not in again.summary
+    assert suggestion_for([c.to_dict() for c in again.changes]).startswith("Give the array its dtype where it is made")
+    advice = check(planted, fixed, "weak_type", "<lambda>", "jnp.full(shape, value, dtype=jnp.float32)")
+    assert "weakly typed array" in advice.message
+
+
 def test_static_values_advice_makes_the_argument_traced() -> None:
     def planted():
         f = jax.jit(lambda x, n: x * n, static_argnums=1)

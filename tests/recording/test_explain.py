@@ -66,14 +66,14 @@ CASES = [
         "weak to strong",
         (SCALE,),
         (leaf(SCALE, weak_type=False),),
-        (Change("kwargs['scale']", "weak_type", "True", "False"),),
+        (Change("kwargs['scale']", "weak_type", "True", "False", of_shape="()"),),
         "train_step: kwargs['scale'] changed from a Python scalar to a typed array (weak_type True -> False)",
     ),
     TC(
         "strong to weak",
         (leaf(SCALE, weak_type=False),),
         (SCALE,),
-        (Change("kwargs['scale']", "weak_type", "False", "True"),),
+        (Change("kwargs['scale']", "weak_type", "False", "True", of_shape="()"),),
         "train_step: kwargs['scale'] changed from a typed array to a Python scalar (weak_type False -> True)",
     ),
     TC(
@@ -334,7 +334,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[CompileR
         (
             "train_step",
             4,
-            Change("args[3]", "weak_type", "True", "False"),
+            Change("args[3]", "weak_type", "True", "False", of_shape="()"),
             "train_step: scale changed from a Python scalar to a typed array (weak_type True -> False)",
         ),
         (
