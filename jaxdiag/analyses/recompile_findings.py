@@ -131,6 +131,10 @@ def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ..
         if kind == "function" and (lost < inputs.thresholds.min_finding_ms or warming is not None):
             out.append(_one_off_finding(name, group, host_ms, lost, all_steps, warming))
             continue
+        earlier = _other_caller(group, r.compiles) if kind == "function" else None
+        if earlier is not None:
+            out.append(_other_caller_finding(name, group, host_ms, lost, all_steps, earlier))
+            continue
         out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps, inputs.thresholds))
     return tuple(out)
 
@@ -177,6 +181,60 @@ def _where(group: list[Compile], all_steps: list[int]) -> str:
     places = list(dict.fromkeys(c.place or "outside the captured steps" for c in group if c.step < 0))
     parts = ([describe_steps(inside, all_steps)] if inside else []) + places
     return join(parts)
+
+
+_OTHER_CALLER = (
+    "`{name}` is called from more than one place, and each place compiles its own shapes once: this is no "
+    "shape varying in the loop, so padding to buckets would not help. If the other call is an evaluation, "
+    "its compile is paid once per shape; to share one program, call it with the loop's shapes (evaluate in "
+    "batches of the training batch's size)."
+)
+
+
+def _other_caller(group: list[Compile], compiles: tuple[Compile, ...]) -> tuple[str, ...] | None:
+    """The call sites of the function's earlier compiles, where every recompile of ``group`` came from a
+    call site none of its earlier compiles did (the compile log's ``call_site``: another caller, such as an
+    evaluation calling the training step's function at its own size); else ``None``."""
+    earlier_sites: set[str] = set()
+    for c in group:
+        before = {
+            e.call_site for e in compiles if e.function == c.function and e.host == c.host and e.start_ns < c.start_ns
+        }
+        if c.call_site is None or None in before or not before or c.call_site in before:
+            return None
+        earlier_sites |= {e for e in before if e is not None}
+    return tuple(sorted(earlier_sites))
+
+
+def _other_caller_finding(
+    name: str, group: list[Compile], host_ms: float, lost: float, all_steps: list[int], earlier: tuple[str, ...]
+) -> Finding:
+    """Recompiles each for a call site the function had not compiled for: another caller's shapes, once."""
+    hosts = sorted({c.host for c in group})
+    count = max(sum(1 for c in group if c.host == h) for h in hosts)
+    sites = sorted({_short_site(str(c.call_site)) for c in group})
+    message = (
+        f"`{name}` compiled {'once more' if count == 1 else f'{count} more times'}, {_where(group, all_steps)}, "
+        f"for another call: from {join(sites)}, where its earlier compiles were for "
+        f"{join([_short_site(e) for e in earlier])}: {fmt_ms(host_ms)} ms compiling, {fmt_ms(lost)} ms of it "
+        f"waited for, once{_causes(group)}."
+    )
+    return Finding(
+        kind="recompile",
+        severity=Severity.INFO,
+        # Each call site's shapes compile once: a one-time cost, not a loss of the loop's (the evidence keeps it).
+        time_lost_ms=0.0,
+        message=message,
+        suggestion=_OTHER_CALLER.format(name=name),
+        evidence={
+            **_evidence("function", name, group),
+            "one_off": True,
+            "other_caller": True,
+            "earlier_call_sites": list(earlier),
+            "host_compile_ms": round(host_ms, 3),
+            "other_caller_wait_ms": round(lost, 3),
+        },
+    )
 
 
 _ONE_OFF = (

@@ -494,3 +494,44 @@ def test_a_step_that_calls_back_into_python_is_named_and_taking_the_callback_out
             assert after <= 0.2 * launches  # the advice applied: the launches return before the runs end
             assert all("host_callbacks" not in f.evidence for f in launching)
     assert waits[False] < 0.5 * waits[True], waits
+
+
+def _evaluated_with_the_training_function(logdir: Path, eval_rows: int) -> Path:
+    """Two epochs of ten steps of ``apply_model`` (batches of 32), then an evaluation that calls the same
+    jitted function from another line, on ``eval_rows`` rows: Flax's MNIST example does this."""
+
+    @jax.jit
+    def apply_model(w, x):
+        h = jnp.tanh(x @ w)
+        return (h**2).mean(), jnp.mean(h, axis=0)
+
+    w = jnp.full((64, 64), 1e-2, dtype=jnp.float32)
+    rng = np.random.default_rng(0)
+    test = rng.standard_normal((eval_rows * 4, 64)).astype(np.float32)
+    with jaxdiag.profile(logdir, run=f"eval{eval_rows}"):
+        for _epoch in range(2):
+            for _ in range(10):
+                loss, _ = apply_model(w, rng.standard_normal((BATCH, 64)).astype(np.float32))
+            for k in range(4):  # the evaluation
+                float(apply_model(w, test[k * eval_rows : (k + 1) * eval_rows])[0])
+    return logdir / "plugins" / "profile" / f"eval{eval_rows}"
+
+
+def test_a_training_function_called_by_an_evaluation_at_its_own_size_gets_no_bucket_advice(tmp_path):
+    """The evaluation's call compiles ``apply_model`` once more, for its own size: a one-off of another
+    caller, not a shape varying in the loop. The compile log names both call sites; the finding says so
+    and advises the loop's shapes. Applied (evaluating in batches of 32), nothing compiles again."""
+    report = jaxdiag.report(_evaluated_with_the_training_function(tmp_path, 128))
+    (finding,) = [f for f in report.findings if f.kind == "recompile" and f.evidence.get("function") == "apply_model"]
+    assert finding.evidence["other_caller"] and finding.severity.value == "info" and finding.time_lost_ms == 0
+    assert "for another call: from" in finding.message and "shape axis 0 changed 32 -> 128" in finding.message
+    assert (
+        "Pad the varying axis" not in finding.suggestion
+        and "batches of the training batch's size" in finding.suggestion
+    )
+    applied = _evaluated_with_the_training_function(tmp_path, BATCH)
+    assert _compiles(applied) == 1  # ProfileData: the one backend compile of apply_model
+    # (In this one process the recorder saw an earlier apply_model: that first compile reads as a new
+    # function object. No compile is of another size.)
+    again = [f for f in jaxdiag.report(applied).findings if f.kind == "recompile"]
+    assert not [f for f in again if f.evidence.get("other_caller") or "shape" in str(f.evidence.get("changes"))]
