@@ -48,6 +48,10 @@ _EAGER = (
     "make the inputs with NumPy and convert them once (`jnp.asarray` of a fixed shape), move the "
     "code inside the jitted step, or keep its shapes and dtypes fixed."
 )
+_EAGER_ONCE = (
+    "Each of these compiled once: a one-time cost, not a shape that varies in the loop. To spare even that, "
+    "move the code into a jitted function (the step, or an evaluation's own), or make its inputs with NumPy."
+)
 _GENERIC = (
     "Find what changed between calls: wrap the function with `jaxdiag.jit` (or set "
     "`jax_explain_cache_misses`) to log the reason. Common causes: varying shapes (pad to buckets), "
@@ -355,6 +359,20 @@ def _group_finding(
             head += f", of which the steps waited for {fmt_ms(total)} ms"
         # The log's changes compare unrelated calls of a shared helper: they say nothing about this line.
         suggestion = _EAGER
+        if again == 0 and all(c.logged for c in group):  # each helper's first compile: paid once, never again
+            return Finding(
+                kind="recompile",
+                severity=Severity.INFO,
+                time_lost_ms=0.0,  # paid once, as a jitted function's first compile (the evidence keeps it)
+                message=f"{head}, each a first compile, paid once{_causes(group)}.",
+                suggestion=_EAGER_ONCE,
+                evidence={
+                    **_evidence(kind, name, group),
+                    "host_compile_ms": round(host_ms, 3),
+                    "one_off": True,
+                    "first_compile_wait_ms": round(total, 3),
+                },
+            )
     return Finding(
         kind="recompile",
         severity=severity_for(total, wall_ms, settings) if total > 0 else Severity.INFO,

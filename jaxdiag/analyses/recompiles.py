@@ -32,7 +32,9 @@ without a compile log, a function whose compiles in steps all lie in the warm-up
 step that first compiled the training step's program): there a "recompile" is inferred from
 the name alone, and an eager operation's first compile at another shape, made where
 everything first runs and never after, is not a shape that varies in the loop.
-So is, with a compile log, a function whose recompiles each came from a call site none of its
+So is a line of eager code whose JAX helpers the compile log shows each compiling for the first
+time: paid once, as a jitted function's first compile (which has no finding). So is, with a
+compile log, a function whose recompiles each came from a call site none of its
 earlier compiles did (``evidence.other_caller``): an evaluation calling the training step's
 function at its own size compiles that size once; that is no shape varying in the loop.
 The findings are built in ``recompile_findings``.

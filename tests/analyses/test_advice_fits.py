@@ -535,3 +535,49 @@ def test_a_training_function_called_by_an_evaluation_at_its_own_size_gets_no_buc
     # function object. No compile is of another size.)
     again = [f for f in jaxdiag.report(applied).findings if f.kind == "recompile"]
     assert not [f for f in again if f.evidence.get("other_caller") or "shape" in str(f.evidence.get("changes"))]
+
+
+def _epochs_reading_the_first_batch(logdir: Path, eager_index: bool) -> Path:
+    """Three epochs of one jitted call each (a whole epoch under ``lax.scan``), each followed by an
+    evaluation on the first batch, taken by indexing a ``jnp`` array eagerly (``xs[0]``) or inside the jit."""
+
+    @jax.jit
+    def epoch(w, xs):
+        def body(w, x):
+            return w - 1e-3 * jnp.tanh(x @ w).mean(), None
+
+        return jax.lax.scan(body, w, xs)[0]
+
+    @jax.jit
+    def evaluate(w, x):
+        return jnp.tanh(x @ w).mean()
+
+    @jax.jit
+    def evaluate_first(w, xs):
+        return jnp.tanh(xs[0] @ w).mean()
+
+    w = jnp.full((64, 64), 1e-2, dtype=jnp.float32)
+    xs = jnp.ones((8, 32, 64))
+    with jaxdiag.profile(logdir, run=f"eager{int(eager_index)}"):
+        for _ in range(3):
+            w = epoch(w, xs)
+            float(evaluate(w, xs[0]) if eager_index else evaluate_first(w, xs))
+    return logdir / "plugins" / "profile" / f"eager{int(eager_index)}"
+
+
+def test_eager_code_whose_helpers_each_compiled_once_is_a_one_off(tmp_path):
+    """``xs[0]`` outside jit compiles JAX's ``dynamic_slice`` and ``squeeze`` once, at the first evaluation,
+    inside a step (steps are the epochs' executions): each a first compile, paid once, so the finding is
+    ``info`` with nothing lost to the loop. Moved inside the jitted evaluation, no eager program is compiled."""
+    planted = _epochs_reading_the_first_batch(tmp_path, True)
+    report = jaxdiag.report(planted)
+    (eager,) = [f for f in report.findings if f.kind == "recompile" and "dynamic_slice" in f.evidence["functions"]]
+    assert eager.severity.value == "info" and eager.time_lost_ms == 0 and eager.evidence["one_off"]
+    assert "each a first compile, paid once" in eager.message and "Each of these compiled once" in eager.suggestion
+    assert all(c == "first compile" for c in eager.evidence["causes"])
+    launched = lambda d: {n for n, _ in _events(d, lambda n: n.startswith("PjitFunction("))}  # noqa: E731
+    assert "PjitFunction(dynamic_slice)" in launched(planted)  # ProfileData: the eager helper ran
+    applied = _epochs_reading_the_first_batch(tmp_path, False)
+    assert "PjitFunction(dynamic_slice)" not in launched(applied)  # and, the advice applied, never does
+    eager_lines = [f for f in jaxdiag.report(applied).findings if f.evidence.get("origin") == "jax-internal"]
+    assert not [f for f in eager_lines if "dynamic_slice" in f.evidence["functions"]]
