@@ -537,32 +537,46 @@ def test_a_training_function_called_by_an_evaluation_at_its_own_size_gets_no_buc
     assert not [f for f in again if f.evidence.get("other_caller") or "shape" in str(f.evidence.get("changes"))]
 
 
+_EPOCHS_READING_THE_FIRST_BATCH = """
+import sys
+import jax, jax.numpy as jnp
+import jaxdiag
+
+@jax.jit
+def epoch(w, xs):
+    def body(w, x):
+        return w - 1e-3 * jnp.tanh(x @ w).mean(), None
+    return jax.lax.scan(body, w, xs)[0]
+
+@jax.jit
+def evaluate(w, x):
+    return jnp.tanh(x @ w).mean()
+
+@jax.jit
+def evaluate_first(w, xs):
+    return jnp.tanh(xs[0] @ w).mean()
+
+logdir, eager_index = sys.argv[1], sys.argv[2] == "eager"
+w = jnp.full((64, 64), 1e-2, dtype=jnp.float32)
+xs = jnp.ones((8, 32, 64))
+with jaxdiag.profile(logdir, run=sys.argv[2]):
+    for _ in range(3):
+        w = epoch(w, xs)
+        float(evaluate(w, xs[0]) if eager_index else evaluate_first(w, xs))
+"""
+
+
 def _epochs_reading_the_first_batch(logdir: Path, eager_index: bool) -> Path:
     """Three epochs of one jitted call each (a whole epoch under ``lax.scan``), each followed by an
-    evaluation on the first batch, taken by indexing a ``jnp`` array eagerly (``xs[0]``) or inside the jit."""
+    evaluation on the first batch, taken by indexing a ``jnp`` array eagerly (``xs[0]``) or inside the jit.
+    In a fresh process: whether JAX's own ``dynamic_slice`` compiles, and for the first time, must not
+    depend on what the tests before it indexed."""
+    import subprocess
+    import sys
 
-    @jax.jit
-    def epoch(w, xs):
-        def body(w, x):
-            return w - 1e-3 * jnp.tanh(x @ w).mean(), None
-
-        return jax.lax.scan(body, w, xs)[0]
-
-    @jax.jit
-    def evaluate(w, x):
-        return jnp.tanh(x @ w).mean()
-
-    @jax.jit
-    def evaluate_first(w, xs):
-        return jnp.tanh(xs[0] @ w).mean()
-
-    w = jnp.full((64, 64), 1e-2, dtype=jnp.float32)
-    xs = jnp.ones((8, 32, 64))
-    with jaxdiag.profile(logdir, run=f"eager{int(eager_index)}"):
-        for _ in range(3):
-            w = epoch(w, xs)
-            float(evaluate(w, xs[0]) if eager_index else evaluate_first(w, xs))
-    return logdir / "plugins" / "profile" / f"eager{int(eager_index)}"
+    run = "eager" if eager_index else "jitted"
+    subprocess.run([sys.executable, "-c", _EPOCHS_READING_THE_FIRST_BATCH, str(logdir), run], check=True, timeout=300)
+    return logdir / "plugins" / "profile" / run
 
 
 def test_eager_code_whose_helpers_each_compiled_once_is_a_one_off(tmp_path):

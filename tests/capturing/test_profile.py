@@ -132,16 +132,17 @@ def test_a_capture_refused_leaves_no_compile_recording(tmp_path):
     running), the recorder stops again with the error."""
     from jaxdiag.recording.watch import watching
 
+    was = watching()  # (False unless the test runs inside a watch of its own)
     with pytest.raises(CaptureError, match="unknown profiler option"):  # refused before anything starts
         with jaxdiag.profile(tmp_path / "ours", options={"no_such_option": 1}):
             pass
-    assert not watching()
+    assert watching() is was
     jax.profiler.start_trace(str(tmp_path / "theirs"))
     try:
         with pytest.raises(CaptureError, match="cannot start the profiler"):
             with jaxdiag.profile(tmp_path / "ours"):
                 pass
-        assert not watching()
+        assert watching() is was
     finally:
         jax.profiler.stop_trace()
     with jaxdiag.profile(tmp_path / "ours", run="after") as cap:  # and a capture starts cleanly afterwards

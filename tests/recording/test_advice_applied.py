@@ -98,12 +98,18 @@ def test_weak_array_advice_gives_the_array_its_dtype() -> None:
     from jaxdiag.analyses.recompile_findings import suggestion_for
 
     def planted():
-        update = jax.jit(lambda w: w - 0.01 * w.sum())
+        def weak_update(w):
+            return w - 0.01 * w.sum()
+
+        update = jax.jit(weak_update)
         w = jnp.full((4, 4), 0.1)
         update(update(w))
 
     def fixed():
-        update = jax.jit(lambda w: w - 0.01 * w.sum())
+        def weak_update(w):
+            return w - 0.01 * w.sum()
+
+        update = jax.jit(weak_update)
         w = jnp.full((4, 4), 0.1, dtype=jnp.float32)
         update(update(w))
 
@@ -112,7 +118,7 @@ def test_weak_array_advice_gives_the_array_its_dtype() -> None:
     assert "w changed from weakly typed (an array made from a Python scalar" in again.summary
     assert "Python scalar to a typed array" not in again.summary
     assert suggestion_for([c.to_dict() for c in again.changes]).startswith("Give the array its dtype where it is made")
-    advice = check(planted, fixed, "weak_type", "<lambda>", "jnp.full(shape, value, dtype=jnp.float32)")
+    advice = check(planted, fixed, "weak_type", "weak_update", "jnp.full(shape, value, dtype=jnp.float32)")
     assert "weakly typed array" in advice.message
 
 
