@@ -6,13 +6,14 @@ to keep each module small; see that module's docstring for what the findings say
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_for
 from jaxdiag.analyses.booking import step_program
 from jaxdiag.analyses.compile_spans import UNNAMED, function_name
 from jaxdiag.config import Settings
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
+from jaxdiag.analyses.recompile_advice import EAGER, EAGER_ONCE, ONE_OFF, OTHER_CALLER, remainder_advice, suggestion_for
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -20,93 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: ``origin`` of compile records of JAX's own jitted helpers (``recording.records.JAX_INTERNAL_ORIGIN``).
 JAX_INTERNAL = "jax-internal"
-
-_ADVICE = {
-    "shape": "Pad the varying axis to a few fixed sizes (buckets) so that each size compiles once{detail}.",
-    "weak_type": (
-        "Pass consistently typed values: a Python scalar (weakly typed) and a jnp array of the same "
-        "dtype compile separately; convert once, e.g. `jnp.float32(x)`, or make it a static argument."
-    ),
-    "weak_array": (
-        "Give the array its dtype where it is made (`jnp.full(shape, 0.1, dtype=jnp.float32)`, or "
-        "`jnp.float32(x)` once): an array made from a Python scalar is weakly typed, and the typed array an "
-        "update returns compiles the function again."
-    ),
-    "dtype": "Cast the argument to one dtype before the call (e.g. `x.astype(jnp.float32)`).",
-    "static": (
-        "A static argument changed value; each value compiles anew. Pass it as a traced array "
-        "instead, or limit it to a few values."
-    ),
-    "sharding": "Give the argument the same sharding every call (`jax.device_put(x, sharding)` with one `NamedSharding`).",
-    "memory_kind": "Keep the argument in the same memory kind (device vs pinned host) every call.",
-    "structure": "Keep the argument's pytree structure fixed (same keys, no `None` that comes and goes).",
-    "function": "A new function object (a closure or lambda made per call) is a new cache entry; create the jitted function once, outside the loop.",
-    "context": "A jax config option or mesh context changed between calls; set it once, before the first call.",
-}
-_EAGER = (
-    "Eager jnp code outside jit compiles one of JAX's helpers for each new shape and dtype it sees: "
-    "make the inputs with NumPy and convert them once (`jnp.asarray` of a fixed shape), move the "
-    "code inside the jitted step, or keep its shapes and dtypes fixed."
-)
-_EAGER_ONCE = (
-    "Each of these compiled once: a one-time cost, not a shape that varies in the loop. To spare even that, "
-    "move the code into a jitted function (the step, or an evaluation's own), or make its inputs with NumPy."
-)
-_GENERIC = (
-    "Find what changed between calls: wrap the function with `jaxdiag.jit` (or set "
-    "`jax_explain_cache_misses`) to log the reason. Common causes: varying shapes (pad to buckets), "
-    "Python scalars vs arrays (weak types), changing static arguments, new closures per call."
-)
-
-
-def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
-    """The change to make for a recompile, from the log's changes (generic without them).
-
-    One tip per kind of change; shape changes of several arguments share one tip
-    that lists each axis.
-    """
-    kinds: list[str] = []
-    shape_details: list[str] = []
-    for ch in changes:
-        what = str(ch.get("what", ""))
-        if what == "weak_type" and ch.get("of_shape") not in (None, "()"):
-            what = "weak_array"  # not a Python scalar: an array made from one
-        if what not in _ADVICE:
-            continue
-        if what not in kinds:
-            kinds.append(what)
-        if what == "shape" and ch.get("axis") is not None:
-            shape_details.append(
-                f"axis {ch['axis']} of {ch.get('label') or ch.get('path') or 'the argument'}: {ch.get('old')} -> {ch.get('new')}"
-            )
-    tips = []
-    for what in kinds:
-        detail = f" ({'; '.join(shape_details)})" if what == "shape" and shape_details else ""
-        tips.append(_ADVICE[what].format(detail=detail))
-    return " ".join(tips) if tips else _GENERIC
-
-
-def remainder_advice(changes: Sequence[Mapping[str, Any]]) -> str | None:
-    """Advice for a batch that shrank once, as the last batch of an epoch does; ``None`` for other changes.
-
-    Buckets are for sizes that keep changing; a remainder batch compiles once, for
-    one smaller size, and the full size comes back from the cache.
-    """
-    shapes = [ch for ch in changes if ch.get("what") == "shape"]
-    if not shapes or len(shapes) != len(changes):
-        return None
-    sizes = {(str(ch.get("old")), str(ch.get("new"))) for ch in shapes}
-    axes = {ch.get("axis") for ch in shapes}
-    if None in axes or len(axes) != 1 or len(sizes) != 1:
-        return None
-    old, new = next(iter(sizes))
-    if not (old.isdigit() and new.isdigit() and int(new) < int(old)):
-        return None
-    return (
-        f"A remainder batch: axis {next(iter(axes))} shrank once, {old} -> {new}, as the last batch of an "
-        "epoch does. Drop it (`drop_remainder=True`, or stop each epoch at `len(data) // batch_size` batches) or "
-        f"pad it to {old} rows and mask the padding, so no size but {old} is compiled."
-    )
 
 
 def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ...]:
@@ -187,14 +101,6 @@ def _where(group: list[Compile], all_steps: list[int]) -> str:
     return join(parts)
 
 
-_OTHER_CALLER = (
-    "`{name}` is called from more than one place, and each place compiles its own shapes once: this is no "
-    "shape varying in the loop, so padding to buckets would not help. If the other call is an evaluation, "
-    "its compile is paid once per shape; to share one program, call it with the loop's shapes (evaluate in "
-    "batches of the training batch's size)."
-)
-
-
 def _other_caller(group: list[Compile], compiles: tuple[Compile, ...]) -> tuple[str, ...] | None:
     """The call sites of the function's earlier compiles, where every recompile of ``group`` came from a
     call site none of its earlier compiles did (the compile log's ``call_site``: another caller, such as an
@@ -229,7 +135,7 @@ def _other_caller_finding(
         # Each call site's shapes compile once: a one-time cost, not a loss of the loop's (the evidence keeps it).
         time_lost_ms=0.0,
         message=message,
-        suggestion=_OTHER_CALLER.format(name=name),
+        suggestion=OTHER_CALLER.format(name=name),
         evidence={
             **_evidence("function", name, group),
             "one_off": True,
@@ -239,15 +145,6 @@ def _other_caller_finding(
             "other_caller_wait_ms": round(lost, 3),
         },
     )
-
-
-_ONE_OFF = (
-    "Each of these compiles made a new version of the function once, outside the steady loop: code that runs "
-    "once (an optimizer's init, an evaluation or eager ops run at a few shapes) compiles each new shape it "
-    "sees. It is a one-time cost, not a varying shape in the training step, so padding to buckets would not "
-    "help. If it recurs (an evaluation each epoch), put that code in one jitted function, so it compiles once "
-    "per input shape rather than op by op; or run it once before timing."
-)
 
 
 def _one_off_finding(
@@ -292,7 +189,7 @@ def _one_off_finding(
         # of the loop's (the evidence keeps it).
         time_lost_ms=0.0 if warming is not None else lost,
         message=message,
-        suggestion=_ONE_OFF,
+        suggestion=ONE_OFF,
         evidence={
             **_evidence("function", name, group),
             "one_off": True,
@@ -358,14 +255,14 @@ def _group_finding(
         if host_ms - total >= 0.5:
             head += f", of which the steps waited for {fmt_ms(total)} ms"
         # The log's changes compare unrelated calls of a shared helper: they say nothing about this line.
-        suggestion = _EAGER
+        suggestion = EAGER
         if again == 0 and all(c.logged for c in group):  # each helper's first compile: paid once, never again
             return Finding(
                 kind="recompile",
                 severity=Severity.INFO,
                 time_lost_ms=0.0,  # paid once, as a jitted function's first compile (the evidence keeps it)
                 message=f"{head}, each a first compile, paid once{_causes(group)}.",
-                suggestion=_EAGER_ONCE,
+                suggestion=EAGER_ONCE,
                 evidence={
                     **_evidence(kind, name, group),
                     "host_compile_ms": round(host_ms, 3),

@@ -95,7 +95,7 @@ def test_weak_array_advice_gives_the_array_its_dtype() -> None:
     """An array made from a Python scalar (``jnp.full(shape, 0.1)``) is weakly typed; the update returns a
     typed one, so the second call compiles again. The cause names a weakly typed array, not a Python
     scalar, and the advice (the report's too) gives the array its dtype where it is made."""
-    from jaxdiag.analyses.recompile_findings import suggestion_for
+    from jaxdiag.analyses.recompile_advice import suggestion_for
 
     def planted():
         def weak_update(w):
