@@ -56,6 +56,7 @@ class Booked:
         steps are the executions themselves (no annotations), each execution's own.
       ahead: steps the host had queued beyond the device when it dispatched this one
         (executions dispatched, minus those finished); -1 where unpaired.
+      windows: the host's step windows these were booked against.
     """
 
     module: str
@@ -66,6 +67,7 @@ class Booked:
     by_time: np.ndarray
     by_dispatch: np.ndarray
     ahead: np.ndarray
+    windows: StepWindows
 
 
 def step_program(frames: "TraceFrames") -> str:
@@ -103,7 +105,7 @@ def _booked(frames: "TraceFrames", host: str) -> Booked:
         by_dispatch = np.where(paired, windows.step_of(np.where(paired, dispatch, 0)), -1)
     finished = np.searchsorted(np.sort(ends), dispatch, side="right")  # executions done when it was dispatched
     ahead = np.where(paired, np.arange(len(starts)) - finished, -1)
-    return Booked(module, starts, ends, dispatch, dispatch_end, by_time, by_dispatch, ahead)
+    return Booked(module, starts, ends, dispatch, dispatch_end, by_time, by_dispatch, ahead, windows)
 
 
 def _dispatches(frames: "TraceFrames", host: str, module: str) -> np.ndarray:
@@ -269,12 +271,11 @@ def compile_step(frames: "TraceFrames", host: str, span: Any) -> int:
     step = int(b.by_dispatch[following[0]])
     if b.dispatch[following[0]] <= span.start_ns:  # inside that dispatch: a compile it needed
         return step
-    windows = StepWindows.of(step_windows(frames, host))
-    k = np.flatnonzero(windows.steps == step)
+    k = np.flatnonzero(b.windows.steps == step)
     if not len(k):
         return int(span.step)
     k0 = int(k[0])
-    return -1 if k0 > 0 and windows.starts[k0] > windows.ends[k0 - 1] else step
+    return -1 if k0 > 0 and b.windows.starts[k0] > b.windows.ends[k0 - 1] else step
 
 
 def op_steps(frames: "TraceFrames", host: str, ops: Any, windows: Any) -> np.ndarray:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from jaxdiag.recording.records import Change
+
 ADVICE_BY_CHANGE = {
     "shape": "Pad the varying axis to a few fixed sizes (buckets) so that each size compiles once{detail}.",
     "weak_type": (
@@ -57,7 +59,7 @@ def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
     shape_details: list[str] = []
     for ch in changes:
         what = str(ch.get("what", ""))
-        if what == "weak_type" and ch.get("of_shape") not in (None, "()"):
+        if Change.from_dict(dict(ch)).weak_array:
             what = "weak_array"  # not a Python scalar: an array made from one
         if what not in ADVICE_BY_CHANGE:
             continue

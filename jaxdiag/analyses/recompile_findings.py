@@ -120,8 +120,7 @@ def _other_caller_finding(
     name: str, group: list[Compile], host_ms: float, lost: float, all_steps: list[int], earlier: tuple[str, ...]
 ) -> Finding:
     """Recompiles each for a call site the function had not compiled for: another caller's shapes, once."""
-    hosts = sorted({c.host for c in group})
-    count = max(sum(1 for c in group if c.host == h) for h in hosts)
+    count = _count(group)
     sites = sorted({_short_site(str(c.call_site)) for c in group})
     message = (
         f"`{name}` compiled {'once more' if count == 1 else f'{count} more times'}, {_where(group, all_steps)}, "
@@ -157,8 +156,7 @@ def _one_off_finding(
 ) -> Finding:
     """Compiles of a function that cost the steps (next to) nothing, or only in the warm-up step
     (``warming``, from ``_warm_up_of``): one-off compiles, not a loop's recompiles."""
-    hosts = sorted({c.host for c in group})
-    count = max(sum(1 for c in group if c.host == h) for h in hosts)
+    count = _count(group)
     times = "once more" if count == 1 else f"{count} more times"
     shown = f"`{name}`" if name != UNNAMED else "a function the trace does not name"
     notes = []
@@ -229,10 +227,11 @@ def _group_finding(
     settings: Settings,
 ) -> Finding:
     hosts = sorted({c.host for c in group})
-    count = max(sum(1 for c in group if c.host == h) for h in hosts)
+    count = _count(group)
     times = "once" if count == 1 else f"{count} times"
     where = _where(group, all_steps) + (f" (on {len(hosts)} hosts; the slowest's time)" if len(hosts) > 1 else "")
     changes = [ch for c in group for ch in c.changes]
+    once = False
     if kind == "function":
         head = f"`{name}` recompiled {times}, {where}: {fmt_ms(total)} ms"
         if host_ms - total >= 0.5:
@@ -256,28 +255,29 @@ def _group_finding(
             head += f", of which the steps waited for {fmt_ms(total)} ms"
         # The log's changes compare unrelated calls of a shared helper: they say nothing about this line.
         suggestion = EAGER
-        if again == 0 and all(c.logged for c in group):  # each helper's first compile: paid once, never again
-            return Finding(
-                kind="recompile",
-                severity=Severity.INFO,
-                time_lost_ms=0.0,  # paid once, as a jitted function's first compile (the evidence keeps it)
-                message=f"{head}, each a first compile, paid once{_causes(group)}.",
-                suggestion=EAGER_ONCE,
-                evidence={
-                    **_evidence(kind, name, group),
-                    "host_compile_ms": round(host_ms, 3),
-                    "one_off": True,
-                    "first_compile_wait_ms": round(total, 3),
-                },
-            )
+        once = again == 0 and all(c.logged for c in group)  # each helper's first compile: paid once, never again
+        if once:
+            head += ", each a first compile, paid once"
+            suggestion = EAGER_ONCE
     return Finding(
         kind="recompile",
-        severity=severity_for(total, wall_ms, settings) if total > 0 else Severity.INFO,
-        time_lost_ms=total,
+        severity=severity_for(total, wall_ms, settings) if total > 0 and not once else Severity.INFO,
+        # A first compile is paid once, as a jitted function's (which has no finding): the evidence keeps it.
+        time_lost_ms=0.0 if once else total,
         message=f"{head}{_causes(group)}.",
         suggestion=suggestion,
-        evidence={**_evidence(kind, name, group), "host_compile_ms": round(host_ms, 3)},
+        evidence={
+            **_evidence(kind, name, group),
+            "host_compile_ms": round(host_ms, 3),
+            **({"one_off": True, "first_compile_wait_ms": round(total, 3)} if once else {}),
+        },
     )
+
+
+def _count(group: list[Compile]) -> int:
+    """How many compiles of ``group`` one host made, at most: hosts compile the same programs together."""
+    hosts = {c.host for c in group}
+    return max(sum(1 for c in group if c.host == h) for h in hosts)
 
 
 def _short_site(site: str) -> str:

@@ -5,10 +5,11 @@ launch's overhead overlaps device work. Where each launch waits for its executio
 after the execution ended, ``Booked.dispatch_end`` against the execution's end, and the execution
 fills at least half of it), the host never runs ahead, and every launch's overhead is device idle
 time, which the host-wait findings report as launching. A launch that is long beside a short
-execution is a slow launch, not a waiting one: the host takes longer to launch than the device to run. A program that calls back into Python
-(``jax.debug.print``, ``jax.debug.callback``, ``io_callback``, ``pure_callback``: ops named
-``debug_print.1``, ``io_callback.3`` ...) launches that way on XLA:CPU (JAX 0.9 on), and is the
-cause to name: without its callback, the same step launches and returns at once.
+execution is a slow launch, not a waiting one: the host takes longer to launch than the device to
+run. A program that calls back into Python (``jax.debug.print``, ``jax.debug.callback``,
+``io_callback``, ``pure_callback``: ops named ``debug_print.1``, ``io_callback.3`` ...) launches
+that way on XLA:CPU, and is the cause to name: without its callback, the same step launches and
+returns at once.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 from jaxdiag.analyses.booking import booked, step_program
-from jaxdiag.analyses.device_work import device_rows, name_matches, strings_at
+from jaxdiag.analyses.device_work import device_ops
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,8 +54,7 @@ def synchronous_launches(frames: "TraceFrames", host: str) -> SynchronousLaunche
     synchronous = int(((b.dispatch_end[paired] >= b.ends[paired]) & (2 * run >= launch)).sum())
     if synchronous < SYNCHRONOUS_SHARE * int(paired.sum()):
         return None
-    rows = np.flatnonzero(device_rows(frames, host))
-    rows = rows[strings_at(frames.events[F.HLO_MODULE], rows) == module]
-    names = frames.events[F.NAME]
-    calls = rows[name_matches(names, HOST_CALLBACK, at_start=True, rows=rows)]
-    return SynchronousLaunches(module, synchronous, int(paired.sum()), tuple(sorted(set(strings_at(names, calls)))))
+    ops = device_ops(frames, host)
+    names = ops.loc[(ops[F.HLO_MODULE] == module).to_numpy(), F.NAME].astype(str).unique()
+    callbacks = tuple(sorted(n for n in names if HOST_CALLBACK.match(n)))
+    return SynchronousLaunches(module, synchronous, int(paired.sum()), callbacks)

@@ -445,27 +445,19 @@ def _printing_steps(logdir: Path, prints: bool) -> Path:
 
 
 def _launches_after_runs(run_dir: Path) -> tuple[int, int]:
-    """``(launches that returned after their run's last op ended, launches)`` of ``train_step`` (ProfileData
-    alone: each outermost ``PjitFunction(train_step)`` against the ``jit_train_step`` ops after its start)."""
-    from jax.profiler import ProfileData
+    """``(launches that returned after their run ended, launches)`` of ``train_step``, counted without jaxdiag
+    (``trace_truth``: executions by ``run_id``, the outermost ``PjitFunction`` spans): each launch against
+    the first execution that starts after it began."""
+    from tests.analyses import trace_truth
 
-    launches, ops = [], []
-    for path in run_dir.glob("*.xplane.pb"):
-        for plane in ProfileData.from_file(str(path)).planes:
-            for line in plane.lines:
-                for e in line.events:
-                    if e.name == "PjitFunction(train_step)":
-                        launches.append((e.start_ns, e.start_ns + e.duration_ns))
-                    elif dict(e.stats).get("hlo_module") == "jit_train_step":
-                        ops.append((e.start_ns, e.start_ns + e.duration_ns))
-    from tests.analyses.trace_truth import union
-
-    launches, ops = union(launches), sorted(ops)
+    (xplane,) = run_dir.glob("*.xplane.pb")
+    truth = trace_truth.read(xplane)
+    runs = truth.of("jit_train_step")
+    launches = [(a, b) for name, a, b in truth.dispatches if name == "PjitFunction(train_step)"]
     after = 0
-    for k, (a, b) in enumerate(launches):
-        nxt = launches[k + 1][0] if k + 1 < len(launches) else float("inf")
-        mine = [end for start, end in ops if a <= start < nxt]  # the run it queued starts after it began
-        after += bool(mine) and b >= max(mine)
+    for a, b in launches:
+        queued = next((run for run in runs if run.start_ns >= a), None)  # the run this launch queued
+        after += queued is not None and b >= queued.end_ns
     return after, len(launches)
 
 
