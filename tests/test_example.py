@@ -67,3 +67,45 @@ def test_compile_log_of_the_example(demo_logdir, capsys):
     data = json.loads(capsys.readouterr().out)
     names = json.dumps(data)
     assert "train_step" in names and "tiny_ops" in names
+
+
+_TWO_FUNCTIONS = """
+import sys, jax, jax.numpy as jnp, jaxdiag
+
+@jax.jit
+def step(w, x):
+    return w - 1e-3 * jnp.tanh(x @ w).mean()
+
+@jax.jit
+def metric(w):
+    return jnp.abs(w).mean()
+
+w, x = jnp.ones((64, 64)), jnp.ones((32, 64))
+with jaxdiag.profile(sys.argv[1], run="two"):
+    for _ in range(4):
+        w = step(w, x)
+        float(metric(w))
+"""
+
+
+def test_the_report_is_the_same_whatever_the_hash_seed(tmp_path):
+    """Python orders sets of strings by a hash seeded per process: the report must not carry that order
+    (``mfu_basis.flops_by_function`` once did). A capture of two functions with compile records, four
+    seeds, one JSON."""
+    import os
+
+    subprocess.run([sys.executable, "-c", _TWO_FUNCTIONS, str(tmp_path)], check=True, timeout=300)
+    outputs = set()
+    for seed in ("1", "2", "3", "4"):
+        done = subprocess.run(
+            [sys.executable, "-m", "jaxdiag", "report", str(tmp_path), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+    flops = json.loads(outputs.pop())["throughput"]["mfu_basis"]["flops_by_function"]
+    assert len(flops) >= 2 and list(flops) == sorted(flops)

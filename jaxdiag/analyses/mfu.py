@@ -144,7 +144,7 @@ def mfu_basis(inputs: AnalysisInputs) -> MfuBasis:
         dtype,
         dtype_source,
         per_step_flops=per_step,
-        by_function={f: float(records[f]["cost"]["flops"]) for f in used},
+        by_function={f: float(records[f]["cost"]["flops"]) for f in sorted(used)},
     )
 
 
