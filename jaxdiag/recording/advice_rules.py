@@ -24,7 +24,7 @@ class Advice:
 
     Attributes:
       function: the function's qualname (``module.qualname``).
-      kind: ``"padding"``, ``"weak_type"``, ``"static_values"``, ``"sharding"``,
+      kind: ``"padding"``, ``"weak_type"``, ``"static_values"``, ``"sharding"``, ``"committed"``,
         ``"memory_kind"``, ``"new_function"``, ``"structure"``, ``"dtype"``,
         ``"mesh_context"`` (calls inside and outside ``jax.set_mesh``) or ``"same_signature"``.
       message: what happened, with numbers.
@@ -102,6 +102,13 @@ RULES: dict[str, tuple[str, str, str]] = {
         "place {path} with jax.device_put(x, sharding) once, with one sharding, "
         "before the loop, and pass the placed array every call",
     ),
+    # The first call's NumPy inputs against the committed arrays the update returns: each compiles.
+    "committed": (
+        "committed",
+        "{path} arrived both uncommitted (a NumPy array, or placed by JAX) and committed to devices",
+        "put {path} on the devices before the first call, with the sharding the later calls pass{placed} "
+        "(x = jax.device_put(x, sharding)), so that every call passes the same committed arrays",
+    ),
     "memory_kind": (
         "memory_kind",
         "{path} arrived in different memory kinds ({values})",
@@ -175,8 +182,9 @@ def change_advice(
             same.append(rec)
         for c in changes:
             if c.what in RULES and (c.what, c.path) not in covered:
-                hits[(c.what, c.path)][id(rec)] = rec
-                seen_changes[(c.what, c.path)].append(c)
+                key = (c.what, "" if c.what == "committed" else c.path)  # one piece for all the leaves
+                hits[key][id(rec)] = rec
+                seen_changes[key].append(c)
     name = recs[0].function
     out = []
     for (what, path), by_id in hits.items():
@@ -191,6 +199,13 @@ def change_advice(
             verbs = {"appeared" if c.old is None else "disappeared" if c.new is None else "changed" for c in found}
             message = "{path} " + "/".join(sorted(verbs)) + " (pytree structure)"
         label = next((c.label for c in found if c.label), label)
+        placed = ""
+        if what == "committed":
+            label = listing(list(dict.fromkeys(c.label or c.path for c in found)))
+            committed_side = {
+                a.sharding for c in found for r in involved for a in r.args if a.path == c.path and a.committed
+            }
+            placed = f" ({next(iter(committed_side))})" if len(committed_side) == 1 else ""
         numbers = [int(v) for v in values if v.isdigit()]
         fill = {
             "path": label,
@@ -198,6 +213,7 @@ def change_advice(
             "dtype": _leaf_dtype(involved[-1], path) or "float32",
             "largest": max(numbers) if numbers else "?",
             "function": name,
+            "placed": placed,
         }
         out.append(
             Advice(

@@ -164,6 +164,7 @@ def _count_leaf_fields(o: ArgSignature, n: ArgSignature) -> tuple[int, int]:
         (o.dtype, n.dtype),
         (o.weak_type, n.weak_type),
         (o.memory_kind, n.memory_kind),
+        (o.committed, n.committed),
     ):
         if a != b and a is not None and b is not None:
             fields += 1

@@ -90,6 +90,12 @@ def describe(change: Change) -> str:
         return f"static {p} changed {change.old} -> {change.new}"
     if what == "sharding":
         return f"{p} sharding changed {change.old} -> {change.new}"
+    if what == "committed":
+        uncommitted = "uncommitted (a NumPy array or Python number, or an array JAX placed on its default device)"
+        committed = "committed to its devices (placed with jax.device_put, or output by a program on such inputs)"
+        if change.old == "False":
+            return f"{p} changed from {uncommitted} to {committed}"
+        return f"{p} changed from {committed} to {uncommitted}"
     if what == "memory_kind":
         return f"{p} memory kind changed {change.old} -> {change.new}"
     if what == "structure":
@@ -147,9 +153,32 @@ def summarize(new: CompileRecord, changes: Sequence[Change], compared_index: int
                 n=known, index=compared_index if compared_index is not None else "?"
             )
         return f"{name}: {reason}{where}"
-    shown = "; ".join(describe(c) for c in changes[:MAX_SUMMARY_CHANGES])
-    more = len(changes) - MAX_SUMMARY_CHANGES
+    phrases = _phrases(changes)
+    shown = "; ".join(phrases[:MAX_SUMMARY_CHANGES])
+    more = len(phrases) - MAX_SUMMARY_CHANGES
     return f"{name}: {shown}" + (f"; and {more} more" if more > 0 else "") + where
+
+
+def _phrases(changes: Sequence[Change]) -> list[str]:
+    """One phrase per change, but one for all the leaves that changed commitment the same way (a
+    model's parameters arrive as NumPy arrays once, then as the committed arrays an update returns)."""
+    phrases: list[str] = []
+    committed: dict[str, list[Change]] = {}
+    for c in changes:
+        if c.what == "committed":
+            if c.old not in committed:
+                phrases.append(c.old or "")  # a placeholder, filled below
+            committed.setdefault(c.old or "", []).append(c)
+        else:
+            phrases.append(describe(c))
+    for old, group in committed.items():
+        leaves = [c.label or c.path for c in group]
+        named = ", ".join(leaves[:MAX_SUMMARY_CHANGES])
+        if len(leaves) > MAX_SUMMARY_CHANGES:
+            named += f" and {len(leaves) - MAX_SUMMARY_CHANGES} more"
+        one = describe(group[0])
+        phrases[phrases.index(old)] = named + one[len(group[0].label or group[0].path) :]
+    return phrases
 
 
 def _where(rec: CompileRecord) -> str:

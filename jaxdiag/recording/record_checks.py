@@ -60,6 +60,8 @@ def args_problem(args: Any) -> str | None:
         for name in ("kind", "dtype", "sharding", "memory_kind", "value"):
             if a.get(name) is not None and not isinstance(a[name], str):
                 return f"args {a['path']!r}: {name!r} is not text"
+        if a.get("committed") is not None and not isinstance(a["committed"], bool):
+            return f"args {a['path']!r}: 'committed' is not true or false"
         shape = a.get("shape")
         if shape is not None and not (isinstance(shape, list) and all(type(x) is int for x in shape)):
             return f"args {a['path']!r}: 'shape' is not a list of integers"

@@ -173,6 +173,10 @@ def _leaf_changes_by_path(o: ArgSignature, n: ArgSignature) -> Iterable[Change]:
         )
     if sharding_differs(o, n):
         yield Change(p, "sharding", o.sharding, n.sharding)
+    elif o.committed is not None and n.committed is not None and o.committed != n.committed:
+        # A NumPy array, or a jnp array on the default device, against one put on devices
+        # (their shardings may read alike, or one may have none): JAX keys its cache on it.
+        yield Change(p, "committed", str(o.committed), str(n.committed))
     if o.memory_kind != n.memory_kind and o.memory_kind is not None and n.memory_kind is not None:
         yield Change(p, "memory_kind", o.memory_kind, n.memory_kind)
     if o.value != n.value:

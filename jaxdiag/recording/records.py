@@ -36,6 +36,10 @@ class ArgSignature:
         for an array of this rank (``Sharding.is_equivalent_to``): the XLA sharding for
         the rank and the devices. ``P('model', None)`` and ``P('model',)`` on one mesh have
         different ``sharding`` text and the same placement, and hit one cache entry.
+      committed: whether the array was committed to its devices (``jax.device_put`` with a device or
+        sharding, or a program's output on committed inputs: ``True``) or left for JAX to place at the
+        call (a NumPy array, a Python number, a jnp array on the default device: ``False``); ``None``
+        for a tracer. JAX compiles a call with a committed input apart from one without.
     """
 
     path: str
@@ -49,6 +53,7 @@ class ArgSignature:
     label: str | None = None
     batch_axis: int | None = None
     placement: str | None = None
+    committed: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -71,7 +76,7 @@ class Change:
     Attributes:
       path: argument path that changed (``""`` for the function itself).
       what: ``"shape"``, ``"dtype"``, ``"weak_type"``, ``"static"``, ``"sharding"``,
-        ``"memory_kind"``, ``"structure"``, ``"function"`` (a new function object or
+        ``"committed"`` (``old``/``new`` ``"False"``/``"True"``), ``"memory_kind"``, ``"structure"``, ``"function"`` (a new function object or
         closure) or ``"context"`` (a jax config or mesh context).
       old, new: the two values, as text.
         ``what`` is also ``"jit_options"`` (path: the option) and ``"config"`` (path: the

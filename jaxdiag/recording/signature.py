@@ -175,7 +175,21 @@ def leaf_signature(path: str, leaf: Any) -> ArgSignature:
             if described is not None and concrete is not None and shape is not None
             else None
         ),
+        committed=_committed(leaf),
     )
+
+
+def _committed(leaf: Any) -> bool | None:
+    """``ArgSignature.committed``: a jax.Array's own flag; ``False`` for what JAX places at the call (NumPy
+    arrays and scalars, Python numbers); ``None`` for a tracer or anything else."""
+    if isinstance(leaf, jax.core.Tracer):
+        return None
+    if isinstance(leaf, jax.Array):
+        committed = getattr(leaf, "committed", None)
+        return committed if isinstance(committed, bool) else None
+    if isinstance(leaf, (np.ndarray, np.generic, bool, int, float, complex)):
+        return False
+    return None
 
 
 # --- static fields of modules ------------------------------------------------------

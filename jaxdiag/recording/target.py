@@ -175,7 +175,7 @@ def _explain_unseen(earlier: list[tuple[Any, str]], record: CompileRecord) -> Ex
 
 def _types_only(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """Signatures without placement: what a trace cache key holds of them."""
-    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None, placement=None) for a in args)
+    return tuple(dataclasses.replace(a, sharding=None, memory_kind=None, placement=None, committed=None) for a in args)
 
 
 def _earlier_unseen(p: Pending, record: CompileRecord) -> int | None:

@@ -90,6 +90,8 @@ class Cause:
             return "same signature (context, cache or committed devices)"
         if self.what == UNKNOWN_CAUSE:
             return "cause unknown (the same argument signature as an earlier compile; see its summary)"
+        if self.what == "committed":
+            return "inputs uncommitted (NumPy) <-> committed to devices"
         if self.what == "function":
             return "new function object / closure"
         if self.what == "shape":
@@ -156,7 +158,8 @@ def function_rows(records: Sequence[CompileRecord]) -> list[FunctionRow]:
                 counts[(SAME_SIGNATURE, "", None)] += times
             # Several axes of one leaf, or one leaf in several fields, count once per kind; in the
             # explanation's order, so that causes with equal counts keep one order from run to run.
-            for key in dict.fromkeys((c.what, c.path, c.axis) for c in changes):
+            # The leaves that changed commitment count once: they are one cause (NumPy inputs, once).
+            for key in dict.fromkeys((c.what, "" if c.what == "committed" else c.path, c.axis) for c in changes):
                 counts[key] += times
             names.update({(c.what, c.path, c.axis): c.label for c in changes if c.label})
         causes = tuple(Cause(w, p, a, n, names.get((w, p, a))) for (w, p, a), n in counts.most_common())

@@ -136,6 +136,29 @@ CASES = [
         (Change("args[1]", "structure", "int32[]", "static 3"),),
         "train_step: args[1] changed int32[] -> static 3",
     ),
+    TC(
+        "a NumPy input, then a committed array",
+        (leaf(TOK, committed=False),),
+        (leaf(TOK, sharding="SingleDeviceSharding(cpu:0)", committed=True),),
+        (Change("args[2]", "committed", "False", "True"),),
+        "train_step: args[2] changed from uncommitted (a NumPy array or Python number, or an array JAX placed "
+        "on its default device) to committed to its devices (placed with jax.device_put, or output by a "
+        "program on such inputs)",
+    ),
+    TC(
+        "a sharding change is named once, not as a commitment too",
+        (leaf(TOK, sharding="SingleDeviceSharding(cpu:0)", committed=False),),
+        (leaf(TOK, sharding="P('x',) on mesh(x=8)", committed=True),),
+        (Change("args[2]", "sharding", "SingleDeviceSharding(cpu:0)", "P('x',) on mesh(x=8)"),),
+        "train_step: args[2] sharding changed SingleDeviceSharding(cpu:0) -> P('x',) on mesh(x=8)",
+    ),
+    TC(
+        "commitment unknown on one side (a tracer)",
+        (leaf(TOK, committed=None),),
+        (leaf(TOK, committed=True),),
+        (),
+        "",
+    ),
 ]
 
 
@@ -235,6 +258,23 @@ def test_summary_names_three_changes_then_counts() -> None:
     got = explain([old], new)
     assert len(got.changes) == 5
     assert got.summary.count("changed 1 -> 2") == 3 and "; and 2 more; called at mod.py:9" in got.summary
+
+
+def test_leaves_that_changed_commitment_alike_are_one_phrase() -> None:
+    """A model's parameters arrive as NumPy arrays once, then as the committed arrays the update returns:
+    one phrase names them, with the other changes beside it."""
+    params = [A(f"args[0][{i}]", shape=(4, 8), dtype="float32", label=f"params[{i}]") for i in range(5)]
+    batch = A("args[1]", shape=(4, 32), dtype="float32", label="batch", committed=False)
+    old = rec(1, *(leaf(p, committed=False) for p in params), batch)
+    new = rec(2, *(leaf(p, committed=True) for p in params), leaf(batch, shape=(4, 8)))
+    got = explain([old], new)
+    assert [c.what for c in got.changes] == ["committed"] * 5 + ["shape"]
+    assert got.summary == (
+        "train_step: params[0], params[1], params[2] and 2 more changed from uncommitted (a NumPy array or Python "
+        "number, or an array JAX placed on its default device) to committed to its devices (placed with "
+        "jax.device_put, or output by a program on such inputs); batch shape axis 1 changed 32 -> 8; "
+        "called at mod.py:9"
+    )
 
 
 def test_unhashable_fields_fall_back_to_comparing_by_path() -> None:

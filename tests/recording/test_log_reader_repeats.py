@@ -116,6 +116,7 @@ def test_repeated_signatures_are_held_once(tmp_path: Path, real_lines: list[str]
         ({"shape": [4, 8]}, {"shape": [4.0, 8]}, "'shape' is not a list of integers"),
         ({"shape": [1, 8]}, {"shape": [True, 8]}, "'shape' is not a list of integers"),
         ({"dtype": "float32"}, {"dtype": 1}, "'dtype' is not text"),
+        ({"committed": True}, {"committed": 1}, "'committed' is not true or false"),
     ],
 )
 def test_a_bad_copy_of_a_signature_already_read_is_still_refused(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -245,6 +246,67 @@ def test_committed_sharding_change_and_its_advice_applied(jax_explainer: _Log) -
 
     assert len(of(user_records(fixed), "moved")) == 1
     _TABLE.append(("committed input resharded", _jax_summary(jax_explainer.messages), summary))
+
+
+# --- NumPy parameters at the first call, committed ones after -----------------------------
+
+
+def test_numpy_parameters_then_the_committed_arrays_the_update_returns(jax_explainer: _Log) -> None:
+    """Data parallelism as a training loop writes it: the parameters start as NumPy arrays, the batch is put
+    on the mesh. The update's outputs are committed to the mesh, so the second call compiles again; the
+    record names the parameters' commitment (their shardings cannot tell: NumPy arrays have none)."""
+    mesh = mesh_2x4()
+    batch = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh, P("data")))
+
+    def new_update():
+        def update(params, x):
+            return {k: v - 1e-3 * x.T @ (x @ v) for k, v in params.items()}  # reduced over the batch
+
+        return update
+
+    def planted():
+        step = jax.jit(new_update())
+        params = {"w1": np.ones((8, 8), np.float32), "w2": np.ones((8, 8), np.float32)}
+        for _ in range(3):
+            params = step(params, batch)
+
+    records = of(user_records(planted), "update")
+    assert [r.compile_index for r in records] == [1, 2]  # the third call hit the cache
+    messages = "\n".join(jax_explainer.messages)
+    assert len(re.findall(r"Compiling jit\(update\)", messages)) == 2  # JAX's own log: two compiles
+    assert claimed(records) == {"committed"}
+    assert {c.path for c in records[1].explanation.changes} == {"args[0]['w1']", "args[0]['w2']"}
+    summary = records[1].explanation.summary
+    assert "params['w1'], params['w2'] changed from uncommitted (a NumPy array" in summary
+    (advice,) = advise(records)
+    assert advice.kind == "committed" and "jax.device_put(x, sharding)" in advice.suggestion
+    assert "with the sharding the later calls pass (P() on mesh(data=2, model=4))" in advice.suggestion
+    assert advice.message.startswith("update: params['w1'], params['w2'] arrived both uncommitted")
+
+    def fixed():  # the advice applied: the parameters put on the mesh before the first call
+        step = jax.jit(new_update())
+        params = {"w1": np.ones((8, 8), np.float32), "w2": np.ones((8, 8), np.float32)}
+        params = jax.device_put(params, NamedSharding(mesh, P()))
+        for _ in range(3):
+            params = step(params, batch)
+
+    assert len(of(user_records(fixed), "update")) == 1
+    _TABLE.append(("NumPy parameters, then committed", _jax_summary(jax_explainer.messages), summary))
+
+
+def test_numpy_and_an_uncommitted_jnp_array_share_a_compile() -> None:
+    """The other side of the rule: JAX places both at the call, alike, and compiles once."""
+
+    def doubled(x):
+        return x * 2
+
+    def both():
+        f = jax.jit(doubled)
+        f(np.ones((4, 4), np.float32))
+        f(jnp.ones((4, 4)))
+
+    (record,) = of(user_records(both), "doubled")
+    assert record.args[0].committed is False
 
 
 # --- a call outside the mesh context ---------------------------------------------------

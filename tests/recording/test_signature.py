@@ -94,6 +94,24 @@ def test_single_device_sharding_and_memory_kind():
     assert sig.memory_kind == "device"
 
 
+def test_committed_as_jax_keys_its_cache_on_it():
+    """What JAX places at the call (NumPy, Python numbers, a jnp array on the default device) is uncommitted;
+    an array put on a device is committed; a tracer says nothing. JAX compiles a call with a committed input
+    apart from one without (``test_sharding_causes_vs_jax`` shows it on the real compiles)."""
+    leaves = (np.ones(3), np.float32(1), 2.0, jnp.ones(3), jax.device_put(jnp.ones(3), jax.devices()[0]))
+    sigs, _ = signature.signature_of(leaves, {})
+    assert [s.committed for s in sigs] == [False, False, False, False, True]
+    seen = {}
+
+    def f(x):
+        seen["sigs"] = signature.traced_signature((x,), {}, 120)
+        return x
+
+    jax.jit(f)(jnp.ones(3))
+    assert [s.committed for s in seen["sigs"][0]] == [None]
+    assert sigs[4].to_dict()["committed"] is True and ArgSignature.from_dict(sigs[0].to_dict()).committed is False
+
+
 @pytest.mark.parametrize(
     "axis_type, text",
     [

@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 
 import jaxdiag
+from jaxdiag.recording.advice import advise
 from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN, CompileRecord
 
 
@@ -178,6 +179,44 @@ def test_pmap_on_host_devices():
     assert changes(shape) == [("args[0]", "shape", "2", "3")]
     assert changes(static) == [("args[1]", "static", "2", "5")]
     assert float(out[0, 0]) == 40.0
+
+
+def test_pmap_of_numpy_parameters_compiles_again_for_its_own_outputs():
+    """JAX's SPMD MNIST example replicates NumPy parameters for ``pmap``; the update returns them committed to
+    the devices, and the second call compiles again. The record names the parameters' commitment (NumPy
+    arrays have no sharding to compare); putting them on the devices first, as its advice says, leaves one
+    compile."""
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    def new_update():  # a new function each time: JAX's caches hold none of its compiles
+        def spmd_update(params, batch):
+            grads = jax.grad(lambda p: jnp.mean((batch @ p["w"]) ** 2))(params)
+            return jax.tree_util.tree_map(lambda p, g: p - 1e-3 * jax.lax.psum(g, "batch"), params, grads)
+
+        return spmd_update
+
+    batch = np.ones((8, 4, 16), np.float32)
+    start = {"w": np.broadcast_to(np.ones((16, 16), np.float32), (8, 16, 16))}
+
+    def train(params):
+        update = jax.pmap(new_update(), axis_name="batch")
+        with jaxdiag.watch() as w:
+            for _ in range(3):
+                params = update(params, batch)
+        return compiles_of(w, "spmd_update")
+
+    first, again = train(start)
+    assert first.args[0].committed is False and again.args[0].committed is True
+    assert changes(again) == [("args[0]['w']", "committed", "False", "True")]
+    assert "params['w'] changed from uncommitted" in again.explanation.summary
+    (advice,) = advise([first, again])
+    assert advice.kind == "committed" and "jax.device_put(x, sharding)" in advice.suggestion
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+    assert len(train(jax.device_put(start, NamedSharding(mesh, P("batch"))))) == 1  # the advice applied
 
 
 def test_a_new_closure_each_step_is_named_as_such():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from jaxdiag.recording.advice import advise, with_explanations
@@ -63,6 +64,28 @@ def test_function_rows_count_causes() -> None:
         ("weak_type", "kwargs['scale']", None, 1),
     ]
     assert train.causes[0].label == "args[0] shape axis 1"
+
+
+def test_leaves_that_changed_commitment_are_one_cause_and_one_piece_of_advice() -> None:
+    """A model's parameters, NumPy at the first call and committed after: one cause, one piece of advice
+    naming every leaf and the sharding the later calls passed."""
+    params = [A(f"args[0][{i}]", shape=(4, 8), dtype="float32", label=f"params[{i}]") for i in range(3)]
+    placed = "P() on mesh(data=8)"
+    records = with_explanations(
+        [
+            rec(1, *(dataclasses.replace(p, committed=False) for p in params)),
+            rec(2, *(dataclasses.replace(p, sharding=placed, committed=True) for p in params)),
+        ]
+    )
+    (row,) = function_rows(records)
+    assert [(c.what, c.path, c.count) for c in row.causes] == [("committed", "", 1)]
+    assert row.causes[0].label == "inputs uncommitted (NumPy) <-> committed to devices"
+    (advice,) = advise(records)
+    assert advice.message == (
+        "train_step: params[0], params[1], params[2] arrived both uncommitted (a NumPy array, or placed by JAX) "
+        "and committed to devices; 1 recompile(s)"
+    )
+    assert f"with the sharding the later calls pass ({placed})" in advice.suggestion
 
 
 def test_text_table_shows_counts_causes_and_advice() -> None:
