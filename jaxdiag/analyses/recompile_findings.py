@@ -216,6 +216,17 @@ def _evidence(kind: str, name: str, group: list[Compile]) -> dict[str, Any]:
     }
 
 
+def _suggestion(group: list[Compile], changes: list[Mapping[str, Any]]) -> str:
+    """What to change for a function's recompiles: a remainder batch's own advice where one compile alone
+    changed a shape and it shrank once, beside the advice for the other compiles' changes."""
+    shaped = [c for c in group if any(ch.get("what") == "shape" for ch in c.changes)]
+    remainder = remainder_advice(shaped[0].changes) if len(shaped) == 1 else None
+    if remainder is None:
+        return suggestion_for(changes)
+    rest = [ch for c in group if c is not shaped[0] for ch in c.changes]
+    return f"{suggestion_for(rest)} {remainder}" if rest else remainder
+
+
 def _group_finding(
     kind: str,
     name: str,
@@ -236,7 +247,7 @@ def _group_finding(
         head = f"`{name}` recompiled {times}, {where}: {fmt_ms(total)} ms"
         if host_ms - total >= 0.5:
             head += f" the steps waited for (of {fmt_ms(host_ms)} ms compiling)"
-        suggestion = (remainder_advice(changes) if count == 1 else None) or suggestion_for(changes)
+        suggestion = _suggestion(group, changes)
     else:
         helpers = sorted({c.function for c in group})
         again = sum(1 for c in group if c.recompile)

@@ -8,7 +8,8 @@ replaced or added to it. Compiles the trace does not name (``UNNAMED``) are neve
 known to be of one function, so none of them is a recompile by name.
 
 The join with the log (records as ``CompileRecord.to_dict()``) matches by
-function name, then by time when ``frames.meta`` has the profile's start (the
+function name (or the program's name the record read, as ``jax.pmap`` names every
+program ``jit__fun``; the compile then takes the record's function name), then by time when ``frames.meta`` has the profile's start (the
 log's ``time_unix`` and the trace run on different clocks; ``profile_start_time``
 relates them), else by order: the last records of a function pair with its
 compiles in the capture, as compiles before the capture (warm-up) come first.
@@ -214,8 +215,9 @@ def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], r
     cause = explanation.get("summary") or None
     if cause is None and rec is not None and rec.get("compile_index") is not None and int(rec["compile_index"]) <= 1:
         cause = FIRST_COMPILE
+    named = rec is not None and _key(span.function) != _key(str(rec.get("function")))
     return Compile(
-        function=span.function,
+        function=str(rec["function"]) if rec is not None and named else span.function,
         host=span.host,
         step=span.step,
         compile_ms=span.dur_ms,
@@ -267,7 +269,8 @@ def _match(
     by_fn: dict[str, list[Mapping[str, Any]]] = {}
     for rec in log:
         if rec.get("compiled", True) and rec.get("function") and not rec.get("before_capture"):
-            by_fn.setdefault(_key(rec["function"]), []).append(rec)
+            for name in _trace_names(rec, start_ns is not None):
+                by_fn.setdefault(name, []).append(rec)
     for fn, recs in by_fn.items():
         recs.sort(key=lambda r: (float(r.get("time_unix", 0.0)), int(r.get("compile_index", 0))))
         idx = [i for i, s in enumerate(spans) if _key(s.function) == fn]
@@ -284,6 +287,20 @@ def _match(
             for i, rec in zip(idx[::-1], recs[::-1]):
                 out[i] = rec
     return out
+
+
+def _trace_names(rec: Mapping[str, Any], by_time: bool) -> list[str]:
+    """The names a record's compile may have on the timeline: its function's, and, joined by time, its
+    program's where the record read it and it differs (``jax.pmap`` runs a jitted wrapper, ``jit__fun``,
+    whatever it maps: by order alone, the compiles of two mapped functions would pair with each other's)."""
+    names = [_key(rec["function"])]
+    if not by_time:
+        return names
+    facts = rec.get("sharding")
+    module = facts.get("module") if isinstance(facts, Mapping) else None
+    if isinstance(module, str) and module and _key(module) not in names:
+        names.append(_key(module))
+    return names
 
 
 def _nearest(

@@ -158,6 +158,36 @@ def test_join_with_the_log_by_time():
     )
 
 
+COMMITTED = Change(path="args[0]['w']", what="committed", old="False", new="True", label="params['w']")
+REMAINDER = Change(path="args[1]", what="shape", old="32", new="8", axis=1, label="batch")
+
+
+def _mapped(function: str, index: int, t_ns: int, changes=()) -> dict:
+    """A record of a ``jax.pmap``-ed function: the trace names its program ``jit__fun``, as JAX's pmap does."""
+    rec = _record(function, index, t_ns, changes)
+    return {**rec, "sharding": {"module": "jit__fun", "mesh": {"axis_names": ["batch"], "axis_sizes": [4]}}}
+
+
+def test_a_pmapped_function_is_joined_by_its_programs_name_and_named_as_the_user_wrote_it():
+    events = compile_events(12_000, 5000, "_fun") + compile_events(22_000, 4000, "_fun")
+    log = [_mapped("spmd_update", 1, -50_000_000), _mapped("spmd_update", 2, 12_000_000, [COMMITTED])]
+    log.append(_mapped("spmd_update", 3, 22_100_000, [REMAINDER]))
+    f = frames(events, steps=[(0, 20_000), (20_000, 30_000)], meta={"profile_start_time": PROFILE_START})
+    r = recompiles.analyze(AnalysisInputs(f, compile_log=log))
+    assert [(c.function, c.logged, c.recompile) for c in r.compiles] == [("spmd_update", True, True)] * 2
+    (finding,) = r.findings
+    assert finding.message.startswith("`spmd_update` recompiled 2 times, at steps 0 and 1")
+    # Each compile's own advice: the parameters put on the devices first, and the remainder batch's.
+    assert "`jax.device_put(x, sharding)`" in finding.suggestion and "A remainder batch: axis 1" in finding.suggestion
+    assert "bucket" not in finding.suggestion
+    # Joined by order alone, a program name several mapped functions share would pair records of one with
+    # compiles of another: the name is not used then.
+    by_order = recompiles.analyze(
+        AnalysisInputs(frames(events, steps=[(0, 20_000), (20_000, 30_000)]), compile_log=log)
+    )
+    assert [(c.function, c.logged) for c in by_order.compiles] == [("_fun", False)] * 2
+
+
 def test_join_by_order_without_a_profile_start():
     events = compile_events(12_000, 5000, "step")
     log = [_record("step", 1, 0), _record("step", 2, 0, [SHAPE])]
