@@ -54,6 +54,12 @@ _SUGGESTIONS = {
         "per-step cost: putting more work in each jitted call would not help. A guess, if it recurs (each "
         "epoch): do it before the timed loop, or in one jitted call rather than op by op."
     ),
+    "dispatch_after_reads": (
+        "Launching kept up with the device at the steps without a read: this idle time follows the reads (each "
+        "empties the device's queue, so the next launch runs with nothing queued), not launch overhead, and "
+        "putting more work in each jitted call would not help. It is part of what the reads cost (see the read "
+        "finding)."
+    ),
     "sparse_sync": (
         "Reads come only at some steps, not every step, so reading less often is not the change to make. "
         "If this time matters, a guess: start each copy as soon as the value exists (`x.copy_to_host_async()`) "
@@ -150,6 +156,14 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
                     share=f"{top_ms:.1f} of {ms:.1f} ms at step {top_step}"
                 )
                 evidence["one_off_step"] = int(top_step)
+        after_reads = c.kind == DISPATCH and _after_reads(sorted(amounts), r.sync_steps, all_steps)
+        if after_reads and "one_off_step" not in evidence:
+            extra += (
+                f" Each of these steps came at or right after a read ({describe_steps(r.sync_steps, all_steps)}); "
+                "at the other steps the host launched ahead of the device."
+            )
+            suggestion = _SUGGESTIONS["dispatch_after_reads"]
+            evidence["after_reads"] = True
         if c.kind == DISPATCH:
             by_fn = _dispatch_by_function(r)
             evidence["by_function"] = by_fn
@@ -160,7 +174,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             named = sorted((f for f in by_fn if f in one_op), key=lambda f: -by_fn[f])
             share = sum(by_fn[f] for f in named) / max(sum(by_fn.values()), 1e-9)
             launches = _synchronous_step_launches(inputs, top)
-            if launches is not None and "one_off_step" not in evidence:
+            if launches is not None and "one_off_step" not in evidence and not after_reads:
                 extra += (
                     f" {launches.synchronous} of {launches.paired} launches of `{top[0]}` returned only once it had"
                     " run, so the host never ran ahead of the device: each launch's overhead left it idle"
@@ -174,7 +188,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
                 suggestion = _SUGGESTIONS["callback_launch" if launches.callbacks else "synchronous_launch"]
                 if launches.callbacks:
                     evidence["host_callbacks"] = list(launches.callbacks)
-            if share >= ONE_OP_SHARE and "one_off_step" not in evidence:
+            if share >= ONE_OP_SHARE and "one_off_step" not in evidence and not after_reads:
                 extra += (
                     f" {share * 100:.0f}% of it launched programs of one op each "
                     f"({', '.join(named[:5])}{', ...' if len(named) > 5 else ''})."
@@ -196,6 +210,13 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             )
         )
     return tuple(out)
+
+
+def _after_reads(steps: list[int], read_steps: tuple[int, ...], all_steps: list[int]) -> bool:
+    """Whether launch waits came only where a read had just emptied the device's queue: each at a step with a
+    read or the one after it, at fewer than half the steps (launching that cannot keep up waits at every step)."""
+    reads = set(read_steps)
+    return bool(steps) and len(steps) < 0.5 * len(all_steps) and all(s in reads or s - 1 in reads for s in steps)
 
 
 def _synchronous_step_launches(inputs: AnalysisInputs, top: list[str]) -> SynchronousLaunches | None:

@@ -217,6 +217,36 @@ def test_h100_mlp_input_pipeline(h100_mlp):
     assert sum(slow) / len(slow) - sum(fast) / len(fast) >= 3.0
 
 
+def _launches(steps: int, read_every: int, launch_us: float) -> list:
+    """Steps of 5 ms on the device, launched ahead of it except after a read (``float(loss)`` every
+    ``read_every`` steps), which empties the queue: the next launch then runs with the device idle."""
+    events = []
+    for i in range(steps):
+        s = i * 5_000
+        after_read = i > 0 and (i - 1) % read_every == 0
+        if after_read:
+            events.append(host_event(s, launch_us, "PjitFunction(train_step)"))
+        events.append(device_event(s + (launch_us if after_read else 0), 5_000 - (launch_us if after_read else 0)))
+        if i % read_every == 0:
+            events.append(host_event(s + 4_800, 200, "np.asarray(jax.Array)", category="runtime"))
+    return events
+
+
+def test_launches_that_wait_only_after_reads_are_the_reads_cost_not_launch_overhead():
+    steps = tuple((i * 5_000, (i + 1) * 5_000) for i in range(20))
+    r = run(_launches(20, 5, 300), steps=steps)
+    (launching,) = [f for f in r.findings if f.evidence["kind"] == "dispatch"]
+    assert sorted(launching.evidence["per_step"]) == [1, 6, 11, 16] and launching.evidence["after_reads"]
+    assert "at the other steps the host launched ahead of the device" in launching.message
+    assert "would not help" in launching.suggestion and "put more work" not in launching.suggestion
+    # Launching that waits at every step is launch overhead: the advice to put more work in each call stays.
+    every = [host_event(i * 5_000, 300, "PjitFunction(train_step)") for i in range(20)]
+    every += [device_event(i * 5_000 + 300, 4_700) for i in range(20)]
+    every += [host_event(i * 5_000 + 4_800, 200, "np.asarray(jax.Array)", category="runtime") for i in range(0, 20, 5)]
+    (launching,) = [f for f in run(every, steps=steps).findings if f.evidence["kind"] == "dispatch"]
+    assert "after_reads" not in launching.evidence and "put more work in each jitted call" in launching.suggestion
+
+
 def test_sync_steps_from_device_copies():
     # No host read-back event, but the device copied a scalar to the host in step 1.
     steps = ((0, 1000), (1000, 2000))
