@@ -29,8 +29,9 @@ ADVICE_BY_CHANGE = {
     ),
     "sharding": "Give the argument the same sharding every call (`jax.device_put(x, sharding)` with one `NamedSharding`).",
     "committed": (
-        "Put the argument on its devices before the first call (`jax.device_put(x, sharding)`, a device or "
-        "sharding given): a NumPy array and the committed array an update returns compile separately."
+        "Put the argument on its devices before the first call, with the sharding the later calls pass "
+        "(`jax.device_put(x, sharding)`): a NumPy array and the committed array an update returns compile "
+        "separately."
     ),
     "memory_kind": "Keep the argument in the same memory kind (device vs pinned host) every call.",
     "structure": "Keep the argument's pytree structure fixed (same keys, no `None` that comes and goes).",
