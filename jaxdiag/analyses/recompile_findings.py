@@ -297,6 +297,10 @@ def _short_site(site: str) -> str:
     return site if len(parts) <= 3 else ".../" + "/".join(parts[-2:])
 
 
+#: The distinct causes a finding's message names; the evidence keeps them all.
+MAX_CAUSES = 4
+
+
 def _causes(group: list[Compile]) -> str:
     """``; cause: ...`` or ``; causes: ... (at step 6); ... (at step 9)``: each distinct cause once, with its steps."""
     if not any(c.logged for c in group):
@@ -311,4 +315,7 @@ def _causes(group: list[Compile]) -> str:
         return f"; cause: {next(iter(by_cause))}"
     same_steps = len({tuple(sorted(set(v))) for v in by_cause.values()}) == 1
     parts = [cause if same_steps else f"{cause} ({describe_steps(steps)})" for cause, steps in by_cause.items()]
+    more = len(parts) - MAX_CAUSES
+    if more > 0:  # an eager line's helpers on many shapes: the evidence keeps every cause
+        parts = [*parts[:MAX_CAUSES], f"and {more} more (in the finding's evidence)"]
     return "; causes: " + "; ".join(parts)

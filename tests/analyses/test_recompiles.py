@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from jaxdiag.analyses import recompile_findings as recompiles_findings
 from jaxdiag.analyses import recompiles
 from jaxdiag.analyses.base import AnalysisInputs, Severity
 from jaxdiag.analyses.compile_spans import compile_spans, function_name
@@ -268,6 +269,23 @@ def test_a_first_compile_joined_to_the_log_says_so():
     assert c.cause == recompiles.FIRST_COMPILE and c.logged
     (unjoined,) = recompiles.analyze(AnalysisInputs(f)).compiles
     assert unjoined.cause is None and not unjoined.logged
+
+
+def test_a_finding_names_a_few_causes_and_its_evidence_keeps_them_all():
+    """An eager line that indexes six parameters compiles a helper for each new shape: the message names four
+    causes and says how many more; the evidence lists every one."""
+    events, log = [], []
+    for i in range(7):
+        events += compile_events(2_000 + i * 2_000, 500, "gather")
+        rec = _record("gather", i + 1, (2_000 + i * 2_000) * 1000, [Change("args[0]", "shape", str(i), str(i + 1))])
+        rec.update(origin="jax-internal", call_site="train.py:61")
+        rec["explanation"]["summary"] = f"eager gather: args[0] shape changed {i} -> {i + 1}"
+        log.append(rec)
+    f = frames(events, steps=[(0, 20_000)], meta={"profile_start_time": PROFILE_START})
+    (finding,) = recompiles.analyze(AnalysisInputs(f, compile_log=log)).findings
+    assert finding.message.count("args[0] shape changed") == recompiles_findings.MAX_CAUSES
+    assert "and 3 more (in the finding's evidence)" in finding.message
+    assert len(set(finding.evidence["causes"])) == 7
 
 
 def test_compile_outside_steps_and_step_filter():
