@@ -124,10 +124,18 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             )
             evidence["by_host"] = {h: round(h_ms, 3) for h, h_ms in on.items()}
         if c.kind == SYNC:
-            drained = [o for o in r.by_cause if o.kind in ("annotation", DISPATCH, UNATTRIBUTED) and o.ms >= 0.1 * c.ms]
+            # Each cause as its own finding counts it: launching on a step that compiled is the compile's.
+            counted = {
+                o.cause: o.ms
+                if o.kind != DISPATCH
+                else sum(v for s, v in per_step.get((o.cause, o.kind), {}).items() if s not in compiled)
+                for o in r.by_cause
+                if o.kind in ("annotation", DISPATCH, UNATTRIBUTED)
+            }
+            drained = sorted((cause for cause, ms in counted.items() if ms >= 0.1 * c.ms), key=lambda k: -counted[k])
             extra = f" Reads happened {describe_steps(r.sync_steps, all_steps)}"
             if drained:
-                listed = ", ".join(f"{o.cause} {o.ms:.1f} ms" for o in drained[:3])
+                listed = ", ".join(f"{cause} {counted[cause]:.1f} ms" for cause in drained[:3])
                 extra += (
                     f"; each drains the device queue, so the host work after it ({listed}) cannot overlap device work"
                 )

@@ -217,6 +217,15 @@ def test_h100_mlp_input_pipeline(h100_mlp):
     assert sum(slow) / len(slow) - sum(fast) / len(fast) >= 3.0
 
 
+def test_the_read_finding_counts_the_launching_after_it_as_the_launch_finding_does(h100_mlp):
+    """Launching on a step that compiled is the compile's tracing: the launch finding leaves it out, and the
+    read finding, naming the host work its reads left exposed, gives the same figure."""
+    findings = {f.evidence["kind"]: f for f in host_waits.analyze(AnalysisInputs(h100_mlp.frames)).findings}
+    launching, read = findings["dispatch"], findings["device_to_host_sync"]
+    assert launching.evidence["left_out_compile_steps"]
+    assert f"dispatch {launching.time_lost_ms:.1f} ms" in read.message
+
+
 def _launches(steps: int, read_every: int, launch_us: float) -> list:
     """Steps of 5 ms on the device, launched ahead of it except after a read (``float(loss)`` every
     ``read_every`` steps), which empties the queue: the next launch then runs with the device idle."""
