@@ -60,6 +60,12 @@ _SUGGESTIONS = {
         "putting more work in each jitted call would not help. It is part of what the reads cost (see the read "
         "finding)."
     ),
+    "dispatch_after_host_work": (
+        "Launching the step kept up with the device at the other steps: at these, the host's other work (the "
+        "other findings) had already left the device's queue empty, so the launch ran with nothing queued. It "
+        "is part of what that work costs, not launch overhead: putting more work in each jitted call would not "
+        "help."
+    ),
     "sparse_sync": (
         "Reads come only at some steps, not every step, so reading less often is not the change to make. "
         "If this time matters, a guess: start each copy as soon as the value exists (`x.copy_to_host_async()`) "
@@ -172,6 +178,17 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             )
             suggestion = _SUGGESTIONS["dispatch_after_reads"]
             evidence["after_reads"] = True
+        elif c.kind == DISPATCH and "one_off_step" not in evidence:
+            before = _after_other_waits(sorted(amounts), per_step, all_steps, inputs, _dispatch_by_function(r))
+            if before:
+                extra += (
+                    " Each of these steps had the devices already idle for the host's other work ("
+                    + ", ".join(f"{cause} {ms_:.1f} ms" for cause, ms_ in before.items())
+                    + "); at the other steps the host launched the step ahead of the device."
+                )
+                suggestion = _SUGGESTIONS["dispatch_after_host_work"]
+                evidence["after_host_work"] = True
+                after_reads = True  # the same: no launch-overhead advice
         if c.kind == DISPATCH:
             by_fn = _dispatch_by_function(r)
             evidence["by_function"] = by_fn
@@ -221,10 +238,40 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
 
 
 def _after_reads(steps: list[int], read_steps: tuple[int, ...], all_steps: list[int]) -> bool:
-    """Whether launch waits came only where a read had just emptied the device's queue: each at a step with a
-    read or the one after it, at fewer than half the steps (launching that cannot keep up waits at every step)."""
+    """Whether launch waits came only where a read had just emptied the device's queue: each (but at the run's
+    first step) at a step with a read or the one after it, at fewer than half the steps (launching that cannot
+    keep up waits at every step)."""
     reads = set(read_steps)
-    return bool(steps) and len(steps) < 0.5 * len(all_steps) and all(s in reads or s - 1 in reads for s in steps)
+    later = [s for s in steps if s != min(all_steps, default=s)]  # the run's first launch never has work queued
+    return bool(later) and len(steps) < 0.5 * len(all_steps) and all(s in reads or s - 1 in reads for s in later)
+
+
+def _after_other_waits(
+    steps: list[int],
+    per_step: dict[tuple[str, str], dict[int, float]],
+    all_steps: list[int],
+    inputs: AnalysisInputs,
+    by_function: dict[str, float],
+) -> dict[str, float]:
+    """The other waits (cause -> ms at these steps) that had emptied the device's queue where the step program's
+    launch waited, when it waited at fewer than half the steps, each one with such a wait or just after one:
+    launching the step kept up elsewhere. Empty when that is not so."""
+    program = function_name(step_program(inputs.frames))
+    top = next(iter(by_function), None)
+    if not steps or len(steps) >= 0.5 * len(all_steps) or not program or top != program:
+        return {}
+    if by_function[top] < 0.5 * sum(by_function.values()):
+        return {}
+    others = {key: amounts for key, amounts in per_step.items() if key[1] in ("annotation", UNATTRIBUTED, SYNC)}
+    near = {s for amounts in others.values() for s in amounts}
+    later = [s for s in steps if s != min(all_steps)]  # the run's first launch never has work queued
+    if not later or not all(s in near or s - 1 in near for s in later):
+        return {}
+    wanted = set(steps) | {s - 1 for s in steps}
+    there = {cause: sum(v for s, v in amounts.items() if s in wanted) for (cause, _), amounts in others.items()}
+    largest = max(there.values(), default=0.0)
+    named = sorted((c for c, ms in there.items() if ms >= 0.1 * largest), key=lambda c: -there[c])
+    return {cause: round(there[cause], 3) for cause in named[:3]} if largest > 0 else {}
 
 
 def _synchronous_step_launches(inputs: AnalysisInputs, top: list[str]) -> SynchronousLaunches | None:

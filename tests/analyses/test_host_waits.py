@@ -256,6 +256,41 @@ def test_launches_that_wait_only_after_reads_are_the_reads_cost_not_launch_overh
     assert "after_reads" not in launching.evidence and "put more work in each jitted call" in launching.suggestion
 
 
+def _saving_every(period: int, steps: int, launch_us: float, work_us: float, program: str = "jit_train_step"):
+    """Steps of 5 ms on the device, launched ahead of it, but every ``period``-th step the host first does
+    ``work_us`` of its own (a checkpoint's save, say) with the device idle, and then launches late."""
+    events = []
+    for i in range(steps):
+        s = i * 5_000
+        if i % period == period - 1:  # the late launch, with nothing queued
+            events.append(host_event(s, launch_us, "PjitFunction(train_step)"))
+            events.append(device_event(s + launch_us, 5_000 - launch_us))
+        elif i % period == period - 2:  # the host's work at the end of the step before: the device runs dry
+            events.append(device_event(s, 5_000 - work_us))
+        else:
+            events.append(device_event(s, 5_000))
+    windows = tuple((i * 5_000, (i + 1) * 5_000) for i in range(steps))
+    f = frames(events + [host_event(a, b - a, "train") for a, b in windows], steps=list(windows))
+    return dataclasses.replace(f, step_program=program)
+
+
+def test_launch_waits_after_the_hosts_other_work_are_that_works_cost():
+    """The step's launch waits only at the steps where the host's own work (no annotation) had already left the
+    device idle, as after a checkpoint's save: named that work's cost, not launch overhead. Where the waiting
+    launches are another program's (eager ops between steps, say), the launch advice stays."""
+    from jaxdiag.analyses.host_wait_findings import _SUGGESTIONS
+
+    result = host_waits.analyze(AnalysisInputs(_saving_every(10, 30, 300, 2_000), thresholds=TH))
+    by_kind = {x.evidence["kind"]: x for x in result.findings}
+    launching = by_kind["dispatch"]
+    assert sorted(launching.evidence["per_step"]) == [9, 19, 29] and launching.evidence["after_host_work"]
+    assert "had the devices already idle for the host's other work (unattributed" in launching.message
+    assert launching.suggestion == _SUGGESTIONS["dispatch_after_host_work"]
+    other = host_waits.analyze(AnalysisInputs(_saving_every(10, 30, 300, 2_000, "jit_eval"), thresholds=TH))
+    launching = next(x for x in other.findings if x.evidence["kind"] == "dispatch")
+    assert "after_host_work" not in launching.evidence and "put more work" in launching.suggestion
+
+
 def test_sync_steps_from_device_copies():
     # No host read-back event, but the device copied a scalar to the host in step 1.
     steps = ((0, 1000), (1000, 2000))
