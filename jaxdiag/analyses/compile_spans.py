@@ -14,6 +14,11 @@ order: ``CompileAndLoad(jit_f)``, ``HLO Transforms:jit_f`` or pass pipelines suc
 ``PjitFunction(f)`` around it. The span starts where that ``PjitFunction(f)``
 starts, so it covers tracing and lowering, and ends with the backend compile:
 the wall time the caller lost, not counting the run that follows.
+
+A program JAX's persistent compilation cache served leaves no backend compile: the call
+traces and lowers it (``lower_sharding_computation``) and loads it. Lowering inside a
+``PjitFunction(f)`` that holds no compile found otherwise is such a compile, from the
+call's start to the loaded program's launch.
 """
 
 from __future__ import annotations
@@ -55,6 +60,11 @@ def _is_anchor(name: str) -> bool:
     return _ANCHOR_WORD in name and _ANCHOR.search(name) is not None
 
 
+#: Lowering, which JAX does for a compile and for a program it loads from the persistent compilation cache
+#: (then there is no backend compile on the timeline).
+_LOWERING = re.compile(r"^lower_sharding_computation$")
+#: Launching the loaded program: where a compile served by the persistent cache ends at the latest.
+_LAUNCH = re.compile(r"^ExecuteReplicated|^shard_args$|Execute")
 _COMPILE_THREAD = re.compile(r"compile_thread_pool|CompilerThreadPool|xla-cpu-codegen|XlaCompile", re.I)
 _NAMED_MODULE = (
     re.compile(r"CompileAndLoad\((.+)\)$"),
@@ -165,11 +175,11 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
         loose[:, 1] += (join_ns := int(frames.settings.compile_join_us * 1000))
         for s, e in iv.union(loose):
             found.append(("<compile threads>", int(s), int(e) - join_ns))
-    if not found:
-        return ()
-    named = _module_mentions(ev)
     pjit = _columns(ev, name_matches(names, _PJIT, at_start=True))
     windows = step_windows(frames, host)
+    if not found:
+        return tuple(_cached(ev, pjit, [], windows, host))
+    named = _module_mentions(ev)
     spans = []
     for line, s, e in found:
         module = _best_module(named, s, e)
@@ -191,7 +201,46 @@ def _host_spans(frames: "TraceFrames", host: str) -> tuple[CompileSpan, ...]:
                 line=line,
             )
         )
-    return spans
+    return spans + _cached(ev, pjit, spans, windows, host)
+
+
+def _cached(
+    ev: "pd.DataFrame", pjit: _Rows, spans: list[CompileSpan], windows: "pd.DataFrame", host: str
+) -> list[CompileSpan]:
+    """Compiles the persistent compilation cache served: a call that lowered its program (tracing it first)
+    inside its ``PjitFunction(f)`` with no backend compile there. Each runs from the call's start to the
+    launch of the loaded program (or the end of lowering, without one): the wall time the caller lost."""
+    names = ev[F.NAME]
+    rows = np.flatnonzero(name_matches(names, _LOWERING, at_start=True))
+    if not len(rows):
+        return []
+    lines = strings_at(ev[F.LINE], rows)
+    starts, ends = ev[F.START_NS].to_numpy(np.int64), ev[END_NS].to_numpy(np.int64)
+    launch = _columns(ev, name_matches(names, _LAUNCH))
+    out: list[CompileSpan] = []
+    for row, line in zip(rows.tolist(), lines.tolist()):
+        s, e = int(starts[row]), int(ends[row])
+        if any(c.line == line and c.start_ns <= s and c.end_ns >= e for c in spans):
+            continue  # lowering for a compile found already
+        caller = _innermost_pjit(pjit, str(line), s, e, "")
+        if caller is None:
+            continue
+        call_end = int(pjit[3][(pjit[0] == line) & (pjit[2] == caller[0])].max())
+        after = (launch[0] == line) & (launch[2] >= e) & (launch[2] <= call_end)
+        end = int(launch[2][after].min()) if after.any() else e
+        out.append(
+            CompileSpan(
+                host=host,
+                function=caller[1],
+                module="",
+                start_ns=caller[0],
+                end_ns=end,
+                backend_ns=0,
+                step=int(step_of(np.array([caller[0]]), windows)[0]),
+                line=str(line),
+            )
+        )
+    return out
 
 
 def _not_within(spans: np.ndarray, runs: np.ndarray) -> np.ndarray:

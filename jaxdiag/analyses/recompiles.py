@@ -215,6 +215,8 @@ def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], r
     cause = explanation.get("summary") or None
     if cause is None and rec is not None and rec.get("compile_index") is not None and int(rec["compile_index"]) <= 1:
         cause = FIRST_COMPILE
+    if cause is not None and rec is not None and rec.get("persistent_cache_hit") is True:
+        cause += " (loaded from the persistent compilation cache)"
     named = rec is not None and _key(span.function) != _key(str(rec.get("function")))
     return Compile(
         function=str(rec["function"]) if rec is not None and named else span.function,

@@ -52,6 +52,29 @@ def test_cpu_style_compile_named_from_pass_pipelines():
     assert (span.function, span.module, span.start_ns, span.end_ns) == ("step", "jit_step", 0, 5_000_000)
 
 
+def test_a_program_the_persistent_cache_served_is_a_compile_from_the_call_to_its_launch():
+    """With the persistent compilation cache, a call traces and lowers its program and loads it: no backend
+    compile on the timeline. The compile runs from the call to the loaded program's launch; lowering inside a
+    call that compiled is not a second compile."""
+    served = [
+        host_event(0, 30_000, "PjitFunction(step)"),
+        host_event(500, 1_000, "PjitFunction(matmul)"),  # tracing the step
+        host_event(8_000, 8_000, "lower_sharding_computation", category="runtime"),
+        host_event(27_000, 400, "ExecuteReplicated.__call__", category="runtime"),
+    ]
+    (span,) = compile_spans(frames(served, steps=[(0, 40_000)]))
+    assert (span.function, span.start_ns, span.end_ns, span.backend_ns) == ("step", 0, 27_000_000, 0)
+    compiled = [
+        host_event(0, 30_000, "PjitFunction(step)"),
+        host_event(8_000, 8_000, "lower_sharding_computation", category="runtime"),
+        host_event(16_500, 10_000, "backend_compile_and_load", category="runtime"),
+    ]
+    (span,) = compile_spans(frames(compiled, steps=[(0, 40_000)]))
+    assert (span.start_ns, span.end_ns, span.backend_ns) == (0, 26_500_000, 10_000_000)
+    # Lowering with no call around it (no PjitFunction span) is not taken for a compile.
+    assert compile_spans(frames(served[2:], steps=[(0, 40_000)])) == ()
+
+
 def test_compile_thread_work_without_a_caller_anchor():
     pool = "tf_pjrt_compile_thread_pool/7"
     events = [
