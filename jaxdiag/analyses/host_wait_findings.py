@@ -170,8 +170,14 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
                     share=f"{top_ms:.1f} of {ms:.1f} ms at step {top_step}"
                 )
                 evidence["one_off_step"] = int(top_step)
-        after_reads = c.kind == DISPATCH and _after_reads(sorted(amounts), r.sync_steps, all_steps)
-        if after_reads and "one_off_step" not in evidence:
+        # Launch waits only where something else had emptied the device's queue: not launch overhead.
+        queue_emptied = False
+        if (
+            c.kind == DISPATCH
+            and "one_off_step" not in evidence
+            and _after_reads(sorted(amounts), r.sync_steps, all_steps)
+        ):
+            queue_emptied = True
             extra += (
                 f" Each of these steps came at or right after a read ({describe_steps(r.sync_steps, all_steps)}); "
                 "at the other steps the host launched ahead of the device."
@@ -188,7 +194,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
                 )
                 suggestion = _SUGGESTIONS["dispatch_after_host_work"]
                 evidence["after_host_work"] = True
-                after_reads = True  # the same: no launch-overhead advice
+                queue_emptied = True
         if c.kind == DISPATCH:
             by_fn = _dispatch_by_function(r)
             evidence["by_function"] = by_fn
@@ -199,7 +205,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             named = sorted((f for f in by_fn if f in one_op), key=lambda f: -by_fn[f])
             share = sum(by_fn[f] for f in named) / max(sum(by_fn.values()), 1e-9)
             launches = _synchronous_step_launches(inputs, top)
-            if launches is not None and "one_off_step" not in evidence and not after_reads:
+            if launches is not None and "one_off_step" not in evidence and not queue_emptied:
                 extra += (
                     f" {launches.synchronous} of {launches.paired} launches of `{top[0]}` returned only once it had"
                     " run, so the host never ran ahead of the device: each launch's overhead left it idle"
@@ -213,7 +219,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
                 suggestion = _SUGGESTIONS["callback_launch" if launches.callbacks else "synchronous_launch"]
                 if launches.callbacks:
                     evidence["host_callbacks"] = list(launches.callbacks)
-            if share >= ONE_OP_SHARE and "one_off_step" not in evidence and not after_reads:
+            if share >= ONE_OP_SHARE and "one_off_step" not in evidence and not queue_emptied:
                 extra += (
                     f" {share * 100:.0f}% of it launched programs of one op each "
                     f"({', '.join(named[:5])}{', ...' if len(named) > 5 else ''})."
@@ -241,9 +247,11 @@ def _after_reads(steps: list[int], read_steps: tuple[int, ...], all_steps: list[
     """Whether launch waits came only where a read had just emptied the device's queue: each (but at the run's
     first step) at a step with a read or the one after it, at fewer than half the steps (launching that cannot
     keep up waits at every step)."""
-    reads = set(read_steps)
-    later = [s for s in steps if s != min(all_steps, default=s)]  # the run's first launch never has work queued
-    return bool(later) and len(steps) < 0.5 * len(all_steps) and all(s in reads or s - 1 in reads for s in later)
+    if not all_steps or len(steps) >= 0.5 * len(all_steps):
+        return False
+    reads, first = set(read_steps), min(all_steps)
+    later = [s for s in steps if s != first]  # the run's first launch never has work queued
+    return bool(later) and all(s in reads or s - 1 in reads for s in later)
 
 
 def _after_other_waits(
