@@ -57,8 +57,11 @@ def test_example_report_names_the_planted_problems(demo_logdir, capsys):
     (train_finding,) = [f for f in report["findings"] if f["evidence"].get("function") == "train_step"]
     assert train_finding["message"].startswith("`train_step` recompiled 2 times, at steps 6 and 9:")
     (stall,) = [f for f in report["findings"] if f["evidence"].get("cause") == "load_batch"]
-    # (a loaded machine can make one more load slow enough to be listed beside the planted ones)
-    assert re.search(r"at steps 3, 6, 9,? (and )?12\b", stall["message"]), stall["message"]
+    # (a loaded machine can make one more load slow enough to be listed beside the planted ones, anywhere)
+    listed = re.search(r"at steps ([^;(]+)", stall["message"])
+    assert listed, stall["message"]
+    named = {int(n) for n in re.findall(r"\d+", listed.group(1))}
+    assert {3, 6, 9, 12} <= named and len(named) <= 5, stall["message"]
     assert report["throughput"]["count_unit"] == "samples"
 
 
