@@ -64,7 +64,7 @@ def _is_anchor(name: str) -> bool:
 #: (then there is no backend compile on the timeline).
 _LOWERING = re.compile(r"^lower_sharding_computation$")
 #: Launching the loaded program: where a compile served by the persistent cache ends at the latest.
-_LAUNCH = re.compile(r"^ExecuteReplicated|^shard_args$|Execute")
+_LAUNCH = re.compile(r"^shard_args$|Execute")
 _COMPILE_THREAD = re.compile(r"compile_thread_pool|CompilerThreadPool|xla-cpu-codegen|XlaCompile", re.I)
 _NAMED_MODULE = (
     re.compile(r"CompileAndLoad\((.+)\)$"),

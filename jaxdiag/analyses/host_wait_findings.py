@@ -98,6 +98,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
         d = per_step.setdefault((w.cause, w.kind), {})
         d[w.step] = d.get(w.step, 0.0) + (w.end_ns - w.start_ns) / 1e6
     compiled = {w.step for w in r.waits if w.kind == COMPILE}
+    by_fn = _dispatch_by_function(r)  # launching waits per launched function, for the launch finding
     for c in r.by_cause:
         amounts = per_step.get((c.cause, c.kind), {})
         ms, left_out = c.ms, []
@@ -175,7 +176,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
         if (
             c.kind == DISPATCH
             and "one_off_step" not in evidence
-            and _after_reads(sorted(amounts), r.sync_steps, all_steps)
+            and _only_after(sorted(amounts), set(r.sync_steps), all_steps)
         ):
             queue_emptied = True
             extra += (
@@ -185,7 +186,7 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
             suggestion = _SUGGESTIONS["dispatch_after_reads"]
             evidence["after_reads"] = True
         elif c.kind == DISPATCH and "one_off_step" not in evidence:
-            before = _after_other_waits(sorted(amounts), per_step, all_steps, inputs, _dispatch_by_function(r))
+            before = _after_other_waits(sorted(amounts), per_step, all_steps, inputs, by_fn)
             if before:
                 extra += (
                     " Each of these steps had the devices already idle for the host's other work ("
@@ -196,7 +197,6 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
                 evidence["after_host_work"] = True
                 queue_emptied = True
         if c.kind == DISPATCH:
-            by_fn = _dispatch_by_function(r)
             evidence["by_function"] = by_fn
             top = [f for f in by_fn if f]
             if top:
@@ -243,15 +243,15 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
     return tuple(out)
 
 
-def _after_reads(steps: list[int], read_steps: tuple[int, ...], all_steps: list[int]) -> bool:
-    """Whether launch waits came only where a read had just emptied the device's queue: each (but at the run's
-    first step) at a step with a read or the one after it, at fewer than half the steps (launching that cannot
-    keep up waits at every step)."""
+def _only_after(steps: list[int], marked: set[int], all_steps: list[int]) -> bool:
+    """Whether launch waits came only where something had just emptied the device's queue: each (but at the
+    run's first step) at a ``marked`` step (a read, other host work) or the one after it, at fewer than half
+    the steps (launching that cannot keep up waits at every step)."""
     if not all_steps or len(steps) >= 0.5 * len(all_steps):
         return False
-    reads, first = set(read_steps), min(all_steps)
+    first = min(all_steps)
     later = [s for s in steps if s != first]  # the run's first launch never has work queued
-    return bool(later) and all(s in reads or s - 1 in reads for s in later)
+    return bool(later) and all(s in marked or s - 1 in marked for s in later)
 
 
 def _after_other_waits(
@@ -266,14 +266,10 @@ def _after_other_waits(
     launching the step kept up elsewhere. Empty when that is not so."""
     program = function_name(step_program(inputs.frames))
     top = next(iter(by_function), None)
-    if not steps or len(steps) >= 0.5 * len(all_steps) or not program or top != program:
-        return {}
-    if by_function[top] < 0.5 * sum(by_function.values()):
+    if not program or top != program or by_function[top] < 0.5 * sum(by_function.values()):
         return {}
     others = {key: amounts for key, amounts in per_step.items() if key[1] in ("annotation", UNATTRIBUTED, SYNC)}
-    near = {s for amounts in others.values() for s in amounts}
-    later = [s for s in steps if s != min(all_steps)]  # the run's first launch never has work queued
-    if not later or not all(s in near or s - 1 in near for s in later):
+    if not _only_after(steps, {s for amounts in others.values() for s in amounts}, all_steps):
         return {}
     wanted = set(steps) | {s - 1 for s in steps}
     there = {cause: sum(v for s, v in amounts.items() if s in wanted) for (cause, _), amounts in others.items()}

@@ -12,6 +12,7 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_fo
 from jaxdiag.analyses.booking import step_program
 from jaxdiag.analyses.compile_spans import UNNAMED, function_name
 from jaxdiag.config import Settings
+from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
 from jaxdiag.analyses.recompile_advice import EAGER, EAGER_ONCE, ONE_OFF, OTHER_CALLER, remainder_advice, suggestion_for
 from jaxdiag.trace import frames as F
@@ -19,15 +20,12 @@ from jaxdiag.trace import frames as F
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.analyses.recompiles import Compile, RecompilesResult
 
-#: ``origin`` of compile records of JAX's own jitted helpers (``recording.records.JAX_INTERNAL_ORIGIN``).
-JAX_INTERNAL = "jax-internal"
-
 
 def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ...]:
     """One finding per recompiling function, and one per user line whose eager code recompiled JAX helpers."""
     groups: dict[tuple[str, str], list[Compile]] = {}
     for c in r.compiles:
-        if c.origin == JAX_INTERNAL:  # any compile of a helper mid-run stalls the line that called it
+        if c.origin == JAX_INTERNAL_ORIGIN:  # any compile of a helper mid-run stalls the line that called it
             groups.setdefault(("line", c.call_site or c.function), []).append(c)
         elif c.recompile:
             groups.setdefault(("function", c.function), []).append(c)

@@ -217,9 +217,10 @@ def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], r
         cause = FIRST_COMPILE
     if cause is not None and rec is not None and rec.get("persistent_cache_hit") is True:
         cause += " (loaded from the persistent compilation cache)"
-    named = rec is not None and _key(span.function) != _key(str(rec.get("function")))
+    # Joined through its program's name (``jax.pmap``'s ``jit__fun``): the user's function names it.
+    function = str(rec["function"]) if rec is not None and _key(span.function) != _key(str(rec["function"])) else None
     return Compile(
-        function=str(rec["function"]) if rec is not None and named else span.function,
+        function=function or span.function,
         host=span.host,
         step=span.step,
         compile_ms=span.dur_ms,

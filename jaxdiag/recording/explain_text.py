@@ -162,22 +162,17 @@ def summarize(new: CompileRecord, changes: Sequence[Change], compared_index: int
 def _phrases(changes: Sequence[Change]) -> list[str]:
     """One phrase per change, but one for all the leaves that changed commitment the same way (a
     model's parameters arrive as NumPy arrays once, then as the committed arrays an update returns)."""
-    phrases: list[str] = []
-    committed: dict[str, list[Change]] = {}
-    for c in changes:
-        if c.what == "committed":
-            if c.old not in committed:
-                phrases.append(c.old or "")  # a placeholder, filled below
-            committed.setdefault(c.old or "", []).append(c)
-        else:
-            phrases.append(describe(c))
-    for old, group in committed.items():
+    groups: dict[object, list[Change]] = {}  # in the changes' order; a key per direction of commitment
+    for i, c in enumerate(changes):
+        groups.setdefault(("committed", c.old) if c.what == "committed" else i, []).append(c)
+    phrases = []
+    for group in groups.values():
+        first = group[0]
         leaves = [c.label or c.path for c in group]
         named = ", ".join(leaves[:MAX_SUMMARY_CHANGES])
         if len(leaves) > MAX_SUMMARY_CHANGES:
             named += f" and {len(leaves) - MAX_SUMMARY_CHANGES} more"
-        one = describe(group[0])
-        phrases[phrases.index(old)] = named + one[len(group[0].label or group[0].path) :]
+        phrases.append(describe(first) if len(group) == 1 else named + describe(first)[len(leaves[0]) :])
     return phrases
 
 
