@@ -121,6 +121,31 @@ static PyObject *head(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* A growing array of doubles: a line's starts or durations, handed to Python as the bytes of an ``array('d')``. */
+typedef struct {
+    double *data;
+    Py_ssize_t size, capacity;
+} Doubles;
+
+static int push(Doubles *d, double value) {
+    if (d->size == d->capacity) {
+        Py_ssize_t capacity = d->capacity ? 2 * d->capacity : 256;
+        double *data = PyMem_Realloc(d->data, (size_t)capacity * sizeof(double));
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        d->data = data;
+        d->capacity = capacity;
+    }
+    d->data[d->size++] = value;
+    return 0;
+}
+
+static PyObject *as_bytes(const Doubles *d) {
+    return PyBytes_FromStringAndSize((const char *)d->data, d->size * (Py_ssize_t)sizeof(double));
+}
+
 /* ``value / 1000`` truncated toward zero, as C++ divides integers (C does too). */
 static inline int64_t div1000(int64_t value) { return value / 1000; }
 
@@ -128,7 +153,7 @@ typedef struct {
     PyObject *names;      /* dict: event metadata id -> name */
     PyObject *stat_names; /* dict: stat metadata id -> name (references) */
     PyObject *wanted;     /* dict: stat metadata id -> name, of the stats to read (may be empty) */
-    PyObject *no_stats;   /* the shared dict of an event with none of them */
+    PyObject *columns;    /* dict: stat name -> list of each event's value (None: the event has none) */
     PyObject *empty;      /* "" */
     const uint8_t *frame_bits; /* frame_bits[id]: the id names a Python-tracer frame (NULL: look at names) */
     Py_ssize_t frame_count;
@@ -176,8 +201,25 @@ static PyObject *stat_value(const Context *cx, int kind, uint64_t number, const 
     return NULL;
 }
 
-/* Add the wanted stats of one event's stat records to *dict (made when the first is met). -1 on error. */
-static int read_stats(const Context *cx, const uint8_t *event, Py_ssize_t size, PyObject **dict) {
+/* Put value (a new reference, stolen) at ``index`` of ``column``, padding with None up to it: an event's stat
+   given twice keeps the last, as a dict would. -1 on error. */
+static int put(PyObject *column, Py_ssize_t index, PyObject *value) {
+    Py_ssize_t size = PyList_GET_SIZE(column);
+    if (size > index) return PyList_SetItem(column, index, value); /* steals value, drops the earlier one */
+    for (; size < index; size++) {
+        if (PyList_Append(column, Py_None) < 0) {
+            Py_DECREF(value);
+            return -1;
+        }
+    }
+    int failed = PyList_Append(column, value);
+    Py_DECREF(value);
+    return failed;
+}
+
+/* Put the wanted stats of one event's stat records, the line's ``index``-th kept event, in their columns
+   (a column is made when its stat is first met). -1 on error, -2 on an unexpected record. */
+static int read_stats(const Context *cx, const uint8_t *event, Py_ssize_t size, Py_ssize_t index) {
     Cursor c = {event, event + size};
     Field f = {0};
     while (c.at < c.end) {
@@ -213,19 +255,28 @@ static int read_stats(const Context *cx, const uint8_t *event, Py_ssize_t size, 
         }
         PyObject *value = stat_value(cx, kind, number, data, data_size);
         if (value == NULL) return -1;
-        if (*dict == NULL && (*dict = PyDict_New()) == NULL) {
-            Py_DECREF(value);
-            return -1;
+        PyObject *column = PyDict_GetItemWithError(cx->columns, name);
+        if (column == NULL) {
+            if (PyErr_Occurred() || (column = PyList_New(0)) == NULL) {
+                Py_DECREF(value);
+                return -1;
+            }
+            int failed = PyDict_SetItem(cx->columns, name, column);
+            Py_DECREF(column); /* the dict holds it */
+            if (failed) {
+                Py_DECREF(value);
+                return -1;
+            }
         }
-        int failed = PyDict_SetItem(*dict, name, value);
-        Py_DECREF(value);
-        if (failed) return -1;
+        if (put(column, index, value) < 0) return -1;
     }
     return 0;
 }
 
-/* events(payload, timestamp_ns, names, stat_names, wanted, no_stats, frame_bits, keep_frames)
-   -> (names, starts, durations, stats, frames left out); ``Unexpected`` on a name or timestamp after an event */
+/* events(payload, timestamp_ns, names, stat_names, wanted, frame_bits, keep_frames)
+   -> (names, starts, durations, stat columns, frames left out), starts and durations as the bytes of
+   ``array('d')``s; ``Unexpected`` on a name or timestamp after an
+   event. The stat columns: by name, each wanted stat that some kept event has, one value per kept event. */
 static PyObject *events(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer buffer, bits;
@@ -233,9 +284,8 @@ static PyObject *events(PyObject *self, PyObject *args) {
     int keep_frames;
     Context cx;
     PyObject *bits_object;
-    if (!PyArg_ParseTuple(args, "y*LO!O!O!O!Op", &buffer, &stamp, &PyDict_Type, &cx.names, &PyDict_Type,
-                          &cx.stat_names, &PyDict_Type, &cx.wanted, &PyDict_Type, &cx.no_stats, &bits_object,
-                          &keep_frames))
+    if (!PyArg_ParseTuple(args, "y*LO!O!O!Op", &buffer, &stamp, &PyDict_Type, &cx.names, &PyDict_Type,
+                          &cx.stat_names, &PyDict_Type, &cx.wanted, &bits_object, &keep_frames))
         return NULL;
     cx.frame_bits = NULL;
     cx.frame_count = 0;
@@ -249,14 +299,16 @@ static PyObject *events(PyObject *self, PyObject *args) {
         cx.frame_count = bits.len;
     }
     cx.empty = PyUnicode_FromStringAndSize("", 0);
-    PyObject *names = PyList_New(0), *starts = PyList_New(0), *durs = PyList_New(0), *stats = PyList_New(0);
+    PyObject *names = PyList_New(0), *stats = PyDict_New(), *starts = NULL, *durs = NULL;
+    Doubles start_values = {NULL, 0, 0}, dur_values = {NULL, 0, 0};
+    cx.columns = stats;
     PyObject *out = NULL;
     Py_ssize_t skipped = 0;
     int read_any = PyDict_GET_SIZE(cx.wanted) > 0;
     int64_t last_id = 0;
     int seen_event = 0;
     PyObject *last_name = NULL; /* borrowed: consecutive events often share a name */
-    if (cx.empty == NULL || names == NULL || starts == NULL || durs == NULL || stats == NULL) goto done;
+    if (cx.empty == NULL || names == NULL || stats == NULL) goto done;
     Cursor c = {buffer.buf, (const uint8_t *)buffer.buf + buffer.len};
     Field f = {0};
     while (c.at < c.end) {
@@ -300,25 +352,23 @@ static PyObject *events(PyObject *self, PyObject *args) {
         last_name = name;
         int64_t start;
         if (__builtin_add_overflow((int64_t)stamp, div1000((int64_t)offset), &start)) goto unexpected;
-        PyObject *start_object = PyFloat_FromDouble((double)start);
-        PyObject *dur_object = PyFloat_FromDouble((double)div1000((int64_t)duration));
-        PyObject *event_stats = NULL;
         int got = 0;
-        if (read_any) got = read_stats(&cx, f.data, f.size, &event_stats);
-        if (got == -2) {
-            Py_XDECREF(start_object);
-            Py_XDECREF(dur_object);
-            Py_XDECREF(event_stats);
-            goto unexpected;
-        }
-        int failed = got < 0 || start_object == NULL || dur_object == NULL || PyList_Append(names, name) ||
-                     PyList_Append(starts, start_object) || PyList_Append(durs, dur_object) ||
-                     PyList_Append(stats, event_stats != NULL ? event_stats : cx.no_stats);
-        Py_XDECREF(start_object);
-        Py_XDECREF(dur_object);
-        Py_XDECREF(event_stats);
-        if (failed) goto done;
+        if (read_any) got = read_stats(&cx, f.data, f.size, PyList_GET_SIZE(names));
+        if (got == -2) goto unexpected;
+        if (got < 0 || PyList_Append(names, name) || push(&start_values, (double)start) ||
+            push(&dur_values, (double)div1000((int64_t)duration)))
+            goto done;
     }
+    {
+        Py_ssize_t count = PyList_GET_SIZE(names), at = 0;
+        PyObject *key, *column;
+        while (PyDict_Next(stats, &at, &key, &column)) { /* pad each column to every kept event */
+            for (Py_ssize_t size = PyList_GET_SIZE(column); size < count; size++) {
+                if (PyList_Append(column, Py_None) < 0) goto done;
+            }
+        }
+    }
+    if ((starts = as_bytes(&start_values)) == NULL || (durs = as_bytes(&dur_values)) == NULL) goto done;
     out = Py_BuildValue("(OOOOn)", names, starts, durs, stats, skipped);
     goto done;
 unexpected:
@@ -327,6 +377,8 @@ done:
     Py_XDECREF(names);
     Py_XDECREF(starts);
     Py_XDECREF(durs);
+    PyMem_Free(start_values.data);
+    PyMem_Free(dur_values.data);
     Py_XDECREF(stats);
     Py_XDECREF(cx.empty);
     if (bits.obj != NULL) PyBuffer_Release(&bits);

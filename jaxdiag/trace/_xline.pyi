@@ -13,7 +13,6 @@ def events(
     names: dict[int, str],
     stat_names: dict[int, str],
     wanted: dict[int, str],
-    no_stats: dict[str, Any],
     frame_bits: Any,
     keep_frames: bool,
-) -> tuple[list[str], list[float], list[float], list[dict[str, Any]], int]: ...
+) -> tuple[list[str], bytes, bytes, dict[str, list[Any]], int]: ...

@@ -10,9 +10,10 @@
 Both give the same columns for any XSpace (``tests/trace/test_contract.py``: every capture of the
 corpus and fixtures, and generated XSpaces checked against protobuf). Values are as
 ``ProfileData`` gives them: start ``timestamp_ns + offset_ps / 1000`` and duration
-``duration_ps / 1000`` (ns, integer division toward zero, as floats); a stat as its Python
-value (uint64 unsigned, a reference as the name it refers to); a stat whose metadata is
-missing is left out. Execution facts are stats (``run_id``, ``program_id``, ``hlo_module``),
+``duration_ps / 1000`` (ns, integer division toward zero, as floats); event stats as columns,
+one per stat that some event of the line has, each holding every event's Python value (uint64
+unsigned, a reference as the name it refers to) or ``None`` where the event has none; a stat
+whose metadata is missing is left out. Execution facts are stats (``run_id``, ``program_id``, ``hlo_module``),
 and module spans are the events of their lines (``XLA Modules``): a reader asks for them by name.
 
 A reader is told which planes and lines to read (``select``: a worker reads some planes, or some
@@ -24,6 +25,7 @@ threads of the host plane, of a file it maps whole) and which stats of each line
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from typing import Any, Callable, Collection, Protocol, Union
 
 from jaxdiag.errors import TraceFormatError
@@ -40,13 +42,18 @@ Select = Callable[[int, str], Union[bool, Collection[int], None]]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LineColumns:
-    """One line's events as columns (Python-tracer frames, names starting ``$``, counted and left out when asked)."""
+    """One line's events as columns (Python-tracer frames, names starting ``$``, counted and left out when asked).
+
+    ``starts`` and ``durs`` are ``array('d')``s (one block each, which numpy and ``HostColumns`` take whole);
+    ``stats``: by stat name, one value per event (``None`` where the event has none), for each stat asked for
+    that some event has: a consumer reads a column in one pass, and no event carries a dict of its own.
+    """
 
     name: str
     names: list[str]
-    starts: list[float]
-    durs: list[float]
-    stats: list[dict[str, Any]]  # each event's stats asked for (entries may be one shared empty dict)
+    starts: "array[float]"
+    durs: "array[float]"
+    stats: dict[str, list[Any]]
     frames: int = 0
     index: int = -1  # the line's place in its plane
 
@@ -135,7 +142,17 @@ class ProfileDataReader:
                     starts.append(event.start_ns)
                     durs.append(event.duration_ns)
                     event_stats_.append({k: v for k, v in event.stats if _wanted(k, wanted)})
-                lines.append(LineColumns(line.name, names, starts, durs, event_stats_, skipped, number))
+                lines.append(
+                    LineColumns(
+                        line.name,
+                        names,
+                        array("d", starts),
+                        array("d", durs),
+                        stat_columns(event_stats_),
+                        skipped,
+                        number,
+                    )
+                )
             plane_stats = {k: v for k, v in plane.stats if k is not None}
             planes.append(PlaneColumns(plane.name, plane_stats, lines, index))
         return planes
@@ -220,14 +237,17 @@ def _plane(
             wanted = _stats_of(stats, meta.name, name)
             if wanted not in reading:
                 reading[wanted] = stat_names if wanted is None else {k: v for k, v in stat_names.items() if v in wanted}
-            got = decoder.events(payload, stamp, event_names, stat_names, reading[wanted], NO_STATS, frame_bits, frames)
+            got = decoder.events(payload, stamp, event_names, stat_names, reading[wanted], frame_bits, frames)
         except (decoder.Unexpected, UnicodeDecodeError):  # upb parses the line whole, and names what is wrong
             line_class, stats_for = classes["XLine"], _stats_for(stats, meta.name)
             columns.append(
                 _message_line(line_class, bytes(payload), event_names, stat_names, stats_for, frames, number)
             )
             continue
-        names, starts, durs, values, skipped = got
+        names, start_bytes, dur_bytes, values, skipped = got
+        starts, durs = array("d"), array("d")
+        starts.frombytes(start_bytes)
+        durs.frombytes(dur_bytes)
         columns.append(LineColumns(name, names, starts, durs, values, skipped, number))
     return PlaneColumns(meta.name, plane_stats, columns, index)
 
@@ -285,7 +305,7 @@ def _message_line(
         starts.append(float(_div1000(event.offset_ps) + line.timestamp_ns))
         durs.append(float(_div1000(event.duration_ps)))
         values.append(_message_stats(event.stats, stat_names, stats))
-    return LineColumns(line.name, names, starts, durs, values, skipped, number)
+    return LineColumns(line.name, names, array("d", starts), array("d", durs), stat_columns(values), skipped, number)
 
 
 def _div1000(value: int) -> int:
@@ -310,7 +330,19 @@ def _message_stats(stats: Any, stat_names: dict[int, str], wanted: frozenset[str
     return out
 
 
-#: The stats of an event with none of those read: one dict for all of them, never written to.
-NO_STATS: dict[str, Any] = {}
+def stat_columns(per_event: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Each event's stats (a dict per event, as a message or JSON gives them) as the contract's columns; a stat
+    whose value is ``None`` counts as absent."""
+    columns: dict[str, list[Any]] = {}
+    for index, stats in enumerate(per_event):
+        for key, value in stats.items():
+            if value is None:
+                continue
+            column = columns.get(key)
+            if column is None:
+                column = columns[key] = [None] * len(per_event)
+            column[index] = value
+    return columns
 
-__all__ = ["ColumnReader", "LineColumns", "PlaneColumns", "ProfileDataReader", "TraceReader"]
+
+__all__ = ["ColumnReader", "LineColumns", "PlaneColumns", "ProfileDataReader", "TraceReader", "stat_columns"]

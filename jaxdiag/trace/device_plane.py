@@ -115,30 +115,32 @@ def read_device_plane(
                 kind = "collective"
             cols.close_segment(plane.name, line_name, kind, segment)
             continue
-        for name, start, dur, stats in zip(line.names, line.starts, line.durs, line.stats):
+        columns = [_column(line, key) for key in _TPU_STATS]
+        for name, start, dur, step_num, group_id, hlo_module, hlo_op, program_id, display, label, tf_op in zip(
+            line.names, line.starts, line.durs, *columns
+        ):
             if kind == "steps":
                 if not sparsecore:
                     # XProf keys device steps by group_id; the name is the step number on the captures seen.
-                    step = int_or(
-                        stats.get("step_num", name if name.isdigit() else stats.get("group_id")), len(cols.device_steps)
-                    )
+                    given = step_num if step_num is not None else name if name.isdigit() else group_id
+                    step = int_or(given, len(cols.device_steps))
                     cols.device_steps.append((ordinal, step, start, start + dur))
                 cols.add(ordinal, name, start, dur, category="annotation")
                 continue
-            module, op = str(stats.get("hlo_module", "")), str(stats.get("hlo_op", ""))
-            program = program_id_of(stats.get("program_id"))
+            module, op = _text(hlo_module), _text(hlo_op)
+            program = program_id_of(program_id)
             if kind == "xla_modules":
                 run = _MODULE_RUN.match(name)
                 module, program = (run[1], program_id_of(run[2])) if run else (name, program)
                 modules.append((start, start + dur, module, program))
             elif kind in ("xla_ops", "sparsecore", "async_ops"):  # TPU op names can be whole HLO instruction text
                 text = name
-                name = _short_hlo_name(str(stats.get("display_name", "")) or name)
+                name = _short_hlo_name(_text(display) or name)
                 op = op or name
                 if kind != "async_ops" and is_host_offload(name, text) != offload:
                     cols.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
                     segment, offload = len(cols.name), not offload
-            framework = str(stats.get("name") or stats.get("tf_op") or "")
+            framework = str(label or tf_op or "")
             if framework.startswith("XlaModule:"):
                 framework = ""
             if not name.startswith(("Memcpy", "Memset")):
@@ -160,13 +162,10 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
     A GPU line holds thousands of kernels of a few hundred names: each column is
     one pass, and whether a kernel is a collective is asked once per name and op.
     """
-    stats = line.stats
-    ops = [str(s.get("hlo_op", "")) for s in stats]
+    ops = [_text(v) for v in _column(line, "hlo_op")]
     known: dict[Any, int] = {}  # program id by stat value (a NaN is never found, and asked again)
-    programs = [
-        known[v] if v in known else known.setdefault(v, program_id_of(v)) for v in [s.get("program_id") for s in stats]
-    ]
-    frameworks = [str(s.get("name") or s.get("tf_op") or "") for s in stats]
+    programs = [known[v] if v in known else known.setdefault(v, program_id_of(v)) for v in _column(line, "program_id")]
+    frameworks = [str(a or b or "") for a, b in zip(_column(line, "name"), _column(line, "tf_op"))]
     kernels = collectives = 0
     verdicts: dict[tuple[str, str], bool] = {}
     for name, op in zip(line.names, ops):
@@ -182,21 +181,36 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
         line.durs,
         "device",
         devices=array("q", [ordinal]) * len(line.names),
-        modules=[str(s.get("hlo_module", "")) for s in stats],
+        modules=[_text(v) for v in _column(line, "hlo_module")],
         ops=ops,
         frameworks=["" if f.startswith("XlaModule:") else f for f in frameworks],
         programs=programs,
-        correlations=_correlations(stats),
+        correlations=_correlations(_column(line, "correlation_id")),
     )
     return kernels, collectives
 
 
-def _correlations(stats: list[dict[str, Any]]) -> list[int]:
+def _correlations(column: list[Any]) -> list[int]:
     """Each kernel's ``correlation_id``, -1 where it has none (or not a number)."""
-    values = [s.get("correlation_id", -1) for s in stats]
+    values = [-1 if v is None else v for v in column]
     if all(type(v) is int for v in values):
         return values
     return [int_or(v, -1) for v in values]
+
+
+#: The stats of a TPU line's events that ``read_device_plane`` reads, in the order it unpacks them.
+_TPU_STATS = ("step_num", "group_id", "hlo_module", "hlo_op", "program_id", "display_name", "name", "tf_op")
+
+
+def _column(line: "LineColumns", key: str) -> list[Any]:
+    """One stat's values, ``None`` for each event without it (``contract.LineColumns.stats``)."""
+    column = line.stats.get(key)
+    return [None] * len(line.names) if column is None else column
+
+
+def _text(value: Any) -> str:
+    """A stat as text: ``""`` for none."""
+    return "" if value is None else str(value)
 
 
 def _assign_modules(

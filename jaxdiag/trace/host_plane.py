@@ -21,7 +21,8 @@ out unless they are asked for (``include_python``), and reads only the stats nam
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Iterable
+from array import array
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from jaxdiag.trace.columns import HostColumns
 
@@ -104,18 +105,16 @@ def read_host_line(
     The line's Python frames were left out by the reader (``line.frames``) unless ``include_python``.
     """
     first = len(cols.name)
-    names, starts, durs, stats = line.names, line.starts, line.durs, line.stats
+    names, stats = line.names, line.stats
+    starts: Sequence[float] = line.starts
+    durs: Sequence[float] = line.durs
     python: list[int] = []
     if include_python:  # the frames are among the events: split them off
         kept = [i for i, name in enumerate(names) if name[:1] != "$"]
         if len(kept) < len(names):
             python = [i for i, name in enumerate(names) if name[:1] == "$"]
-            names, starts, durs, stats = (
-                [names[i] for i in kept],
-                [starts[i] for i in kept],
-                [durs[i] for i in kept],
-                [stats[i] for i in kept],
-            )
+            names, starts, durs = _pick(names, kept), _pick(starts, kept), _pick(durs, kept)
+            stats = {key: _pick(column, kept) for key, column in stats.items()}
     frames = line.frames + len(python)
     cols.python_frames += frames
     if is_runtime_thread(line.name):
@@ -131,35 +130,32 @@ def read_host_line(
             _read_launches(cols, label, starts, durs, stats)
         kind = "python" if frames else "host"
     if python:
-        cols.add_events(
-            [line.names[i] for i in python], [line.starts[i] for i in python], [line.durs[i] for i in python], "python"
-        )
+        cols.add_events(_pick(line.names, python), _pick(line.starts, python), _pick(line.durs, python), "python")
     cols.close_segment(HOST_PLANE, label, kind, first)
 
 
-def _read_launches(
-    cols: HostColumns, label: str, starts: list[float], durs: list[float], stats: list[dict[str, Any]]
-) -> None:
+#: A line's stat columns (``contract.LineColumns.stats``): by name, one value per event, ``None`` where it has none.
+Stats = dict[str, list[Any]]
+
+
+def _pick(values: Sequence[Any], at: Iterable[int]) -> list[Any]:
+    return [values[i] for i in at]
+
+
+def _read_launches(cols: HostColumns, label: str, starts: Sequence[float], durs: Sequence[float], stats: Stats) -> None:
     """Note the thread's calls that launched device work (a ``correlation_id``) and its executions of programs
     (a ``run_id``), for ``launch.link_kernels``."""
-    for start, dur, event_stats in zip(starts, durs, stats):
-        if not event_stats:
-            continue
-        correlation = int_or(event_stats.get("correlation_id"), -1)
+    for start, value in zip(starts, stats.get("correlation_id", ())):
+        correlation = -1 if value is None else int_or(value, -1)
         if correlation >= 0:
             cols.launches.append((correlation, start, label))
-        run = event_stats.get("run_id")
-        if run is not None and run_id_of(run) >= 0:
-            cols.executes.append((start, start + dur, label, run_id_of(run)))
+    for start, dur, value in zip(starts, durs, stats.get("run_id", ())):
+        if value is not None and run_id_of(value) >= 0:
+            cols.executes.append((start, start + dur, label, run_id_of(value)))
 
 
 def _read_pool_events(
-    cols: HostColumns,
-    names: list[str],
-    starts: list[float],
-    durs: list[float],
-    stats: list[dict[str, Any]],
-    no_hlo: set[str],
+    cols: HostColumns, names: list[str], starts: Sequence[float], durs: Sequence[float], stats: Stats, no_hlo: set[str]
 ) -> int:
     """A runtime thread's events on a host without accelerators: XLA:CPU ops, else runtime. Returns the op count."""
     is_op = _cpu_ops(names, stats, no_hlo)
@@ -173,20 +169,22 @@ def _read_pool_events(
 
 def _read_main_events(
     cols: HostColumns,
-    starts: list[float],
-    durs: list[float],
+    starts: Sequence[float],
+    durs: Sequence[float],
     names: list[str],
-    stats: list[dict[str, Any]],
+    stats: Stats,
     cpu_only: bool,
     no_hlo: set[str],
 ) -> None:
     """A Python thread's events, categorised by what encloses them (see the module docstring)."""
     starts, durs, names, stats = _outer_first(starts, durs, names, stats)
     is_op = _cpu_ops(names, stats, no_hlo) if cpu_only else [False] * len(names)
+    steps = _first_given(stats, ("step_num", "group_id"), len(names))
+    sourced = _first_given(stats, tuple(_SOURCE_STATS), len(names))
     open_spans: list[tuple[float, bool]] = []  # (end, inside runtime or framework)
     kinds: dict[str, int] = {}  # by name: 1 a runtime name, 2 a framework span, 0 neither
     categories: list[str] = []
-    for start, dur, name, event_stats, op in zip(starts, durs, names, stats, is_op):
+    for start, dur, name, step, source, op in zip(starts, durs, names, steps, sourced, is_op):
         while open_spans and open_spans[-1][0] <= start:
             open_spans.pop()
         opaque = bool(open_spans) and open_spans[-1][1]
@@ -198,10 +196,12 @@ def _read_main_events(
             category = "device"
         elif opaque or kind == 1:
             category = "runtime"
-        elif kind == 2:
+        elif kind == 2 or step is not None or source is None:
             category = "annotation"
+            if step is not None and not kind:
+                cols.step_marks.append((name, int_or(step, -1), start, start + dur))
         else:
-            category = _top_level_category(cols, name, event_stats, start, dur)
+            category = "runtime"  # C++ source or flow stats: the runtime's own TraceMe
         categories.append(category)
         open_spans.append((start + dur, opaque or category != "annotation" or kind == 2))
     if any(is_op):
@@ -210,9 +210,20 @@ def _read_main_events(
         cols.add_events(names, starts, durs, categories)
 
 
+def _first_given(stats: Stats, keys: tuple[str, ...], count: int) -> list[Any]:
+    """Each event's value of the first of ``keys`` it has, ``None`` where it has none of them."""
+    columns = [stats[key] for key in keys if key in stats]
+    if not columns:
+        return [None] * count
+    first = columns[0]
+    for column in columns[1:]:
+        first = [a if a is not None else b for a, b in zip(first, column)]
+    return first
+
+
 def _outer_first(
-    starts: list[float], durs: list[float], names: list[str], stats: list[dict[str, Any]]
-) -> tuple[list[float], list[float], list[str], list[dict[str, Any]]]:
+    starts: Sequence[float], durs: Sequence[float], names: list[str], stats: Stats
+) -> tuple[Sequence[float], Sequence[float], list[str], Stats]:
     """The events by start, the longer of two that start together first (an enclosing span before what it
     encloses); events equal in both stay in their order. A line is most often in that order already."""
     import numpy as np
@@ -220,24 +231,26 @@ def _outer_first(
     order = np.lexsort((-np.asarray(durs, dtype=np.float64), np.asarray(starts, dtype=np.float64)))
     if (order[1:] < order[:-1]).any():
         at = order.tolist()
-        return [starts[i] for i in at], [durs[i] for i in at], [names[i] for i in at], [stats[i] for i in at]
+        return _pick(starts, at), _pick(durs, at), _pick(names, at), {k: _pick(v, at) for k, v in stats.items()}
     return starts, durs, names, stats
 
 
-def _top_level_category(cols: HostColumns, name: str, stats: dict[str, Any], start: float, dur: float) -> str:
-    step = stats.get("step_num", stats.get("group_id"))
-    if step is not None:
-        cols.step_marks.append((name, int_or(step, -1), start, start + dur))
-        return "annotation"
-    return "runtime" if _SOURCE_STATS.intersection(stats) else "annotation"
-
-
-def _cpu_ops(names: list[str], stats: list[dict[str, Any]], no_hlo: set[str]) -> list[bool]:
+def _cpu_ops(names: list[str], stats: Stats, no_hlo: set[str]) -> list[bool]:
     """Which events are XLA:CPU ops: both ``hlo_op`` and ``hlo_module`` stats. A name seen without them
     joins ``no_hlo``, and its later events are not looked at (the events in order, as they were read)."""
+    ops, modules = stats.get("hlo_op"), stats.get("hlo_module")
+    if ops is None or modules is None:
+        no_hlo.update(names)
+        return [False] * len(names)
+    has = [op is not None and module is not None for op, module in zip(ops, modules)]
+    missed = {name for name, op in zip(names, has) if not op}
+    found = {name for name, op in zip(names, has) if op}
+    if missed.isdisjoint(found) and no_hlo.isdisjoint(found):  # no name is both: the order does not matter
+        no_hlo |= missed
+        return has
     is_op = []
-    for name, event_stats in zip(names, stats):
-        op = name not in no_hlo and "hlo_op" in event_stats and "hlo_module" in event_stats
+    for name, op in zip(names, has):
+        op = op and name not in no_hlo
         if not op:
             no_hlo.add(name)
         is_op.append(op)
@@ -247,33 +260,67 @@ def _cpu_ops(names: list[str], stats: list[dict[str, Any]], no_hlo: set[str]) ->
 def _add_with_op_stats(
     cols: HostColumns,
     names: list[str],
-    starts: list[float],
-    durs: list[float],
-    stats: list[dict[str, Any]],
+    starts: Sequence[float],
+    durs: Sequence[float],
+    stats: Stats,
     is_op: list[bool],
     categories: str | list[str],
 ) -> None:
     """Append these events: an op with its device, module, program and run from its stats, in category
     ``device``; the others without them, in ``categories``."""
+    import numpy as np
+
     n = len(names)
-    category = [categories] * n if isinstance(categories, str) else categories
-    devices, modules, hlo_ops, programs, runs, kinds = [-1] * n, [""] * n, [""] * n, [-1] * n, [-1] * n, list(category)
-    for i in [i for i, op in enumerate(is_op) if op]:
-        event_stats = stats[i]
-        # The stats are ints and strings as the reader decodes them; the conversions are for anything else.
-        program, run = event_stats.get("program_id"), event_stats.get("run_id")
-        device = event_stats.get("device_ordinal", 0)
-        program = (program & _INT63 if program >= 0 else -1) if type(program) is int else program_id_of(program)
-        run = run & _INT63 if type(run) is int else run_id_of(run)
-        devices[i] = device if type(device) is int else int_or(device, 0)
-        modules[i] = str(event_stats["hlo_module"])
-        hlo_ops[i] = str(event_stats["hlo_op"])
-        programs[i] = program
-        runs[i] = run if run < 0 or program < 0 else (run ^ (program * _MIX)) & _INT63  # ``execution_id``
-        kinds[i] = "device"
+    at = [i for i, op in enumerate(is_op) if op]
+    kinds = [categories] * n if isinstance(categories, str) else list(categories)
+    modules, hlo_ops = [""] * n, [""] * n
+    for i, module, op in zip(at, _pick(stats["hlo_module"], at), _pick(stats["hlo_op"], at)):
+        modules[i], hlo_ops[i], kinds[i] = str(module), str(op), "device"
+    # The stats are ints and strings as the reader decodes them; the conversions are for anything else.
+    programs = _low_bits(_column(stats, "program_id", at), negative_is_absent=True)
+    runs = _low_bits(_column(stats, "run_id", at), negative_is_absent=False)
+    devices = np.full(n, -1, dtype=np.int64)
+    ordinals = _column(stats, "device_ordinal", at)
+    devices[at] = [0 if v is None else v if type(v) is int else int_or(v, 0) for v in ordinals]
+    program_column, run_column = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    program_column[at], run_column[at] = programs, execution_ids(runs, programs)
     cols.add_events(
-        names, starts, durs, kinds, devices=devices, modules=modules, ops=hlo_ops, programs=programs, runs=runs
+        names,
+        starts,
+        durs,
+        kinds,
+        devices=array("q", devices.tobytes()),
+        modules=modules,
+        ops=hlo_ops,
+        programs=array("q", program_column.tobytes()),
+        runs=array("q", run_column.tobytes()),
     )
+
+
+def _column(stats: Stats, key: str, at: list[int]) -> list[Any]:
+    column = stats.get(key)
+    return [None] * len(at) if column is None else _pick(column, at)
+
+
+def _low_bits(values: list[Any], *, negative_is_absent: bool) -> Any:
+    """Ids as int64: each int's low 63 bits (a negative one: -1 where ``negative_is_absent``), -1 for none or
+    not a number (``program_id_of``, ``run_id_of``)."""
+    import numpy as np
+
+    if all(type(v) is int for v in values):
+        try:
+            numbers = np.array(values, dtype=np.int64)
+        except OverflowError:  # past int64: unsigned ones, or a mix the loop below takes
+            try:
+                numbers = (np.array(values, dtype=np.uint64) & np.uint64(_INT63)).astype(np.int64)
+            except OverflowError:
+                numbers = None
+        if numbers is not None:
+            if negative_is_absent:
+                return np.where(numbers < 0, -1, numbers)
+            return numbers & _INT63
+    convert = program_id_of if negative_is_absent else run_id_of
+    return np.array([convert(v) for v in values], dtype=np.int64)
 
 
 def execution_id(run: int, program: int) -> int:

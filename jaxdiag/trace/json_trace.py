@@ -14,12 +14,13 @@ from __future__ import annotations
 import gzip
 import math
 import zlib
+from array import array
 from pathlib import Path
 from typing import Any
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.files import MAX_DEPTH, loads, open_regular
-from jaxdiag.trace.contract import LineColumns, PlaneColumns
+from jaxdiag.trace.contract import LineColumns, PlaneColumns, stat_columns
 from jaxdiag.trace.xspace import HostColumns, collect_host, is_profiler_plane
 
 #: Top-level keys and event categories of a PyTorch profiler (Kineto) trace, which jax.profiler never writes.
@@ -157,7 +158,9 @@ def _planes(events: list[Any], include_python: bool) -> tuple[list[PlaneColumns]
             process.get(pid, f"pid {pid}"),
             {},
             [
-                LineColumns(x.name, x.names, x.starts, x.durs, x.stats, x.frames, i)
+                LineColumns(
+                    x.name, x.names, array("d", x.starts), array("d", x.durs), stat_columns(x.stats), x.frames, i
+                )
                 for i, x in enumerate(lines.values())
             ],
             index,

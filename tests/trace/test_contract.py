@@ -9,6 +9,7 @@ and on generated XSpaces whose truth is computed from protobuf's own parse of th
 from __future__ import annotations
 
 import math
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,14 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _same_stats(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+def _same_columns(a: dict[str, list[Any]], b: dict[str, list[Any]]) -> bool:
+    return a.keys() == b.keys() and all(len(a[k]) == len(b[k]) and all(map(_same, a[k], b[k])) for k in a)
+
+
+def _columns(per_event: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Per-event stats as the contract's columns: a stat some event has, ``None`` for the events without it."""
+    keys = dict.fromkeys(k for stats in per_event for k in stats)
+    return {k: [stats.get(k) for stats in per_event] for k in keys}
 
 
 def assert_same(got: list[PlaneColumns], want: list[PlaneColumns]) -> None:
@@ -45,7 +52,7 @@ def assert_same(got: list[PlaneColumns], want: list[PlaneColumns]) -> None:
         for a, b in zip(mine.lines, theirs.lines):
             where = (mine.name, a.name)
             assert (a.names, a.starts, a.durs, a.frames) == (b.names, b.starts, b.durs, b.frames), where
-            assert len(a.stats) == len(b.stats) and all(map(_same_stats, a.stats, b.stats)), where
+            assert _same_columns(a.stats, b.stats), where
 
 
 def _captures() -> list[Path]:
@@ -205,9 +212,9 @@ def _truth(data: bytes, frames: bool) -> list[PlaneColumns]:
                 LineColumns(
                     line.name,
                     [events.get(e.metadata_id, "") for e in kept],
-                    [float(_div1000(e.offset_ps) + line.timestamp_ns) for e in kept],
-                    [float(e.duration_ps // 1000) for e in kept],
-                    [stats_of(e.stats) for e in kept],
+                    array("d", [float(_div1000(e.offset_ps) + line.timestamp_ns) for e in kept]),
+                    array("d", [float(e.duration_ps // 1000) for e in kept]),
+                    _columns([stats_of(e.stats) for e in kept]),
                     len(line.events) - len(kept),
                 )
             )
@@ -244,8 +251,14 @@ def test_the_decoder_reads_a_line_and_leaves_what_it_does_not_expect(xline: Any)
     event = _varint_field(XEvent.METADATA_ID, 1) + _varint_field(XEvent.OFFSET_PS, 2_500) + _record(XEvent.STATS, stat)
     line = _record(XLine.NAME, b"main") + _varint_field(XLine.TIMESTAMP_NS, 10) + _record(XLine.EVENTS, event)
     assert xline.head(line) == (b"main", 10)
-    got = xline.events(line, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, {}, None, True)
-    assert got == (["op"], [12.0], [0.0], [{"run_id": 2**64 - 1}], 0)
+    got = xline.events(line, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, None, True)
+    assert got == (["op"], array("d", [12.0]).tobytes(), array("d", [0.0]).tobytes(), {"run_id": [2**64 - 1]}, 0)
+    # A column per stat: the later of a stat given twice, None for an event without it, to the last event.
+    twice = _record(XEvent.STATS, _varint_field(XStat.METADATA_ID, 2) + _varint_field(XStat.INT64, 7))
+    bare = _varint_field(XEvent.METADATA_ID, 1)
+    three = line + _record(XLine.EVENTS, bare) + _record(XLine.EVENTS, event + twice) + _record(XLine.EVENTS, bare)
+    names, _, _, columns, _ = xline.events(three, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, None, True)
+    assert len(names) == 4 and columns == {"run_id": [2**64 - 1, None, 7, None]}
     with pytest.raises(xline.Unexpected):  # a known field of another wire type before the events
         xline.head(_record(XLine.TIMESTAMP_NS, b"\x01") + line)
     for bad in (
@@ -256,6 +269,6 @@ def test_the_decoder_reads_a_line_and_leaves_what_it_does_not_expect(xline: Any)
         line + _record(XLine.NAME, b"other"),  # a name after the events
     ):
         with pytest.raises(xline.Unexpected):
-            xline.events(bad, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, {}, None, True)
+            xline.events(bad, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, None, True)
     with pytest.raises(xline.Unexpected):
-        xline.events(line + _record(XLine.EVENTS, _record(XEvent.OFFSET_PS, b"")), 10, {}, {}, {}, {}, None, True)
+        xline.events(line + _record(XLine.EVENTS, _record(XEvent.OFFSET_PS, b"")), 10, {}, {}, {}, None, True)
