@@ -339,15 +339,15 @@ def _pieces(host: str, bounds: _Bounds, part: np.ndarray, cause: str, kind: str,
     touch are one) is cut there: its time after the boundary is the next step's.
     """
     edges = bounds.edges
-    first = np.searchsorted(edges, part[:, 0], side="right")
-    crossing = np.flatnonzero(np.searchsorted(edges, part[:, 1], side="left") > first)
-    if len(crossing):
-        cut = [part[i : i + 1] for i in range(len(part))]
-        for i in crossing.tolist():
-            s, e = int(part[i, 0]), int(part[i, 1])
-            inner = edges[(edges > s) & (edges < e)]
-            points = np.concatenate([[s], inner, [e]])
-            cut[i] = np.stack([points[:-1], points[1:]], axis=1)
-        part = np.concatenate(cut)
+    first = np.searchsorted(edges, part[:, 0], side="right")  # the edges inside a stretch: edges[first:first + inner]
+    inner = np.searchsorted(edges, part[:, 1], side="left") - first
+    if (inner > 0).any():  # cut each stretch at the edges inside it, all at once
+        pieces = np.maximum(inner, 0) + 1
+        row = np.repeat(np.arange(len(part)), pieces)
+        k = np.arange(len(row)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # a piece's place in its stretch
+        at = first[row] + k
+        starts = np.where(k == 0, part[row, 0], edges[np.clip(at - 1, 0, len(edges) - 1)])
+        ends = np.where(k == pieces[row] - 1, part[row, 1], edges[np.clip(at, 0, len(edges) - 1)])
+        part = np.stack([starts, ends], axis=1)
     steps = bounds.windows.step_of(part[:, 0])
     return [Wait(host, st, s, e, cause, kind, detail) for (s, e), st in zip(part.tolist(), steps.tolist())]

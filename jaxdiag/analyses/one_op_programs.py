@@ -72,7 +72,13 @@ def _of_host(frames: "TraceFrames", host: str) -> dict[str, int]:
         runs = run_id[rows]
         if not str(module) or len(runs) < MIN_RUNS or (runs < 0).any():
             continue
-        per_device = {(d, r) for d, r in zip(device[rows].tolist(), runs.tolist())}
-        if len(per_device) == len(runs):  # one op per execution on each device it ran on
+        if _one_each(device[rows], runs):  # one op per execution on each device it ran on
             out[str(module)] = len(np.unique(runs))
     return out
+
+
+def _one_each(device: np.ndarray, runs: np.ndarray) -> bool:
+    """Whether no two rows share both device and run."""
+    order = np.lexsort((runs, device))
+    device, runs = device[order], runs[order]
+    return not ((device[1:] == device[:-1]) & (runs[1:] == runs[:-1])).any()
