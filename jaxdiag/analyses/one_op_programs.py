@@ -57,7 +57,9 @@ def advice(modules: Sequence[str], compile_log: Sequence[Mapping[str, Any]]) -> 
     if sites:
         more = f" and {len(sites) - 4} more" if len(sites) > 4 else ""
         return SUGGESTION + f" The compile log says where they were first run: {', '.join(sites[:4])}{more}."
-    return SUGGESTION + " With `jaxdiag.watch()` or `jaxdiag run`, `jaxdiag compiles` names the lines that run them."
+    return (
+        SUGGESTION + " With `jaxdiag.watch(True)` or `jaxdiag run`, `jaxdiag compiles` names the lines that run them."
+    )
 
 
 def _of_host(frames: "TraceFrames", host: str) -> dict[str, int]:

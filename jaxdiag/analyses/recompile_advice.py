@@ -54,6 +54,14 @@ GENERIC = (
 )
 
 
+#: For a recompile whose earlier compile came before recording began (``records.unseen_cause``).
+UNSEEN = (
+    "Its earlier compile came before recording began, so the compile log has no call to compare this one with: "
+    "start recording before the function's first call (`jaxdiag.watch(True)` at the top of the script, or "
+    "`jaxdiag run script.py`) and capture again; the log then names what changed."
+)
+
+
 def suggestion_for(changes: Sequence[Mapping[str, Any]]) -> str:
     """The change to make for a recompile, from the log's changes (generic without them).
 

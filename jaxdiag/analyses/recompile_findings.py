@@ -12,9 +12,17 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding, Severity, severity_fo
 from jaxdiag.analyses.booking import step_program
 from jaxdiag.analyses.compile_spans import UNNAMED, function_name
 from jaxdiag.config import Settings
-from jaxdiag.recording.records import JAX_INTERNAL_ORIGIN
+from jaxdiag.recording.records import FIRST_SEEN, JAX_INTERNAL_ORIGIN
 from jaxdiag.analyses.step_pattern import describe_steps, fmt_ms, join
-from jaxdiag.analyses.recompile_advice import EAGER, EAGER_ONCE, ONE_OFF, OTHER_CALLER, remainder_advice, suggestion_for
+from jaxdiag.analyses.recompile_advice import (
+    EAGER,
+    EAGER_ONCE,
+    ONE_OFF,
+    OTHER_CALLER,
+    UNSEEN,
+    remainder_advice,
+    suggestion_for,
+)
 from jaxdiag.trace import frames as F
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -217,6 +225,8 @@ def _evidence(kind: str, name: str, group: list[Compile]) -> dict[str, Any]:
 def _suggestion(group: list[Compile], changes: list[Mapping[str, Any]]) -> str:
     """What to change for a function's recompiles: a remainder batch's own advice where one compile alone
     changed a shape and it shrank once, beside the advice for the other compiles' changes."""
+    if not changes and all((c.cause or "").startswith(FIRST_SEEN) for c in group):
+        return UNSEEN
     shaped = [c for c in group if any(ch.get("what") == "shape" for ch in c.changes)]
     remainder = remainder_advice(shaped[0].changes) if len(shaped) == 1 else None
     if remainder is None:

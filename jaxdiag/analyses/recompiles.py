@@ -58,6 +58,7 @@ from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import hosts_of, step_windows
 from jaxdiag.analyses.recompile_findings import findings
 from jaxdiag.config import Settings
+from jaxdiag.recording.records import unseen_cause
 from jaxdiag.trace import frames as F
 
 #: ``cause`` of a compile the log records as the function's first.
@@ -214,7 +215,9 @@ def _compile(span: CompileSpan, rec: Mapping[str, Any] | None, seen: set[str], r
         )
     cause = explanation.get("summary") or None
     if cause is None and rec is not None and rec.get("compile_index") is not None and int(rec["compile_index"]) <= 1:
-        cause = FIRST_COMPILE
+        # A first compile that recording saw after the function had compiled unseen is a recompile of unknown cause.
+        unseen = rec.get("earlier_unseen")
+        cause = unseen_cause(unseen) if isinstance(unseen, int) and unseen > 0 else FIRST_COMPILE
     if cause is not None and rec is not None and rec.get("persistent_cache_hit") is True:
         cause += " (loaded from the persistent compilation cache)"
     # Joined through its program's name (``jax.pmap``'s ``jit__fun``): the user's function names it.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from jaxdiag import config
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagWarning, warn_once
 from jaxdiag.recording.jsonl_sink import JsonlSink, RecordSink
-from jaxdiag.recording.records import CompileRecord, history_key
+from jaxdiag.recording.records import CompileRecord, history_key, unseen_cause
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -309,10 +309,7 @@ def cause(record: CompileRecord) -> str | None:
     if record.compile_index != 1:
         return None
     if record.earlier_unseen:
-        return (
-            f"first compile seen: JAX already held {record.earlier_unseen} trace(s) of this "
-            "function, so it compiled before recording started"
-        )
+        return unseen_cause(record.earlier_unseen)
     # A late watch cannot tell a first compile from the first it saw, unless JAX's cache says.
     return "first compile" if record.origin == "jit" or record.earlier_unseen == 0 else "first compile seen"
 

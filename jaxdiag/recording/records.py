@@ -14,6 +14,16 @@ SCHEMA = "jaxdiag.compile/1"
 #: ``CompileRecord.origin`` of JAX's own jitted helpers recorded by ``jaxdiag.watch``.
 JAX_INTERNAL_ORIGIN = "jax-internal"
 
+#: How ``unseen_cause`` begins: a first compile seen after the function had compiled unrecorded.
+FIRST_SEEN = "first compile seen"
+
+
+def unseen_cause(earlier: int) -> str:
+    """The cause of a first compile seen while JAX's cache already held ``earlier`` traces of the function."""
+    return (
+        f"{FIRST_SEEN}: JAX already held {earlier} trace(s) of this function, so it compiled before recording started"
+    )
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ArgSignature:

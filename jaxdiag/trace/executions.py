@@ -186,6 +186,44 @@ def step_module(device: "pd.DataFrame", execs: "pd.DataFrame") -> str:
     return str(max(busy, key=lambda m: (int(counts.get(m, 0)), float(programs[m]))))
 
 
+#: The program name ``jax.pmap`` gives every mapped function: JAX 0.9 on runs each through one jitted wrapper
+#: (0.8: ``jit_call_wrapped``), so a pmapped training step and a pmapped evaluation share it, told apart
+#: in the trace by their program ids alone.
+MAPPED_PROGRAM_NAMES = ("jit__fun", "jit_call_wrapped")
+
+
+def inferred_steps_note(module: str, execs: "pd.DataFrame", sources: set[str], count: int) -> str:
+    """The note on ``count`` steps inferred from ``module``'s executions (told apart as ``sources`` say)."""
+    how = {
+        "run_id": "told apart by their run_id",
+        "launch": "told apart by the host call that launched their kernels",
+        "module_span": "XLA Modules spans",
+        "timing": "runs of its ops",
+    }
+    return (
+        f"no step annotations; steps from executions of {module} (of the busy programs of several ops, the "
+        f"one run most often; {', '.join(how[s] for s in sorted(sources))}): each of the {count} executions, with "
+        "the gap before it (where its inputs were made and its compile ran), is a step."
+        + _shared_name(module, execs)
+        + " Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i) for exact steps"
+    )
+
+
+def _shared_name(module: str, execs: "pd.DataFrame") -> str:
+    """What steps inferred from ``module`` may hold where it is the shared mapped name and its executions ran
+    several programs: recompiles of the step, or another mapped function's (an evaluation)."""
+    if module not in MAPPED_PROGRAM_NAMES:
+        return ""
+    programs = execs.loc[execs[HLO_MODULE] == module, PROGRAM_ID].nunique()
+    if programs < 2:
+        return ""
+    return (
+        f" jax.pmap names every mapped function's program {module}, and these executions ran {programs} programs: "
+        "recompiles of the step, or another mapped function (an evaluation step), whose executions are then "
+        "counted as steps too; the trace does not tell which."
+    )
+
+
 def between_steps_cut(
     tiled: Sequence[Row], marked: dict[tuple[str, int], tuple[int, int]], execs: "pd.DataFrame", module: str
 ) -> list[Row]:

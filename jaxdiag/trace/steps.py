@@ -34,7 +34,15 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jaxdiag.config import DEFAULT_SETTINGS
-from jaxdiag.trace.executions import END_NS, SOURCE, between_steps_cut, executions, find_step_program, step_module
+from jaxdiag.trace.executions import (
+    END_NS,
+    SOURCE,
+    between_steps_cut,
+    executions,
+    find_step_program,
+    inferred_steps_note,
+    step_module,
+)
 from jaxdiag.trace.frames import (
     CATEGORY,
     DEVICE,
@@ -349,18 +357,7 @@ def _from_module(events: "pd.DataFrame", execs: "pd.DataFrame") -> FoundSteps:
         sources |= set(mine[SOURCE])
         for i, (start, end) in enumerate(sorted(zip(mine[START_NS].tolist(), mine[END_NS].tolist()))):
             rows.append((str(host), i, module, start, end))
-    how = {
-        "run_id": "told apart by their run_id",
-        "launch": "told apart by the host call that launched their kernels",
-        "module_span": "XLA Modules spans",
-        "timing": "runs of its ops",
-    }
-    note = (
-        f"no step annotations; steps from executions of {module} (of the busy programs of several ops, the "
-        f"one run most often; {', '.join(how[s] for s in sorted(sources))}): each of the {len(rows)} executions, with the gap "
-        "before it (where its inputs were made and its compile ran), is a step. Wrap each training step in "
-        "jax.profiler.StepTraceAnnotation('train', step_num=i) for exact steps"
-    )
+    note = inferred_steps_note(module, execs, sources, len(rows))
     tiled = tile(rows, events, first_from_host_start=True)
     marked = {(r[0], r[1]): (r[3], r[4]) for r in rows}
     return FoundSteps(_table(between_steps_cut(tiled, marked, execs, module)), "module", (note,), module)
