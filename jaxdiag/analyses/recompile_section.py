@@ -28,8 +28,8 @@ class RecompileRow:
         since="1.1",
     )
     cause: str | None = described(
-        "from the compile log when one is found: what changed, `\"first compile\"` for a function's first, "
-        "`\"first compile seen: ...\"` for a recompile whose earlier compile came before recording began; else `null`",
+        'from the compile log when one is found: what changed, `"first compile"` for a function\'s first, '
+        '`"first compile seen: ..."` for a recompile whose earlier compile came before recording began; else `null`',
         None,
     )
     logged: bool = described("true: a compile-log record was joined", False, only_with="logged")
