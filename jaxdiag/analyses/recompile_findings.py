@@ -59,7 +59,8 @@ def findings(r: "RecompilesResult", inputs: AnalysisInputs) -> tuple[Finding, ..
         if earlier is not None:
             out.append(_other_caller_finding(name, group, host_ms, lost, all_steps, earlier))
             continue
-        out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps, inputs.thresholds))
+        warm_line = _warm_up_line(group, warm_up) if kind == "line" else None
+        out.append(_group_finding(kind, name, group, host_ms, lost, r.wall_ms, all_steps, inputs.thresholds, warm_line))
     return tuple(out)
 
 
@@ -88,6 +89,20 @@ def _warm_up_of(group: list[Compile], warm_up: Mapping[str, tuple[int, str]]) ->
         return None
     if all(c.host in warm_up and warm_up[c.host][0] == c.step for c in inside):
         return warm_up[inside[0].host]
+    return None
+
+
+def _warm_up_line(group: list[Compile], warm_up: Mapping[str, tuple[int, str]]) -> tuple[int, str] | None:
+    """The warm-up step (and the training step's function) that every compile of an eager line's ``group`` lies
+    in, none of them a change from the line's own earlier calls; ``None`` otherwise.
+
+    A helper JAX shares between lines (``multiply``) held traces at other shapes before this line first ran, so
+    the log calls its compile here a recompile: made only in the step that first compiled the training step,
+    with nothing changed since the line's earlier calls, it is the line's first compile, paid once."""
+    if not group or any(c.step < 0 or c.changes for c in group):
+        return None
+    if all(c.host in warm_up and warm_up[c.host][0] == c.step for c in group):
+        return warm_up[group[0].host]
     return None
 
 
@@ -244,6 +259,7 @@ def _group_finding(
     wall_ms: float,
     all_steps: list[int],
     settings: Settings,
+    warm_line: tuple[int, str] | None = None,
 ) -> Finding:
     hosts = sorted({c.host for c in group})
     count = _count(group)
@@ -277,6 +293,12 @@ def _group_finding(
         once = again == 0 and all(c.logged for c in group)  # each helper's first compile: paid once, never again
         if once:
             head += ", each a first compile, paid once"
+            suggestion = EAGER_ONCE
+        elif warm_line is not None and all(c.logged for c in group):
+            once = True
+            head += (
+                f", all in the run's warm-up step, which also compiled `{warm_line[1]}` for the first time: paid once"
+            )
             suggestion = EAGER_ONCE
     return Finding(
         kind="recompile",
