@@ -57,12 +57,14 @@ _RUNTIME_NAMES = frozenset(
     }
 )
 _SOURCE_STATS = frozenset({"_src", "_c", "_ct", "_p", "_pt"})
-#: The stats read of a Python thread's events (``_top_level_category``).
+#: The stats read of a Python thread's events (``_read_main_events``): step marks, and the C++ source or flow
+#: stats that make an event the runtime's.
 PYTHON_THREAD_STATS = _SOURCE_STATS | {"step_num", "group_id"}
 #: The stats of a Python thread's calls that launch device work and run programs, on a host with accelerators
 #: (``launch.link_kernels``).
 LAUNCH_STATS = frozenset({"correlation_id", "run_id"})
-#: The stats that make a host event an XLA:CPU op, on a host without accelerators (``_add_cpu_op``).
+#: The stats that make a host event an XLA:CPU op, on a host without accelerators (``_cpu_ops``), and give its
+#: device, program and run (``_add_with_op_stats``).
 CPU_OP_STATS = frozenset({"hlo_op", "hlo_module", "device_ordinal", "program_id", "run_id"})
 
 
