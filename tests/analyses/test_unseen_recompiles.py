@@ -9,12 +9,7 @@ trace with jaxlib's ``ProfileData`` alone (``trace_truth``): XLA's compiles are 
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
-
-import jax
-import jax.numpy as jnp
-import numpy as np
 
 import jaxdiag
 from jaxdiag.analyses.recompile_advice import UNSEEN
@@ -27,22 +22,37 @@ def _backend_compiles(run_dir: Path) -> int:
     return sum(len(v) for v in spans.values())
 
 
-def _warmed_loop(logdir: Path, *, recorded_from_start: bool) -> Path:
-    def warmed_step(params, x):  # defined anew for each program: JAX's caches hold none of its compiles
-        grads = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["w"]) ** 2))(params)
-        return {"w": params["w"] - 1e-3 * grads["w"]}
+_WARMED_LOOP = """
+import contextlib, sys
+import jax, jax.numpy as jnp, numpy as np
+import jaxdiag
 
-    step = jax.jit(warmed_step)
-    x = jax.device_put(np.ones((16, 64), np.float32), jax.devices()[0])  # committed: so is what the step returns
-    params = {"w": np.full((64, 64), 1e-2, np.float32)}
-    run = f"warmed_{recorded_from_start}"
-    # The advice: record from the first call (``jaxdiag.watch(True)`` at the top of a script; a block here).
-    with jaxdiag.watch() if recorded_from_start else contextlib.nullcontext():
-        params = step(params, x)  # the warm-up, with NumPy parameters
-        with jaxdiag.profile(logdir, run=run):
-            for _ in range(6):
-                params = step(params, x)
-            np.asarray(params["w"])
+@jax.jit
+def warmed_step(params, x):
+    grads = jax.grad(lambda p: jnp.mean(jnp.tanh(x @ p["w"]) ** 2))(params)
+    return {"w": params["w"] - 1e-3 * grads["w"]}
+
+logdir, run = sys.argv[1], sys.argv[2]
+x = jax.device_put(np.ones((16, 64), np.float32), jax.devices()[0])  # committed: so is what the step returns
+params = {"w": np.full((64, 64), 1e-2, np.float32)}
+# The advice: record from the first call (``jaxdiag.watch(True)`` at the top of a script).
+with jaxdiag.watch() if run == "recorded" else contextlib.nullcontext():
+    params = warmed_step(params, x)  # the warm-up, with NumPy parameters
+    with jaxdiag.profile(logdir, run=run):
+        for _ in range(6):
+            params = warmed_step(params, x)
+        np.asarray(params["w"])
+"""
+
+
+def _warmed_loop(logdir: Path, *, recorded_from_start: bool) -> Path:
+    """The program in a fresh process: what recording saw before the window must not depend on the tests
+    before it."""
+    import subprocess
+    import sys
+
+    run = "recorded" if recorded_from_start else "late"
+    subprocess.run([sys.executable, "-c", _WARMED_LOOP, str(logdir), run], check=True, timeout=300)
     return logdir / "plugins" / "profile" / run
 
 

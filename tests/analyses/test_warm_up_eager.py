@@ -13,10 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
 import jaxdiag
 from tests.analyses import trace_truth
 
@@ -34,23 +30,38 @@ def _compiles_by_step(run_dir: Path) -> dict[int, int]:
     return out
 
 
-def _scheduled_loop(logdir: Path, *, eager_schedule: bool) -> Path:
-    def scheduled_step(w, x, lr):  # defined anew for each program: JAX's caches hold none of its compiles
-        return w - lr * jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+_SCHEDULED_LOOP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+import jaxdiag
 
-    step = jax.jit(scheduled_step)
-    w = jnp.full((32, 32), 1e-2) * jnp.power(jnp.ones((32, 32)), 2.0)  # the helpers, at another shape
-    x = jnp.ones((8, 32))
-    run = f"scheduled_{eager_schedule}"
-    with jaxdiag.profile(logdir, run=run):
-        for i in range(STEPS):
-            with jax.profiler.StepTraceAnnotation("train", step_num=i):
-                if eager_schedule:  # jnp on Python numbers, outside jit
-                    lr = float(jnp.multiply(0.05, jnp.power(0.9, float(i // 4))))
-                else:  # the advice: the same numbers with NumPy
-                    lr = float(np.multiply(0.05, np.power(0.9, float(i // 4))))
-                w = step(w, x, lr)
-        np.asarray(w)
+@jax.jit
+def scheduled_step(w, x, lr):
+    return w - lr * jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+
+logdir, run, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+w = jnp.full((32, 32), 1e-2) * jnp.power(jnp.ones((32, 32)), 2.0)  # the helpers, at another shape
+x = jnp.ones((8, 32))
+with jaxdiag.profile(logdir, run=run):
+    for i in range(steps):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            if run == "eager":  # jnp on Python numbers, outside jit
+                lr = float(jnp.multiply(0.05, jnp.power(0.9, float(i // 4))))
+            else:  # the advice: the same numbers with NumPy
+                lr = float(np.multiply(0.05, np.power(0.9, float(i // 4))))
+            w = scheduled_step(w, x, lr)
+    np.asarray(w)
+"""
+
+
+def _scheduled_loop(logdir: Path, *, eager_schedule: bool) -> Path:
+    """The loop in a fresh process: whether JAX's helpers compile, and when, must not depend on what the tests
+    before it computed."""
+    import subprocess
+    import sys
+
+    run = "eager" if eager_schedule else "numpy"
+    subprocess.run([sys.executable, "-c", _SCHEDULED_LOOP, str(logdir), run, str(STEPS)], check=True, timeout=300)
     return logdir / "plugins" / "profile" / run
 
 
