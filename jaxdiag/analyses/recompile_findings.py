@@ -84,12 +84,9 @@ def _warm_up_of(group: list[Compile], warm_up: Mapping[str, tuple[int, str]]) ->
     for an eager operation (``broadcast_in_dim``, ``gather``) that is a first compile at another shape.
     Such compiles that happen only in the step that first compiled the training step, and nowhere after
     it, are the warm-up's, paid once, not shapes that vary in the loop."""
-    inside = [c for c in group if c.step >= 0]
-    if not inside or any(c.logged for c in group):
+    if any(c.logged for c in group):
         return None
-    if all(c.host in warm_up and warm_up[c.host][0] == c.step for c in inside):
-        return warm_up[inside[0].host]
-    return None
+    return _all_in_warm_up([c for c in group if c.step >= 0], warm_up)
 
 
 def _warm_up_line(group: list[Compile], warm_up: Mapping[str, tuple[int, str]]) -> tuple[int, str] | None:
@@ -99,10 +96,15 @@ def _warm_up_line(group: list[Compile], warm_up: Mapping[str, tuple[int, str]]) 
     A helper JAX shares between lines (``multiply``) held traces at other shapes before this line first ran, so
     the log calls its compile here a recompile: made only in the step that first compiled the training step,
     with nothing changed since the line's earlier calls, it is the line's first compile, paid once."""
-    if not group or any(c.step < 0 or c.changes for c in group):
+    if any(c.step < 0 or c.changes for c in group):
         return None
-    if all(c.host in warm_up and warm_up[c.host][0] == c.step for c in group):
-        return warm_up[group[0].host]
+    return _all_in_warm_up(group, warm_up)
+
+
+def _all_in_warm_up(compiles: list[Compile], warm_up: Mapping[str, tuple[int, str]]) -> tuple[int, str] | None:
+    """The warm-up step (and function) of ``compiles``' host when each lies in its host's warm-up step."""
+    if compiles and all(c.host in warm_up and warm_up[c.host][0] == c.step for c in compiles):
+        return warm_up[compiles[0].host]
     return None
 
 

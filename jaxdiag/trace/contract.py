@@ -330,6 +330,13 @@ def _message_stats(stats: Any, stat_names: dict[int, str], wanted: frozenset[str
     return out
 
 
+def stat_column(stats: dict[str, list[Any]], key: str, count: int) -> list[Any]:
+    """The column of stat ``key`` in a line's ``stats`` (``LineColumns.stats``): ``None`` for each of its
+    ``count`` events where no event has it."""
+    column = stats.get(key)
+    return [None] * count if column is None else column
+
+
 def stat_columns(per_event: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """Each event's stats (a dict per event, as a message or JSON gives them) as the contract's columns; a stat
     whose value is ``None`` counts as absent."""
@@ -345,4 +352,12 @@ def stat_columns(per_event: list[dict[str, Any]]) -> dict[str, list[Any]]:
     return columns
 
 
-__all__ = ["ColumnReader", "LineColumns", "PlaneColumns", "ProfileDataReader", "TraceReader", "stat_columns"]
+__all__ = [
+    "ColumnReader",
+    "LineColumns",
+    "PlaneColumns",
+    "ProfileDataReader",
+    "TraceReader",
+    "stat_column",
+    "stat_columns",
+]

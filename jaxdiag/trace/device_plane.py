@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from jaxdiag.trace.gpu_specs import gpu_spec
 from jaxdiag.trace.columns import HostColumns
+from jaxdiag.trace.contract import stat_column
 from jaxdiag.trace.host_plane import int_or, program_id_of, unique_labels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -115,7 +116,7 @@ def read_device_plane(
                 kind = "collective"
             cols.close_segment(plane.name, line_name, kind, segment)
             continue
-        columns = [_column(line, key) for key in _TPU_STATS]
+        columns = [stat_column(line.stats, key, len(line.names)) for key in _TPU_STATS]
         for name, start, dur, step_num, group_id, hlo_module, hlo_op, program_id, display, label, tf_op in zip(
             line.names, line.starts, line.durs, *columns
         ):
@@ -162,10 +163,16 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
     A GPU line holds thousands of kernels of a few hundred names: each column is
     one pass, and whether a kernel is a collective is asked once per name and op.
     """
-    ops = [_text(v) for v in _column(line, "hlo_op")]
+    stats, count = line.stats, len(line.names)
+    ops = [_text(v) for v in stat_column(stats, "hlo_op", count)]
     known: dict[Any, int] = {}  # program id by stat value (a NaN is never found, and asked again)
-    programs = [known[v] if v in known else known.setdefault(v, program_id_of(v)) for v in _column(line, "program_id")]
-    frameworks = [str(a or b or "") for a, b in zip(_column(line, "name"), _column(line, "tf_op"))]
+    programs = [
+        known[v] if v in known else known.setdefault(v, program_id_of(v))
+        for v in stat_column(stats, "program_id", count)
+    ]
+    frameworks = [
+        str(a or b or "") for a, b in zip(stat_column(stats, "name", count), stat_column(stats, "tf_op", count))
+    ]
     kernels = collectives = 0
     verdicts: dict[tuple[str, str], bool] = {}
     for name, op in zip(line.names, ops):
@@ -181,11 +188,11 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
         line.durs,
         "device",
         devices=array("q", [ordinal]) * len(line.names),
-        modules=[_text(v) for v in _column(line, "hlo_module")],
+        modules=[_text(v) for v in stat_column(stats, "hlo_module", count)],
         ops=ops,
         frameworks=["" if f.startswith("XlaModule:") else f for f in frameworks],
         programs=programs,
-        correlations=_correlations(_column(line, "correlation_id")),
+        correlations=_correlations(stat_column(stats, "correlation_id", count)),
     )
     return kernels, collectives
 
@@ -200,12 +207,6 @@ def _correlations(column: list[Any]) -> list[int]:
 
 #: The stats of a TPU line's events that ``read_device_plane`` reads, in the order it unpacks them.
 _TPU_STATS = ("step_num", "group_id", "hlo_module", "hlo_op", "program_id", "display_name", "name", "tf_op")
-
-
-def _column(line: "LineColumns", key: str) -> list[Any]:
-    """One stat's values, ``None`` for each event without it (``contract.LineColumns.stats``)."""
-    column = line.stats.get(key)
-    return [None] * len(line.names) if column is None else column
 
 
 def _text(value: Any) -> str:

@@ -25,6 +25,7 @@ from array import array
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from jaxdiag.trace.columns import HostColumns
+from jaxdiag.trace.contract import stat_column
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.contract import LineColumns, PlaneColumns
@@ -279,10 +280,10 @@ def _add_with_op_stats(
     for i, module, op in zip(at, _pick(stats["hlo_module"], at), _pick(stats["hlo_op"], at)):
         modules[i], hlo_ops[i], kinds[i] = str(module), str(op), "device"
     # The stats are ints and strings as the reader decodes them; the conversions are for anything else.
-    programs = _low_bits(_column(stats, "program_id", at), negative_is_absent=True)
-    runs = _low_bits(_column(stats, "run_id", at), negative_is_absent=False)
+    programs = _low_bits(_pick(stat_column(stats, "program_id", n), at), negative_is_absent=True)
+    runs = _low_bits(_pick(stat_column(stats, "run_id", n), at), negative_is_absent=False)
     devices = np.full(n, -1, dtype=np.int64)
-    ordinals = _column(stats, "device_ordinal", at)
+    ordinals = _pick(stat_column(stats, "device_ordinal", n), at)
     devices[at] = [0 if v is None else v if type(v) is int else int_or(v, 0) for v in ordinals]
     program_column, run_column = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     program_column[at], run_column[at] = programs, execution_ids(runs, programs)
@@ -297,11 +298,6 @@ def _add_with_op_stats(
         programs=array("q", program_column.tobytes()),
         runs=array("q", run_column.tobytes()),
     )
-
-
-def _column(stats: Stats, key: str, at: list[int]) -> list[Any]:
-    column = stats.get(key)
-    return [None] * len(at) if column is None else _pick(column, at)
 
 
 def _low_bits(values: list[Any], *, negative_is_absent: bool) -> Any:
