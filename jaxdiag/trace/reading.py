@@ -124,13 +124,7 @@ def read_file(file: Path, kind: str, include_python: bool = False, data: bytes =
         from jaxdiag.trace.json_trace import read_json_trace
 
         return read_json_trace(file, host, include_python=include_python)
-    if data:
-        return read_xspace(data, host, source=str(file), include_python=include_python)
-    mapped = _File(file, _map(file))  # pages come from the file system's cache: no 20 MB copy to allocate
-    try:
-        return read_xspace(mapped.data, host, source=str(file), include_python=include_python)
-    finally:
-        mapped.release()
+    return read_xspace(data or _read_bytes(file), host, source=str(file), include_python=include_python)
 
 
 def start(
