@@ -58,11 +58,8 @@ from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import hosts_of, step_windows
 from jaxdiag.analyses.recompile_findings import findings
 from jaxdiag.config import Settings
-from jaxdiag.recording.records import unseen_cause
+from jaxdiag.recording.records import FIRST_COMPILE, unseen_cause
 from jaxdiag.trace import frames as F
-
-#: ``cause`` of a compile the log records as the function's first.
-FIRST_COMPILE = "first compile"
 
 #: A log record and a timeline compile this far apart (after clock alignment) do not match.
 MATCH_TOLERANCE_S = 5.0

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from jaxdiag import config
 from jaxdiag.errors import CompileLogError, ConfigError, JaxdiagWarning, warn_once
 from jaxdiag.recording.jsonl_sink import JsonlSink, RecordSink
-from jaxdiag.recording.records import CompileRecord, history_key, unseen_cause
+from jaxdiag.recording.records import FIRST_COMPILE, FIRST_SEEN, CompileRecord, history_key, unseen_cause
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -311,7 +311,7 @@ def cause(record: CompileRecord) -> str | None:
     if record.earlier_unseen:
         return unseen_cause(record.earlier_unseen)
     # A late watch cannot tell a first compile from the first it saw, unless JAX's cache says.
-    return "first compile" if record.origin == "jit" or record.earlier_unseen == 0 else "first compile seen"
+    return FIRST_COMPILE if record.origin == "jit" or record.earlier_unseen == 0 else FIRST_SEEN
 
 
 def _row_columns() -> Iterator[str]:

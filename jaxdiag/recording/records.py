@@ -14,6 +14,8 @@ SCHEMA = "jaxdiag.compile/1"
 #: ``CompileRecord.origin`` of JAX's own jitted helpers recorded by ``jaxdiag.watch``.
 JAX_INTERNAL_ORIGIN = "jax-internal"
 
+#: The cause of a function's first compile (``compile_log.cause``, and the report's recompile rows).
+FIRST_COMPILE = "first compile"
 #: How ``unseen_cause`` begins: a first compile seen after the function had compiled unrecorded.
 FIRST_SEEN = "first compile seen"
 

@@ -153,8 +153,9 @@ def _read_launches(cols: HostColumns, label: str, starts: Sequence[float], durs:
         if correlation >= 0:
             cols.launches.append((correlation, start, label))
     for start, dur, value in zip(starts, durs, stats.get("run_id", ())):
-        if value is not None and run_id_of(value) >= 0:
-            cols.executes.append((start, start + dur, label, run_id_of(value)))
+        run = -1 if value is None else run_id_of(value)
+        if run >= 0:
+            cols.executes.append((start, start + dur, label, run))
 
 
 def _read_pool_events(
