@@ -149,6 +149,27 @@ static PyObject *as_bytes(const Doubles *d) {
 /* ``value / 1000`` truncated toward zero, as C++ divides integers (C does too). */
 static inline int64_t div1000(int64_t value) { return value / 1000; }
 
+/* A wanted stat whose metadata id is below ``SLOT_IDS``: found by the id in a table, not a dict. It keeps the
+   last value it made, which the next event's equal value reuses (consecutive ops share a module, a program, a
+   run), so that equal values are one object. */
+#define SLOT_IDS 65536
+typedef struct {
+    PyObject *name;   /* borrowed from ``wanted`` */
+    PyObject *column; /* borrowed from ``columns`` once made */
+    PyObject *value;  /* the last value made (a reference the slot holds), or NULL */
+    int kind;
+    uint64_t number;
+    const uint8_t *data; /* into the line's bytes, which outlive the call */
+    Py_ssize_t size;
+} Slot;
+
+/* Recent event names by metadata id (borrowed from ``names``): a direct-mapped cache in front of the dict. */
+#define NAME_CACHE 1024
+typedef struct {
+    int64_t id;
+    PyObject *name;
+} CachedName;
+
 typedef struct {
     PyObject *names;      /* dict: event metadata id -> name */
     PyObject *stat_names; /* dict: stat metadata id -> name (references) */
@@ -157,6 +178,11 @@ typedef struct {
     PyObject *empty;      /* "" */
     const uint8_t *frame_bits; /* frame_bits[id]: the id names a Python-tracer frame (NULL: look at names) */
     Py_ssize_t frame_count;
+    int32_t *slot_of; /* slot_of[id]: the id's place in ``slots`` (-1: not wanted), for ids below slot_ids */
+    Py_ssize_t slot_ids;
+    Slot *slots;
+    Py_ssize_t slot_count;
+    CachedName *cached; /* NAME_CACHE entries */
 } Context;
 
 /* The name of an event metadata id (a borrowed reference; "" when missing), or NULL on error. */
@@ -169,10 +195,22 @@ static PyObject *lookup(PyObject *dict, int64_t id, PyObject *missing) {
     return got;
 }
 
+/* An event metadata id's name, through the cache (a borrowed reference; "" when missing), or NULL on error. */
+static PyObject *event_name(const Context *cx, int64_t id) {
+    CachedName *entry = &cx->cached[(uint64_t)id % NAME_CACHE];
+    if (entry->name != NULL && entry->id == id) return entry->name;
+    PyObject *name = lookup(cx->names, id, cx->empty);
+    if (name != NULL) {
+        entry->id = id;
+        entry->name = name;
+    }
+    return name;
+}
+
 static int is_frame(const Context *cx, int64_t id, PyObject **name) {
     *name = NULL;
     if (cx->frame_bits != NULL) return id >= 0 && id < cx->frame_count && cx->frame_bits[id];
-    *name = lookup(cx->names, id, cx->empty);
+    *name = event_name(cx, id);
     if (*name == NULL) return -1;
     return PyUnicode_GET_LENGTH(*name) > 0 && PyUnicode_READ_CHAR(*name, 0) == '$';
 }
@@ -217,6 +255,50 @@ static int put(PyObject *column, Py_ssize_t index, PyObject *value) {
     return failed;
 }
 
+/* The column of stat ``name`` (borrowed from ``columns``), made when first met; NULL on error. */
+static PyObject *column_of(const Context *cx, PyObject *name) {
+    PyObject *column = PyDict_GetItemWithError(cx->columns, name);
+    if (column != NULL || PyErr_Occurred()) return column;
+    if ((column = PyList_New(0)) == NULL) return NULL;
+    int failed = PyDict_SetItem(cx->columns, name, column);
+    Py_DECREF(column); /* the dict holds it */
+    return failed ? NULL : column;
+}
+
+/* Whether a stat's value is the one its slot made last. */
+static int same_value(const Slot *slot, int kind, uint64_t number, const uint8_t *data, Py_ssize_t size) {
+    if (slot->value == NULL || slot->kind != kind) return 0;
+    switch (kind) {
+        case STAT_DOUBLE:
+            return memcmp(slot->data, data, 8) == 0;
+        case STAT_STR:
+        case STAT_BYTES:
+            return slot->size == size && memcmp(slot->data, data, (size_t)size) == 0;
+        default:
+            return slot->number == number;
+    }
+}
+
+/* A wanted stat's value (a new reference): its slot's last one when equal, else made (NULL on error). */
+static PyObject *slot_value(const Context *cx, Slot *slot, int kind, uint64_t number, const uint8_t *data,
+                            Py_ssize_t size) {
+    if (same_value(slot, kind, number, data, size)) {
+        Py_INCREF(slot->value);
+        return slot->value;
+    }
+    PyObject *value = stat_value(cx, kind, number, data, size);
+    if (value == NULL) return NULL;
+    PyObject *old = slot->value;
+    Py_INCREF(value);
+    slot->value = value;
+    Py_XDECREF(old);
+    slot->kind = kind;
+    slot->number = number;
+    slot->data = data;
+    slot->size = size;
+    return value;
+}
+
 /* Put the wanted stats of one event's stat records, the line's ``index``-th kept event, in their columns
    (a column is made when its stat is first met). -1 on error, -2 on an unexpected record. */
 static int read_stats(const Context *cx, const uint8_t *event, Py_ssize_t size, Py_ssize_t index) {
@@ -245,31 +327,68 @@ static int read_stats(const Context *cx, const uint8_t *event, Py_ssize_t size, 
             }
         }
         if (kind == 0) continue;
-        PyObject *key = PyLong_FromLongLong((long long)(int64_t)id);
-        if (key == NULL) return -1;
-        PyObject *name = PyDict_GetItemWithError(cx->wanted, key);
-        Py_DECREF(key);
-        if (name == NULL) {
-            if (PyErr_Occurred()) return -1;
-            continue;
-        }
-        PyObject *value = stat_value(cx, kind, number, data, data_size);
-        if (value == NULL) return -1;
-        PyObject *column = PyDict_GetItemWithError(cx->columns, name);
-        if (column == NULL) {
-            if (PyErr_Occurred() || (column = PyList_New(0)) == NULL) {
-                Py_DECREF(value);
-                return -1;
+        PyObject *value, *column;
+        if (id < SLOT_IDS) { /* every wanted id below it has a slot */
+            if (id >= (uint64_t)cx->slot_ids || cx->slot_of[id] < 0) continue;
+            Slot *slot = &cx->slots[cx->slot_of[id]];
+            if (slot->column == NULL && (slot->column = column_of(cx, slot->name)) == NULL) return -1;
+            column = slot->column;
+            if ((value = slot_value(cx, slot, kind, number, data, data_size)) == NULL) return -1;
+        } else {
+            PyObject *key = PyLong_FromLongLong((long long)(int64_t)id);
+            if (key == NULL) return -1;
+            PyObject *name = PyDict_GetItemWithError(cx->wanted, key);
+            Py_DECREF(key);
+            if (name == NULL) {
+                if (PyErr_Occurred()) return -1;
+                continue;
             }
-            int failed = PyDict_SetItem(cx->columns, name, column);
-            Py_DECREF(column); /* the dict holds it */
-            if (failed) {
-                Py_DECREF(value);
-                return -1;
-            }
+            if ((column = column_of(cx, name)) == NULL) return -1;
+            if ((value = stat_value(cx, kind, number, data, data_size)) == NULL) return -1;
         }
         if (put(column, index, value) < 0) return -1;
     }
+    return 0;
+}
+
+/* The slots of the wanted stats whose ids are below ``SLOT_IDS`` (the others are looked up in ``wanted``).
+   -1 on error. */
+static int make_slots(Context *cx) {
+    Py_ssize_t at = 0, count = 0;
+    PyObject *key, *name;
+    long long top = -1;
+    while (PyDict_Next(cx->wanted, &at, &key, &name)) {
+        long long id = PyLong_AsLongLong(key);
+        if (id == -1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* not an id that fits a table */
+            continue;
+        }
+        if (id >= 0 && id < SLOT_IDS) {
+            count++;
+            if (id > top) top = id;
+        }
+    }
+    if (count == 0) return 0;
+    cx->slot_of = PyMem_Malloc((size_t)(top + 1) * sizeof(int32_t));
+    cx->slots = PyMem_Calloc((size_t)count, sizeof(Slot));
+    if (cx->slot_of == NULL || cx->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (long long id = 0; id <= top; id++) cx->slot_of[id] = -1;
+    at = 0;
+    while (PyDict_Next(cx->wanted, &at, &key, &name)) {
+        long long id = PyLong_AsLongLong(key);
+        if (id == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            continue;
+        }
+        if (id >= 0 && id < SLOT_IDS) {
+            cx->slots[cx->slot_count].name = name;
+            cx->slot_of[id] = (int32_t)cx->slot_count++;
+        }
+    }
+    cx->slot_ids = (Py_ssize_t)(top + 1);
     return 0;
 }
 
@@ -298,6 +417,10 @@ static PyObject *events(PyObject *self, PyObject *args) {
         cx.frame_bits = bits.buf;
         cx.frame_count = bits.len;
     }
+    cx.slot_of = NULL;
+    cx.slots = NULL;
+    cx.slot_ids = cx.slot_count = 0;
+    cx.cached = PyMem_Calloc(NAME_CACHE, sizeof(CachedName));
     cx.empty = PyUnicode_FromStringAndSize("", 0);
     PyObject *names = PyList_New(0), *stats = PyDict_New(), *starts = NULL, *durs = NULL;
     Doubles start_values = {NULL, 0, 0}, dur_values = {NULL, 0, 0};
@@ -305,10 +428,9 @@ static PyObject *events(PyObject *self, PyObject *args) {
     PyObject *out = NULL;
     Py_ssize_t skipped = 0;
     int read_any = PyDict_GET_SIZE(cx.wanted) > 0;
-    int64_t last_id = 0;
     int seen_event = 0;
-    PyObject *last_name = NULL; /* borrowed: consecutive events often share a name */
-    if (cx.empty == NULL || names == NULL || stats == NULL) goto done;
+    if (cx.cached == NULL) PyErr_NoMemory();
+    if (cx.cached == NULL || cx.empty == NULL || names == NULL || stats == NULL || make_slots(&cx) < 0) goto done;
     Cursor c = {buffer.buf, (const uint8_t *)buffer.buf + buffer.len};
     Field f = {0};
     while (c.at < c.end) {
@@ -341,15 +463,7 @@ static PyObject *events(PyObject *self, PyObject *args) {
                 continue;
             }
         }
-        if (name == NULL) {
-            if (last_name != NULL && last_id == (int64_t)id) {
-                name = last_name;
-            } else if ((name = lookup(cx.names, (int64_t)id, cx.empty)) == NULL) {
-                goto done;
-            }
-        }
-        last_id = (int64_t)id;
-        last_name = name;
+        if (name == NULL && (name = event_name(&cx, (int64_t)id)) == NULL) goto done;
         int64_t start;
         if (__builtin_add_overflow((int64_t)stamp, div1000((int64_t)offset), &start)) goto unexpected;
         int got = 0;
@@ -381,6 +495,10 @@ done:
     PyMem_Free(dur_values.data);
     Py_XDECREF(stats);
     Py_XDECREF(cx.empty);
+    for (Py_ssize_t k = 0; k < cx.slot_count; k++) Py_XDECREF(cx.slots[k].value);
+    PyMem_Free(cx.slots);
+    PyMem_Free(cx.slot_of);
+    PyMem_Free(cx.cached);
     if (bits.obj != NULL) PyBuffer_Release(&bits);
     PyBuffer_Release(&buffer);
     return out;

@@ -99,17 +99,20 @@ def test_a_protobuf_that_builds_no_classes_is_read_by_the_reference(cpu_trace_di
 
 
 # --- generated XSpaces ------------------------------------------------------------
-_STAT_NAMES = ["hlo_op", "run_id", "program_id", "ref_target", "value"]
+_STAT_NAMES = ["hlo_op", "run_id", "program_id", "ref_target", "value", "value"]
+#: Their metadata ids: small ones (the decoder finds them in a table), large ones (in a dict), and two ids of
+#: one name (one column); the last id has no entry.
+_STAT_IDS = [1, 2, 70_000, 3, 2**40, 6, 7]
 _values = st.one_of(
     st.tuples(st.just("double_value"), st.floats(allow_nan=False, width=64)),
     st.tuples(st.just("uint64_value"), st.integers(0, 2**64 - 1)),  # half of them above 2^63
     st.tuples(st.just("int64_value"), st.integers(-(2**63), 2**63 - 1)),
     st.tuples(st.just("str_value"), st.text(max_size=8)),
     st.tuples(st.just("bytes_value"), st.text(max_size=8).map(str.encode)),
-    st.tuples(st.just("ref_value"), st.integers(1, len(_STAT_NAMES) + 2)),  # past the last: a missing entry
+    st.tuples(st.just("ref_value"), st.sampled_from(_STAT_IDS)),
 )
-#: A stat: its metadata id (one past the last has no entry) and its value.
-_stats = st.lists(st.tuples(st.integers(1, len(_STAT_NAMES) + 1), _values), max_size=4)
+#: A stat: its metadata id and its value.
+_stats = st.lists(st.tuples(st.sampled_from(_STAT_IDS), _values), max_size=4)
 _events = st.lists(
     st.tuples(
         st.integers(1, 4),  # metadata id; 4 has no entry, 3 is a Python frame
@@ -155,7 +158,7 @@ def _xspace(planes: list[Any]) -> bytes:
         for key, name in enumerate(["op", "jit_step", "$frame.py:1 f"], start=1):
             plane.event_metadata[key].id = key
             plane.event_metadata[key].name = name
-        for key, name in enumerate(_STAT_NAMES, start=1):
+        for key, name in zip(_STAT_IDS, _STAT_NAMES):
             plane.stat_metadata[key].id = key
             plane.stat_metadata[key].name = name
         for key, (kind, value) in plane_stats:
