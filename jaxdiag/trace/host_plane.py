@@ -194,8 +194,7 @@ def _read_main_events(
         opaque = bool(open_spans) and open_spans[-1][1]
         kind = kinds.get(name)
         if kind is None:
-            runtime = name in _RUNTIME_NAMES or "::" in name or _CUDA_CALL.match(name)
-            kind = kinds[name] = 1 if runtime else 2 if _FRAMEWORK_SPAN.match(name) else 0
+            kind = kinds[name] = _name_kind(name)
         if op:
             category = "device"
         elif opaque or kind == 1:
@@ -212,6 +211,13 @@ def _read_main_events(
         _add_with_op_stats(cols, names, starts, durs, stats, is_op, categories)
     else:
         cols.add_events(names, starts, durs, categories)
+
+
+def _name_kind(name: str) -> int:
+    """1 a runtime name, 2 a framework span (``PjitFunction(f)``), 0 neither."""
+    if name in _RUNTIME_NAMES or "::" in name or _CUDA_CALL.match(name):
+        return 1
+    return 2 if _FRAMEWORK_SPAN.match(name) else 0
 
 
 def _first_given(stats: Stats, keys: tuple[str, ...], count: int) -> list[Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxdiag.errors import TraceFormatError
 from jaxdiag.trace.device_plane import gpu_line_kind, is_collective
@@ -168,6 +170,68 @@ def test_host_events_are_categorised_by_name_nesting_and_stats() -> None:
     assert got["train"]["line_kind"] == "python" and got["algsimp"]["line_kind"] == "host"
     assert cols.step_marks == [("train", 4, 0.0, 1000.0)]
     assert cols.python_frames == 1
+
+
+_NAMES = ["train", "load_batch", "PjitFunction(step)", "Wait for usage holds", "Foo::Bar", "cuMemcpy", "op"]
+_HOST_STATS = st.sampled_from(
+    [{}, {"step_num": 3}, {"group_id": 5}, {"_src": "x.cc"}, {"_p": 1, "step_num": 2}, {"hlo_op": "f", "hlo_module": "m"}]
+)
+
+
+def _stack_categories(events: list[Ev], cpu_only: bool) -> tuple[list[str], list[tuple]]:
+    """A Python thread's categories and step marks by a stack of open spans, event by event (by start, the
+    longer first): the rules of ``host_plane``'s docstring, written plainly."""
+    from jaxdiag.trace.host_plane import _name_kind
+
+    ordered = sorted(events, key=lambda e: (e.start_ns, -e.dur_ns))
+    seen_without: set[str] = set()
+    open_spans: list[tuple[int, bool]] = []
+    categories, marks = [], []
+    for e in ordered:
+        has_op = "hlo_op" in e.stats and "hlo_module" in e.stats
+        op = cpu_only and has_op and e.name not in seen_without
+        if cpu_only and not op:
+            seen_without.add(e.name)
+        while open_spans and open_spans[-1][0] <= e.start_ns:
+            open_spans.pop()
+        opaque = bool(open_spans) and open_spans[-1][1]
+        kind = _name_kind(e.name)
+        step = e.stats.get("step_num", e.stats.get("group_id"))
+        source = any(k in e.stats for k in ("_src", "_c", "_ct", "_p", "_pt"))
+        if op:
+            category = "device"
+        elif opaque or kind == 1:
+            category = "runtime"
+        elif kind == 2 or step is not None or not source:
+            category = "annotation"
+            if step is not None and not kind:
+                marks.append((e.name, step, float(e.start_ns), float(e.start_ns + e.dur_ns)))
+        else:
+            category = "runtime"
+        categories.append(category)
+        open_spans.append((e.start_ns + e.dur_ns, opaque or category != "annotation" or kind == 2))
+    return categories, marks
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    events=st.lists(
+        st.builds(Ev, st.sampled_from(_NAMES), st.integers(0, 60), st.integers(0, 40), _HOST_STATS), max_size=25
+    ),
+    cpu_only=st.booleans(),
+)
+def test_python_thread_events_are_categorised_as_a_stack_of_open_spans_says(events: list[Ev], cpu_only: bool) -> None:
+    """Nested, overlapping and equal spans, in any order: the categories worked out for all events at once are
+    what a stack of open spans gives, event by event."""
+    builder = XSpaceBuilder()
+    if not cpu_only:
+        builder.plane("/device:GPU:0", H100_STATS).line(GPU_COMPUTE_STREAM, [Kernel(0, "fusion_1", 0, 10).event()])
+    builder.plane("/host:CPU").line("python3", events)
+    cols = read_xspace(builder.serialize(), "h", source="x")
+    got = [r for r in rows(cols) if r["line"] == "python3"]
+    want, marks = _stack_categories(events, cpu_only)
+    assert [r["category"] for r in got] == want
+    assert cols.step_marks == marks
 
 
 def test_threads_sharing_a_name_get_distinct_lines() -> None:
