@@ -35,7 +35,7 @@ import numpy as np
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import between_programs, op_steps
-from jaxdiag.analyses.categories import name_matches
+from jaxdiag.analyses.categories import isin, name_matches, positions_by_code, strings_at
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
@@ -146,10 +146,10 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         steady_ns = max(steady_ns, wall_outside_compiles(lo, hi, compiles))
         ops = device_ops(frames, host, {host: compiles})
         step = op_steps(frames, host, ops, win)  # booked as the per-step device busy time is
-        of = ops[F.HLO_MODULE].to_numpy(object)
+        of = ops[F.HLO_MODULE]
         between = between_programs(frames, of, step, int(win.loc[win[F.STEP] >= 0, F.STEP].nunique()))
         if between:  # an evaluation's ops are no step's, wherever they ran
-            step = np.where(np.isin(of, list(between)), -1, step)
+            step = np.where(isin(of, between), -1, step)
         rows = np.flatnonzero(is_compute(frames, ops) & (step >= 0))
         ops = ops.take(rows).assign(**{F.STEP: step[rows]})  # the compute ops in steps, one copy
         gaps, gap_module, gap_step = _launch_gaps(ops, small_ns, gap_cap_ns)
@@ -279,9 +279,11 @@ def _add_modules(
         a[1] += iv.total(spans[rows])
         for step, n in zip(*np.unique(steps[rows], return_counts=True)):
             a[4][int(step)] = a[4].get(int(step), 0) + int(n)
-    for module in np.unique(gap_module):
-        sel = gaps[gap_module == module]
-        acc[str(module)][2] += iv.length(sel)
+    import pandas as pd
+
+    codes, modules = pd.factorize(gap_module, use_na_sentinel=False)
+    for code, rows in enumerate(positions_by_code(codes, len(modules))):
+        acc[str(modules[code])][2] += iv.length(gaps[rows])
 
 
 def _launch_gaps(ops: "pd.DataFrame", small_ns: int, cap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -289,21 +291,32 @@ def _launch_gaps(ops: "pd.DataFrame", small_ns: int, cap_ns: int) -> tuple[np.nd
     step (the op after the gap's)."""
     if ops.empty:
         return iv.EMPTY.copy(), np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
-    o = ops.sort_values([F.PLANE, F.DEVICE, F.LINE, F.START_NS], kind="stable")
-    same = (
-        (o[F.PLANE].to_numpy()[1:] == o[F.PLANE].to_numpy()[:-1])
-        & (o[F.LINE].to_numpy()[1:] == o[F.LINE].to_numpy()[:-1])
-        & (o[F.DEVICE].to_numpy()[1:] == o[F.DEVICE].to_numpy()[:-1])
-    )
-    is_small = o[F.DUR_NS].to_numpy() < small_ns
-    start = o[END_NS].to_numpy(np.int64)[:-1]
-    end = o[F.START_NS].to_numpy(np.int64)[1:]
+    plane, line, device = _sort_keys(ops[F.PLANE]), _sort_keys(ops[F.LINE]), ops[F.DEVICE].to_numpy()
+    starts = ops[F.START_NS].to_numpy(np.int64)
+    o = np.lexsort((starts, line, device, plane))  # by stream, then start (a stable sort, as ``sort_values``)
+    plane, line, device = plane[o], line[o], device[o]
+    same = (plane[1:] == plane[:-1]) & (line[1:] == line[:-1]) & (device[1:] == device[:-1])
+    is_small = ops[F.DUR_NS].to_numpy()[o] < small_ns
+    start = ops[END_NS].to_numpy(np.int64)[o[:-1]]
+    end = starts[o[1:]]
     keep = same & is_small[:-1] & is_small[1:] & (end > start) & (end - start < cap_ns)
+    after = o[1:][keep]
     return (
         np.stack([start[keep], end[keep]], axis=1),
-        o[F.HLO_MODULE].to_numpy()[1:][keep],
-        o[F.STEP].to_numpy(np.int64)[1:][keep],
+        strings_at(ops[F.HLO_MODULE], after),
+        ops[F.STEP].to_numpy(np.int64)[after],
     )
+
+
+def _sort_keys(column: "pd.Series") -> np.ndarray:
+    """A column's values as keys that sort and compare as its values do: a categorical's codes (its
+    categories' order, a missing value last)."""
+    import pandas as pd
+
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return column.to_numpy()
+    codes = column.cat.codes.to_numpy(np.int64)
+    return np.where(codes < 0, len(column.cat.categories), codes)
 
 
 def _op_label(row_name: str, hlo_op: str, framework_op: str) -> str:
