@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
+from jaxdiag.analyses.categories import category_codes
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import (
     executions_of,
@@ -300,7 +301,14 @@ def op_steps(frames: "TraceFrames", host: str, ops: Any, windows: Any) -> np.nda
 
 def booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """Positions in ``ops`` (``host``'s device ops) of the step program's ops, and the step their execution
-    is booked to (``Booked.by_dispatch``); ``None`` where that booking is unknown (see ``op_steps``)."""
+    is booked to (``Booked.by_dispatch``); ``None`` where that booking is unknown (see ``op_steps``).
+
+    Shared within a report for the same ``ops`` (the analyses ask it of ``device_ops``' shared frame)."""
+    held = once(frames, ("booked_runs", host, id(ops)), lambda: (ops, _booked_runs(frames, host, ops)))
+    return held[1] if held[0] is ops else _booked_runs(frames, host, ops)
+
+
+def _booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray, np.ndarray] | None:
     if frames.step_source == "module" or F.RUN_ID not in ops:
         return None
     b = booked(frames, host)
@@ -342,28 +350,42 @@ def queued_after(frames: Any, host: str, dispatch: np.ndarray) -> np.ndarray:
     return out
 
 
-def between_programs(frames: "TraceFrames", modules: np.ndarray, step: np.ndarray, counted: int) -> set[str]:
-    """The programs that are work between steps, of ops with ``modules`` booked to ``step`` (``op_steps``,
-    -1: none) over ``counted`` steps: other than the step's, with ops in fewer than half of the steps (as
-    ``trace.steps`` tells them apart), or queued in fewer than half of them where their dispatches are known
-    (``queued_in_steps``). Their ops are no step's work, wherever they ran. None without steps."""
+def between_programs(
+    frames: "TraceFrames", modules: "pd.Series", step: np.ndarray, counted: int, rows: np.ndarray | None = None
+) -> set[str]:
+    """The programs that are work between steps, of ops with ``modules`` (their module column, at positions
+    ``rows`` when given) booked to ``step`` (``op_steps``, -1: none) over ``counted`` steps: other than the
+    step's, with ops in fewer than half of the steps (as ``trace.steps`` tells them apart), or queued in fewer
+    than half of them where their dispatches are known (``queued_in_steps``). Their ops are no step's work,
+    wherever they ran. None without steps."""
     if not counted:
         return set()
-    import pandas as pd
-
     main = step_program(frames)
-    codes, names = pd.factorize(modules, sort=False)
+    codes, names = _module_codes(modules)
+    if rows is not None:
+        codes = codes[rows]
     inside = (step >= 0) & (codes >= 0)
     # each (program, step) pair once, as one number: sorting pairs of numbers costs ten times more
     width = int(step[inside].max()) + 1 if inside.any() else 1
     pairs = np.unique(codes[inside].astype(np.int64) * width + step[inside].astype(np.int64))
     steps_of = np.bincount(pairs // width, minlength=len(names))
+    present = np.bincount(codes[codes >= 0], minlength=len(names)) > 0
     queued = queued_in_steps(frames)  # by dispatch where known: a host that ran ahead ran them late
     return {
         str(m)
-        for m, n in zip(names.tolist(), steps_of.tolist())
-        if m and m != main and 2 * queued.get(str(m), n) < counted
+        for m, n, here in zip(names, steps_of.tolist(), present.tolist())
+        if here and m and m != main and 2 * queued.get(str(m), n) < counted
     }
+
+
+def _module_codes(modules: "pd.Series") -> tuple[np.ndarray, list[Any]]:
+    """A module column as codes (-1: none) and the values they number: a categorical's own."""
+    import pandas as pd
+
+    if isinstance(modules.dtype, pd.CategoricalDtype):
+        return category_codes(modules), modules.cat.categories.tolist()
+    codes, names = pd.factorize(modules.to_numpy(object), sort=False)
+    return codes, names.tolist()
 
 
 def queued_in_steps(frames: "TraceFrames") -> dict[str, int]:

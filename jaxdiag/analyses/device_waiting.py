@@ -20,17 +20,28 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.booking import in_flight
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import device_ops, intervals_of
+from jaxdiag.analyses.shared import once
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 
+def device_busy(frames: "TraceFrames", host: str) -> np.ndarray:
+    """When some device op of ``host`` ran, as a union (device rows of no program inside a compile,
+    autotuning's, are no work); shared within a report."""
+
+    def busy() -> np.ndarray:
+        compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
+        return iv.union(intervals_of(device_ops(frames, host, {host: compiles})))
+
+    return once(frames, ("device_busy", host), busy)
+
+
 def device_idle(frames: "TraceFrames", host: str, start: int, end: int, min_ns: int) -> np.ndarray:
     """Stretches of ``[start, end)`` at least ``min_ns`` long where no device op of ``host`` runs
-    (device rows of no program inside a compile, autotuning's, are no work)."""
-    compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
-    busy = iv.union(intervals_of(device_ops(frames, host, {host: compiles})))
-    return iv.gaps(busy, start, end, min_ns)
+    (``device_busy``); shared within a report."""
+    key = ("device_idle", host, start, end, min_ns)
+    return once(frames, key, lambda: iv.gaps(device_busy(frames, host), start, end, min_ns))
 
 
 def device_waiting(frames: "TraceFrames", host: str, start: int, end: int, min_ns: int) -> np.ndarray:

@@ -48,7 +48,8 @@ from jaxdiag.analyses.step_section import StepFigures
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.booking import between_programs, booked_runs, in_flight, op_steps
-from jaxdiag.analyses.device_waiting import device_idle, device_waiting
+from jaxdiag.analyses.device_waiting import device_busy, device_idle, device_waiting
+from jaxdiag.analyses.categories import isin
 from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
 
@@ -124,7 +125,7 @@ def _host_rows(inputs: AnalysisInputs, host: str) -> list[StepRow]:
     hi = win["end_ns"].to_numpy(np.int64)
     compiles = compile_windows(compile_spans(frames, host)).get(host, iv.EMPTY)
     ops = device_ops(frames, host, {host: compiles})
-    busy = iv.union(intervals_of(ops))
+    busy = device_busy(frames, host)
     busy_ns = _booked_busy(frames, host, ops, win)
     if busy_ns is None:
         busy_ns = iv.covered_in_windows(busy, lo, hi)
@@ -186,11 +187,11 @@ def _booked_busy(frames: Any, host: str, ops: "pd.DataFrame", win: "pd.DataFrame
     mine[rows] = True
     # Work between steps (an evaluation queued behind the steps) is no step's, wherever it ran: its
     # rows in ``between_steps`` hold it, as small ops and top ops leave it out.
-    modules = ops[F.HLO_MODULE].to_numpy(object)
+    modules = ops[F.HLO_MODULE]
     between = between_programs(
         frames, modules, op_steps(frames, host, ops, win), int(win.loc[win[F.STEP] >= 0, F.STEP].nunique())
     )
-    others = ~mine & ~np.isin(modules, list(between)) if between else ~mine
+    others = ~mine & ~isin(modules, between) if between else ~mine
     index = {int(s): k for k, s in enumerate(win[F.STEP].to_numpy(np.int64))}
     out = iv.covered_in_windows(iv.union(spans[others]), lo, hi).astype(np.int64)
     order = np.argsort(ops[F.RUN_ID].to_numpy(np.int64)[rows], kind="stable")

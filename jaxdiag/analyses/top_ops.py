@@ -118,7 +118,7 @@ def analyze(inputs: AnalysisInputs) -> TopOps:
     # Per step: only ops inside a step (work between steps, an evaluation, is no step's).
     step_sums = np.bincount(group[in_step], weights=ms[in_step], minlength=len(names))
     counts = np.bincount(group, minlength=len(names))
-    between = between_programs(frames, ops[F.HLO_MODULE].to_numpy(object)[keep], step, counted)
+    between = between_programs(frames, ops[F.HLO_MODULE], step, counted, rows=np.flatnonzero(keep))
     apart = np.array([m in between for m in modules], dtype=bool)
     ranked = [int(g) for g in np.argsort(-sums, kind="stable") if counts[g] > 0]
     top = [g for g in ranked if not apart[g]][:TOP]
