@@ -110,7 +110,12 @@ def _booked(frames: "TraceFrames", host: str) -> Booked:
 
 
 def _dispatches(frames: "TraceFrames", host: str, module: str) -> np.ndarray:
-    """``(start, end)`` of the host's outermost ``PjitFunction(f)`` spans for ``module`` (``jit_f``), by start."""
+    """``(start, end)`` of the host's outermost ``PjitFunction(f)`` spans for ``module`` (``jit_f``), by start;
+    shared within a report."""
+    return once(frames, ("dispatches", host, module), lambda: _outermost_dispatches(frames, host, module))
+
+
+def _outermost_dispatches(frames: "TraceFrames", host: str, module: str) -> np.ndarray:
     m = _MODULE_FUNCTION.match(module)
     if not m:
         return np.zeros((0, 2), dtype=np.int64)

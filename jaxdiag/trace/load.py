@@ -345,8 +345,11 @@ def _categorical(parts: Sequence[StringColumn]) -> "pd.Categorical":
         lists = [p for p in parts if not isinstance(p, Coded)]
         if len(lists) == len(parts):
             values = lists[0] if len(lists) == 1 else list(itertools.chain.from_iterable(lists))
-            objects: Any = np.fromiter(values, dtype=object, count=len(values))  # a third quicker than asarray
-            codes, uniques = pd.factorize(objects, sort=True)
+            if values and type(values[0]) is str and values.count(values[0]) == len(values):  # one value: no hashing
+                codes, uniques = np.zeros(len(values), dtype=np.intp), np.array(values[:1], dtype=object)
+            else:
+                objects: Any = np.fromiter(values, dtype=object, count=len(values))  # a third quicker than asarray
+                codes, uniques = pd.factorize(objects, sort=True)
             if len(uniques) and (codes >= 0).all():
                 return pd.Categorical.from_codes(codes, categories=pd.Index(uniques))
         else:
