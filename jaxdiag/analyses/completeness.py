@@ -30,6 +30,7 @@ import numpy as np
 
 from jaxdiag.analyses.capture_section import CaptureNote, CaptureSection
 from jaxdiag.analyses.base import AnalysisInputs, Finding
+from jaxdiag.analyses.categories import classify_names
 from jaxdiag.analyses.collectives import platform_of
 from jaxdiag.analyses.device_work import device_ops, host_events, hosts_of, name_matches, step_windows
 from jaxdiag.trace import frames as F
@@ -185,22 +186,21 @@ def _launches(events: "pd.DataFrame", functions: set[str] | None) -> dict[str, l
     Launches made inside another (the ``jnp`` functions a first call traces) are part of it.
     """
     rows = np.flatnonzero(name_matches(events[F.NAME], _LAUNCH, at_start=True))  # tested once per distinct name
-    names = events[F.NAME].take(rows).astype(object).tolist()  # the matched names, never missing
-    found = sorted(
-        (s, e, launched)
-        for s, e, name in zip(
-            events[F.START_NS].to_numpy(np.int64)[rows].tolist(),
-            events["end_ns"].to_numpy(np.int64)[rows].tolist(),
-            names,
-        )
-        if (launched := _launched(str(name))) and (functions is None or launched in functions)
-    )
+    launched = classify_names(events[F.NAME], _launched, key=_launched, rows=rows).tolist()
+    keep = np.array([bool(f) and (functions is None or f in functions) for f in launched], dtype=bool)
+    rows = rows[keep]
+    launched = [f for f, k in zip(launched, keep.tolist()) if k]
+    starts, ends = events[F.START_NS].to_numpy(np.int64)[rows], events["end_ns"].to_numpy(np.int64)[rows]
+    rank = {f: i for i, f in enumerate(sorted(set(launched)))}
+    order = np.lexsort((np.array([rank[f] for f in launched], dtype=np.int64), ends, starts))  # as tuples sort
+    starts, ends = starts[order], ends[order]
+    # Launches nest (Python's and the runtime's, jnp calls traced inside): the outer one counts, one that starts
+    # when every earlier one has ended.
+    reach = np.maximum.accumulate(np.concatenate([[-1], ends[:-1]])) if len(ends) else ends
+    outer = starts >= reach
     out: dict[str, list[int]] = {}
-    reach = -1
-    for s, e, function in found:  # launches nest (Python's and the runtime's, jnp calls traced inside): the outer one
-        if s >= reach:
-            out.setdefault(function, []).append(s)
-        reach = max(reach, e)
+    for s, i in zip(starts[outer].tolist(), order[outer].tolist()):
+        out.setdefault(launched[i], []).append(s)
     return out
 
 

@@ -11,7 +11,7 @@ out, as everywhere else.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -54,16 +54,20 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
         return DeviceTime((), ())
     step, scale = W.steps_and_device_share(frames, ops, inputs.host, inputs.steps)
     ms = ops[F.DUR_NS].to_numpy(dtype=np.float64) / 1e6 * scale
-    module = _texts(ops[F.HLO_MODULE])
-    module = np.where(module == "", "(no module)", module).astype(object)
-    hlo_op = _texts(ops[F.HLO_OP])
-    op = np.where(hlo_op != "", hlo_op, _texts(ops[F.NAME])).astype(object)
+    # Each row's module and op as the number of its text (equal texts, one number), from each column's few
+    # categories rather than its rows: an op is its HLO op, else its kernel's name.
+    texts: dict[str, int] = {}
+    module = _text_ids(ops[F.HLO_MODULE], texts, lambda text: text or "(no module)")
+    hlo_op = _text_ids(ops[F.HLO_OP], texts)
+    op = np.where(hlo_op != texts.setdefault("", len(texts)), hlo_op, _text_ids(ops[F.NAME], texts))
     if inputs.steps is not None:
         keep = step >= 0
         step, ms, module, op = step[keep], ms[keep], module[keep], op[keep]
+    text_of = list(texts)
     # Groups by codes rather than sub-frames; pandas still sums each group (per step, and
     # per op), so every total is added up as before, in the same order.
-    module_code, modules = pd.factorize(module, sort=False)
+    module_code, module_ids = pd.factorize(module, sort=False)
+    modules = [text_of[i] for i in module_ids.tolist()]
     by_module = []
     step_code, steps = pd.factorize(step, sort=True)
     per_step = pd.Series(ms).groupby(module_code * max(len(steps), 1) + step_code).sum()
@@ -82,7 +86,8 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
             )
         )
     by_module.sort(key=lambda m: -m.total_ms)
-    op_code, ops_named = pd.factorize(op, sort=False)
+    op_code, op_ids = pd.factorize(op, sort=False)
+    ops_named = [text_of[i] for i in op_ids.tolist()]
     pair, pairs = pd.factorize(op_code * max(len(modules), 1) + module_code, sort=False)
     top = pd.Series(ms).groupby(pair, sort=False).agg(["count", "sum"])
     top = top.sort_values("sum", ascending=False).head(inputs.thresholds.top_ops)
@@ -98,14 +103,17 @@ def analyze(inputs: AnalysisInputs) -> DeviceTime:
     return DeviceTime(tuple(by_module), top_ops)
 
 
-def _texts(column: "pd.Series") -> np.ndarray:
-    """``column.astype(str)`` as an object array; a categorical column with no missing value from its
-    categories' text (a few hundred strings) rather than each row's."""
+def _text_ids(column: "pd.Series", ids: dict[str, int], rule: Callable[[str], str] = str) -> np.ndarray:
+    """Each row's text (``column.astype(str)``, then ``rule``) as its number in ``ids``, which numbers each new
+    text as it comes; a categorical column with no missing value through its categories' text (a few hundred
+    strings) rather than each row's."""
     import pandas as pd
 
     if isinstance(column.dtype, pd.CategoricalDtype):
         codes = W.category_codes(column)
-        categories = column.cat.categories
-        if (codes >= 0).all() and all(type(c) is str for c in categories.tolist()):
-            return np.asarray(categories.tolist() + [""], dtype=object).take(codes)
-    return np.asarray(column.astype(str).to_numpy(object), dtype=object)
+        categories = column.cat.categories.tolist()
+        if (codes >= 0).all() and all(type(c) is str for c in categories):
+            numbers = np.array([ids.setdefault(rule(c), len(ids)) for c in categories], dtype=np.int64)
+            return numbers[codes]
+    rows = column.astype(str).to_numpy(object).tolist()
+    return np.array([ids.setdefault(rule(text), len(ids)) for text in rows], dtype=np.int64)
