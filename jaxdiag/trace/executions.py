@@ -105,21 +105,41 @@ def executions(events: "pd.DataFrame", step_gap_us: float) -> "pd.DataFrame":
 
 
 def _by_run_id(ops: "pd.DataFrame", source: str) -> "pd.DataFrame":
+    """One row per (host, run id), in order of first appearance (as ``groupby(sort=False)``): the least device,
+    the first module (not missing) and program, the first start and the last end of its ops."""
     import numpy as np
+    import pandas as pd
 
-    frame = ops[[HOST, DEVICE, HLO_MODULE, PROGRAM_ID, RUN_ID, START_NS]].astype({HOST: object, HLO_MODULE: object})
-    frame = frame.assign(**{END_NS: (ops[START_NS] + ops[DUR_NS]).to_numpy(np.int64)})
-    grouped = frame.groupby([HOST, RUN_ID], sort=False)
-    out = grouped.agg(
-        **{
-            DEVICE: (DEVICE, "min"),
-            HLO_MODULE: (HLO_MODULE, "first"),
-            PROGRAM_ID: (PROGRAM_ID, "first"),
-            START_NS: (START_NS, "min"),
-            END_NS: (END_NS, "max"),
+    host = ops[HOST].astype(object).to_numpy()
+    module = ops[HLO_MODULE].astype(object).to_numpy()
+    run = ops[RUN_ID].to_numpy(np.int64)
+    start = ops[START_NS].to_numpy(np.int64)
+    host_code = pd.factorize(host)[0]
+    run_code, runs = pd.factorize(run)
+    rows = np.flatnonzero(host_code >= 0)  # a missing host is no group's
+    group = pd.factorize(host_code[rows].astype(np.int64) * max(len(runs), 1) + run_code[rows])[0]
+    sort = np.argsort(group, kind="stable")
+    order, by_group = rows[sort], group[sort]  # each group's rows together, in their order
+    bounds = np.flatnonzero(np.r_[True, by_group[1:] != by_group[:-1]]) if len(order) else order
+    first = order[bounds]
+    named = order[~pd.isna(module[order])]  # "first" skips missing values
+    named_group = group[np.searchsorted(rows, named)]
+    firsts = np.flatnonzero(np.r_[True, named_group[1:] != named_group[:-1]]) if len(named) else named
+    modules = np.full(len(first), np.nan, dtype=object)
+    modules[named_group[firsts]] = module[named[firsts]]
+    return pd.DataFrame(
+        {
+            HOST: host[first],
+            RUN_ID: run[first],
+            DEVICE: np.minimum.reduceat(ops[DEVICE].to_numpy(np.int64)[order], bounds) if len(order) else run[:0],
+            HLO_MODULE: pd.Series(modules, dtype=object),
+            PROGRAM_ID: ops[PROGRAM_ID].to_numpy(np.int64)[first],
+            START_NS: np.minimum.reduceat(start[order], bounds) if len(order) else start[:0],
+            END_NS: np.maximum.reduceat((start + ops[DUR_NS].to_numpy(np.int64))[order], bounds)
+            if len(order)
+            else start[:0],
         }
-    ).reset_index()
-    return out.assign(**{SOURCE: source})
+    ).assign(**{SOURCE: source})
 
 
 def _by_timing(ops: "pd.DataFrame", gap_ns: int) -> "pd.DataFrame":
