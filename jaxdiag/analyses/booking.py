@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
-from jaxdiag.analyses.categories import category_codes
+from jaxdiag.analyses.categories import column_codes
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import (
     executions_of,
@@ -306,9 +306,8 @@ def op_steps(frames: "TraceFrames", host: str, ops: Any, windows: Any) -> np.nda
 
 def booked_runs(frames: "TraceFrames", host: str, ops: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """Positions in ``ops`` (``host``'s device ops) of the step program's ops, and the step their execution
-    is booked to (``Booked.by_dispatch``); ``None`` where that booking is unknown (see ``op_steps``).
-
-    Shared within a report for the same ``ops`` (the analyses ask it of ``device_ops``' shared frame)."""
+    is booked to (``Booked.by_dispatch``); ``None`` where that booking is unknown (see ``op_steps``). Shared
+    within a report for the same ``ops`` (the analyses ask it of ``device_ops``' shared frame)."""
     held = once(frames, ("booked_runs", host, id(ops)), lambda: (ops, _booked_runs(frames, host, ops)))
     return held[1] if held[0] is ops else _booked_runs(frames, host, ops)
 
@@ -366,31 +365,17 @@ def between_programs(
     if not counted:
         return set()
     main = step_program(frames)
-    codes, names = _module_codes(modules)
-    if rows is not None:
-        codes = codes[rows]
+    codes, names = column_codes(modules)
+    codes = codes if rows is None else codes[rows]
     inside = (step >= 0) & (codes >= 0)
     # each (program, step) pair once, as one number: sorting pairs of numbers costs ten times more
     width = int(step[inside].max()) + 1 if inside.any() else 1
     pairs = np.unique(codes[inside].astype(np.int64) * width + step[inside].astype(np.int64))
     steps_of = np.bincount(pairs // width, minlength=len(names))
-    present = np.bincount(codes[codes >= 0], minlength=len(names)) > 0
+    present = np.bincount(codes[codes >= 0], minlength=len(names)) > 0  # a categorical's values: those used
     queued = queued_in_steps(frames)  # by dispatch where known: a host that ran ahead ran them late
-    return {
-        str(m)
-        for m, n, here in zip(names, steps_of.tolist(), present.tolist())
-        if here and m and m != main and 2 * queued.get(str(m), n) < counted
-    }
-
-
-def _module_codes(modules: "pd.Series") -> tuple[np.ndarray, list[Any]]:
-    """A module column as codes (-1: none) and the values they number: a categorical's own."""
-    import pandas as pd
-
-    if isinstance(modules.dtype, pd.CategoricalDtype):
-        return category_codes(modules), modules.cat.categories.tolist()
-    codes, names = pd.factorize(modules.to_numpy(object), sort=False)
-    return codes, names.tolist()
+    used = [(m, n) for m, n, here in zip(names, steps_of.tolist(), present.tolist()) if here]
+    return {str(m) for m, n in used if m and m != main and 2 * queued.get(str(m), n) < counted}
 
 
 def queued_in_steps(frames: "TraceFrames") -> dict[str, int]:

@@ -136,6 +136,17 @@ def positions_by_code(codes: np.ndarray, n: int) -> list[np.ndarray]:
     return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
+def column_codes(column: "pd.Series") -> tuple[np.ndarray, list[Any]]:
+    """A column as codes (-1: missing) and the values they number: a categorical's own (shared, as
+    ``category_codes``), else its distinct values in order of first appearance."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return category_codes(column), column.cat.categories.tolist()
+    codes, values = pd.factorize(column.to_numpy(object), sort=False)
+    return codes, values.tolist()
+
+
 def strings_at(column: "pd.Series", rows: np.ndarray) -> np.ndarray:
     """The values of a string column at positions ``rows``, as an object array.
 

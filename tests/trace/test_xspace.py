@@ -174,7 +174,14 @@ def test_host_events_are_categorised_by_name_nesting_and_stats() -> None:
 
 _NAMES = ["train", "load_batch", "PjitFunction(step)", "Wait for usage holds", "Foo::Bar", "cuMemcpy", "op"]
 _HOST_STATS = st.sampled_from(
-    [{}, {"step_num": 3}, {"group_id": 5}, {"_src": "x.cc"}, {"_p": 1, "step_num": 2}, {"hlo_op": "f", "hlo_module": "m"}]
+    [
+        {},
+        {"step_num": 3},
+        {"group_id": 5},
+        {"_src": "x.cc"},
+        {"_p": 1, "step_num": 2},
+        {"hlo_op": "f", "hlo_module": "m"},
+    ]
 )
 
 
