@@ -94,10 +94,9 @@ def findings(r: HostWaitsResult, inputs: AnalysisInputs, all_steps: list[int]) -
     out = []
     graded_against = r.steady_wall_ms if r.steady_wall_ms > 0 else r.wall_ms
     per_step: dict[tuple[str, str], dict[int, float]] = {}
-    for w in r.waits:
-        d = per_step.setdefault((w.cause, w.kind), {})
-        d[w.step] = d.get(w.step, 0.0) + (w.end_ns - w.start_ns) / 1e6
-    compiled = {w.step for w in r.waits if w.kind == COMPILE}
+    for (cause, kind, step), ms in r.waits.totals("cause", "kind", "step").items():
+        per_step.setdefault((cause, kind), {})[step] = ms
+    compiled = set(r.waits.step[r.waits.kind == COMPILE].tolist())
     by_fn = _dispatch_by_function(r)  # launching waits per launched function, for the launch finding
     for c in r.by_cause:
         amounts = per_step.get((c.cause, c.kind), {})
@@ -290,17 +289,11 @@ def _synchronous_step_launches(inputs: AnalysisInputs, top: list[str]) -> Synchr
 
 def _by_host(r: HostWaitsResult, cause: str) -> dict[str, float]:
     """Wait given to ``cause`` per host, largest first."""
-    acc: dict[str, float] = {}
-    for w in r.waits:
-        if w.cause == cause:
-            acc[w.host] = acc.get(w.host, 0.0) + (w.end_ns - w.start_ns) / 1e6
+    acc = {host: ms for (host,), ms in r.waits.totals("host", where=r.waits.cause == cause).items()}
     return dict(sorted(acc.items(), key=lambda kv: -kv[1]))
 
 
 def _dispatch_by_function(r: HostWaitsResult) -> dict[str, float]:
     """Dispatch wait per launched function, largest first."""
-    acc: dict[str, float] = {}
-    for w in r.waits:
-        if w.kind == DISPATCH:
-            acc[w.detail] = acc.get(w.detail, 0.0) + (w.end_ns - w.start_ns) / 1e6
+    acc = {detail: ms for (detail,), ms in r.waits.totals("detail", where=r.waits.kind == DISPATCH).items()}
     return {k: round(v, 3) for k, v in sorted(acc.items(), key=lambda kv: -kv[1])}

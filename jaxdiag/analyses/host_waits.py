@@ -55,6 +55,7 @@ from jaxdiag.analyses.device_work import (
     strings_at,
 )
 from jaxdiag.analyses.shared import once
+from jaxdiag.analyses.waits import WaitTable
 from jaxdiag.trace import frames as F
 from jaxdiag.trace.steps import reads_back
 
@@ -86,19 +87,6 @@ def _launched_function(name: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Wait:
-    """One attributed stretch of device-idle time."""
-
-    host: str
-    step: int
-    start_ns: int
-    end_ns: int
-    cause: str
-    kind: str  # "compile", "device_to_host_sync", "annotation", "dispatch", "unattributed"
-    detail: str = ""  # for dispatch: the function being launched, when known
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class CauseTotal:
     """Device-idle time given to one cause over the analysed steps."""
 
@@ -125,13 +113,13 @@ class HostWaitsResult:
         to the recompile findings, so their time is not reported twice).
     """
 
-    waits: tuple[Wait, ...]
+    waits: WaitTable
     by_cause: tuple[CauseTotal, ...]
     wall_ms: float
     steady_wall_ms: float
     sync_steps: tuple[int, ...] = ()
     findings: tuple[Finding, ...] = ()
-    in_execution: tuple[Wait, ...] = ()
+    in_execution: WaitTable = dataclasses.field(default_factory=WaitTable.empty)
     in_execution_label: str = ""
 
     @property
@@ -140,21 +128,18 @@ class HostWaitsResult:
 
     @property
     def in_execution_ms(self) -> float:
-        return sum(w.end_ns - w.start_ns for w in self.in_execution) / 1e6
+        return int((self.in_execution.end_ns - self.in_execution.start_ns).sum()) / 1e6
 
     def by_step(self) -> dict[int, dict[str, float]]:
-        """Step -> cause -> milliseconds."""
+        """Step -> cause -> milliseconds (the causes of a step in the order they first come)."""
         out: dict[int, dict[str, float]] = {}
-        for w in self.waits:
-            d = out.setdefault(w.step, {})
-            d[w.cause] = d.get(w.cause, 0.0) + (w.end_ns - w.start_ns) / 1e6
+        for (step, cause), ms in self.waits.totals("step", "cause").items():
+            out.setdefault(step, {})[cause] = ms
         return dict(sorted(out.items()))
 
     def section(self) -> HostWaits:
         """The report's ``host_waits`` section: totals per cause and per step, in ms to 3 decimals."""
-        in_steps: dict[int, float] = {}
-        for w in self.in_execution:
-            in_steps[w.step] = in_steps.get(w.step, 0.0) + (w.end_ns - w.start_ns) / 1e6
+        in_steps = {step: ms for (step,), ms in self.in_execution.totals("step").items()}
         return HostWaits(
             in_execution=InExecution(
                 self.in_execution_label,
@@ -179,8 +164,8 @@ def analyze(inputs: AnalysisInputs) -> HostWaitsResult:
     frames = inputs.frames
     windows = step_windows(frames, inputs.host, inputs.steps)
     step_names = set(frames.steps["step_name"].astype(str)) if "step_name" in frames.steps else set()
-    waits: list[Wait] = []
-    inside: list[Wait] = []
+    waits: list[WaitTable] = []
+    inside: list[WaitTable] = []
     label = ""
     sync_steps: set[int] = set()
     wall_ns = steady_ns = 0
@@ -195,23 +180,19 @@ def analyze(inputs: AnalysisInputs) -> HostWaitsResult:
         flight, named = in_flight(frames, host)
         label = label or named
         host_waits, host_inside = _host_waits(inputs, host, win, compiles, step_names, flight, named)
-        waits += host_waits
-        inside += host_inside
+        waits.append(host_waits)
+        inside.append(host_inside)
         sync_steps |= _sync_steps(frames, host, win)
-    ms: dict[tuple[str, str], float] = {}
-    steps: dict[tuple[str, str], set[int]] = {}
-    for w in waits:
-        key = (w.cause, w.kind)
-        ms[key] = ms.get(key, 0.0) + (w.end_ns - w.start_ns) / 1e6
-        steps.setdefault(key, set()).add(w.step)
-    by_cause = tuple(sorted((CauseTotal(c, k, ms[(c, k)], len(steps[(c, k)])) for c, k in ms), key=lambda c: -c.ms))
+    table = WaitTable.joined(waits)
+    ms, steps = table.totals("cause", "kind"), table.distinct_steps("cause", "kind")
+    by_cause = tuple(sorted((CauseTotal(c, k, ms[(c, k)], steps[(c, k)]) for c, k in ms), key=lambda c: -c.ms))
     result = HostWaitsResult(
-        tuple(waits),
+        table,
         by_cause,
         wall_ns / 1e6,
         steady_ns / 1e6,
         tuple(sorted(sync_steps)),
-        in_execution=tuple(inside),
+        in_execution=WaitTable.joined(inside),
         in_execution_label=label,
     )
     all_steps = sorted(int(x) for x in windows[F.STEP].unique())
@@ -248,19 +229,19 @@ def _host_waits(
     step_names: set[str],
     flight: np.ndarray = iv.EMPTY,
     flight_label: str = "",
-) -> tuple[list[Wait], list[Wait]]:
+) -> tuple[WaitTable, WaitTable]:
     """The host's waits, and its device-idle stretches while an execution was in flight (``flight``)."""
     frames = inputs.frames
     lo = win[F.START_NS].to_numpy(np.int64)
     hi = win["end_ns"].to_numpy(np.int64)
     min_ns = int(inputs.thresholds.host_wait_min_us * 1000)
     idle = iv.intersect(device_idle(frames, host, int(lo.min()), int(hi.max()), min_ns), np.stack([lo, hi], axis=1))
-    in_exec: list[Wait] = []
+    in_exec = WaitTable.empty()
     if flight.size and idle.size:
         in_exec = _pieces(host, _Bounds.of(win), iv.intersect(idle, flight), flight_label, "in_execution", "")
         idle = iv.subtract(idle, flight)
     if idle.size == 0:
-        return [], in_exec
+        return WaitTable.empty(), in_exec
     ev = host_events(frames, host)
     starts, ends = ev[F.START_NS].to_numpy(np.int64), ev[END_NS].to_numpy(np.int64)
     near = (starts < int(idle[-1, 1])) & (ends > int(idle[0, 0]))
@@ -295,7 +276,7 @@ def _host_waits(
         if name and touches[disp[rows]].any():
             layers.append((DISPATCH, DISPATCH, name, cover(disp[rows])))
     layers.append((DISPATCH, DISPATCH, "", cover(disp)))
-    out: list[Wait] = []
+    out: list[WaitTable] = []
     bounds = _Bounds.of(win)
     remaining = idle
     for cause, kind, detail, cover in layers:
@@ -305,10 +286,11 @@ def _host_waits(
             continue
         part = iv.intersect(remaining, cover)
         if part.size:
-            out += _pieces(host, bounds, part, cause, kind, detail)
+            out.append(_pieces(host, bounds, part, cause, kind, detail))
             remaining = iv.subtract(remaining, part)
-    out += _pieces(host, bounds, remaining, UNATTRIBUTED, UNATTRIBUTED, "")
-    return sorted(out, key=lambda w: w.start_ns), in_exec
+    out.append(_pieces(host, bounds, remaining, UNATTRIBUTED, UNATTRIBUTED, ""))
+    table = WaitTable.joined(out)
+    return table.take(np.argsort(table.start_ns, kind="stable")), in_exec
 
 
 def _shortest_first(keys: np.ndarray, durs: np.ndarray) -> list[tuple[str, np.ndarray]]:
@@ -332,7 +314,7 @@ class _Bounds:
         return cls(np.unique(np.concatenate([starts, ends])), StepWindows.of(win))
 
 
-def _pieces(host: str, bounds: _Bounds, part: np.ndarray, cause: str, kind: str, detail: str) -> list[Wait]:
+def _pieces(host: str, bounds: _Bounds, part: np.ndarray, cause: str, kind: str, detail: str) -> WaitTable:
     """``part``'s stretches as waits, each in the step whose window holds it.
 
     Steps tile the run, so an idle stretch merged across a boundary (intervals that
@@ -349,5 +331,4 @@ def _pieces(host: str, bounds: _Bounds, part: np.ndarray, cause: str, kind: str,
         starts = np.where(k == 0, part[row, 0], edges[np.clip(at - 1, 0, len(edges) - 1)])
         ends = np.where(k == pieces[row] - 1, part[row, 1], edges[np.clip(at, 0, len(edges) - 1)])
         part = np.stack([starts, ends], axis=1)
-    steps = bounds.windows.step_of(part[:, 0])
-    return [Wait(host, st, s, e, cause, kind, detail) for (s, e), st in zip(part.tolist(), steps.tolist())]
+    return WaitTable.of(host, bounds.windows.step_of(part[:, 0]), part, cause, kind, detail)
