@@ -53,7 +53,7 @@ class WaitTable:
         """``spans`` (``[start, end)`` rows) of one cause on one host, each in its step of ``steps``."""
         n = len(spans)
         texts = {"host": host, "cause": cause, "kind": kind, "detail": detail}
-        columns = {f: np.full(n, texts[f], dtype=object) for f in _TEXT}
+        columns = {f: _repeated(texts[f], n) for f in _TEXT}
         columns.update(step=np.asarray(steps, dtype=np.int64), start_ns=spans[:, 0].copy(), end_ns=spans[:, 1].copy())
         return cls(**columns)
 
@@ -112,3 +112,10 @@ class WaitTable:
         first = np.unique(group, return_index=True)[1]
         keys = zip(*(getattr(self, column)[first].tolist() for column in columns))
         return dict(zip(keys, counts.tolist()))
+
+
+def _repeated(text: str, n: int) -> np.ndarray:
+    """``text`` ``n`` times, as an object array (filled by a slice: ``np.full`` sets each one apart)."""
+    out = np.empty(n, dtype=object)
+    out[:] = text
+    return out
