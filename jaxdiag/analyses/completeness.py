@@ -186,10 +186,9 @@ def _launches(events: "pd.DataFrame", functions: set[str] | None) -> dict[str, l
     Launches made inside another (the ``jnp`` functions a first call traces) are part of it.
     """
     rows = np.flatnonzero(name_matches(events[F.NAME], _LAUNCH, at_start=True))  # tested once per distinct name
-    launched = classify_names(events[F.NAME], _launched, key=_launched, rows=rows).tolist()
-    keep = np.array([bool(f) and (functions is None or f in functions) for f in launched], dtype=bool)
-    rows = rows[keep]
-    launched = [f for f, k in zip(launched, keep.tolist()) if k]
+    every = classify_names(events[F.NAME], _launched, key=_launched, rows=rows).tolist()
+    chosen = [i for i, f in enumerate(every) if f and (functions is None or f in functions)]
+    rows, launched = rows[chosen], [every[i] for i in chosen]
     starts, ends = events[F.START_NS].to_numpy(np.int64)[rows], events["end_ns"].to_numpy(np.int64)[rows]
     rank = {f: i for i, f in enumerate(sorted(set(launched)))}
     order = np.lexsort((np.array([rank[f] for f in launched], dtype=np.int64), ends, starts))  # as tuples sort

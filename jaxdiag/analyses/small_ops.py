@@ -35,7 +35,7 @@ import numpy as np
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import between_programs, op_steps
-from jaxdiag.analyses.categories import isin, name_matches, positions_by_code, strings_at
+from jaxdiag.analyses.categories import isin, name_matches, strings_at
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
@@ -281,9 +281,8 @@ def _add_modules(
             a[4][int(step)] = a[4].get(int(step), 0) + int(n)
     import pandas as pd
 
-    codes, modules = pd.factorize(gap_module, use_na_sentinel=False)
-    for code, rows in enumerate(positions_by_code(codes, len(modules))):
-        acc[str(modules[code])][2] += iv.length(gaps[rows])
+    for module, rows in row_groups(pd.Series(gap_module, dtype=object)):
+        acc[str(module)][2] += iv.length(gaps[rows])
 
 
 def _launch_gaps(ops: "pd.DataFrame", small_ns: int, cap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

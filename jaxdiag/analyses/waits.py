@@ -83,35 +83,33 @@ class WaitTable:
     def totals(self, *columns: str, where: np.ndarray | None = None) -> dict[tuple[Any, ...], float]:
         """The milliseconds of the rows (``where`` selects some) of each distinct combination of ``columns``'
         values, in order of first appearance; each added up row by row, as a loop over the waits would."""
-        import pandas as pd
-
         rows = np.arange(len(self)) if where is None else np.flatnonzero(where)
-        key = np.zeros(len(rows), dtype=np.int64)
-        for column in columns:
-            codes, uniques = pd.factorize(getattr(self, column)[rows], sort=False)
-            key = key * max(len(uniques), 1) + codes
-        group, _ = pd.factorize(key, sort=False)
+        group, keys = self._groups(columns, rows)
         ms = (self.end_ns[rows] - self.start_ns[rows]) / 1e6
-        sums = np.bincount(group, weights=ms, minlength=int(group.max()) + 1 if len(group) else 0)
-        first = rows[np.unique(group, return_index=True)[1]]  # each combination's first row
-        keys = zip(*(getattr(self, column)[first].tolist() for column in columns))
-        return dict(zip(keys, sums.tolist()))
+        return dict(zip(keys, np.bincount(group, weights=ms, minlength=len(keys)).tolist()))
 
     def distinct_steps(self, *columns: str) -> dict[tuple[Any, ...], int]:
         """How many steps the rows of each distinct combination of ``columns``' values fall in."""
         import pandas as pd
 
-        key = np.zeros(len(self), dtype=np.int64)
+        group, keys = self._groups(columns, np.arange(len(self)))
+        steps, _ = pd.factorize(self.step, sort=False)
+        width = max(len(self), 1)
+        pairs = np.unique(group.astype(np.int64) * width + steps)  # each (combination, step) once
+        return dict(zip(keys, np.bincount(pairs // width, minlength=len(keys)).tolist()))
+
+    def _groups(self, columns: tuple[str, ...], rows: np.ndarray) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+        """Each of ``rows``' combination of ``columns``' values as a number, in order of first appearance, and
+        the combinations."""
+        import pandas as pd
+
+        key = np.zeros(len(rows), dtype=np.int64)
         for column in columns:
-            codes, uniques = pd.factorize(getattr(self, column), sort=False)
+            codes, uniques = pd.factorize(getattr(self, column)[rows], sort=False)
             key = key * max(len(uniques), 1) + codes
         group, _ = pd.factorize(key, sort=False)
-        steps, _ = pd.factorize(self.step, sort=False)
-        pairs = np.unique(group.astype(np.int64) * max(len(self), 1) + steps)
-        counts = np.bincount(pairs // max(len(self), 1), minlength=int(group.max()) + 1 if len(group) else 0)
-        first = np.unique(group, return_index=True)[1]
-        keys = zip(*(getattr(self, column)[first].tolist() for column in columns))
-        return dict(zip(keys, counts.tolist()))
+        first = rows[np.unique(group, return_index=True)[1]]  # each combination's first row
+        return group, list(zip(*(getattr(self, column)[first].tolist() for column in columns)))
 
 
 def _repeated(text: str, n: int) -> np.ndarray:

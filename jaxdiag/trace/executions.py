@@ -120,24 +120,22 @@ def _by_run_id(ops: "pd.DataFrame", source: str) -> "pd.DataFrame":
     group = pd.factorize(host_code[rows].astype(np.int64) * max(len(runs), 1) + run_code[rows])[0]
     sort = np.argsort(group, kind="stable")
     order, by_group = rows[sort], group[sort]  # each group's rows together, in their order
-    bounds = np.flatnonzero(np.r_[True, by_group[1:] != by_group[:-1]]) if len(order) else order
+    bounds = np.flatnonzero(np.diff(by_group, prepend=-1))  # where each group begins (codes are >= 0)
     first = order[bounds]
-    named = order[~pd.isna(module[order])]  # "first" skips missing values
-    named_group = group[np.searchsorted(rows, named)]
-    firsts = np.flatnonzero(np.r_[True, named_group[1:] != named_group[:-1]]) if len(named) else named
+    named = ~pd.isna(module[order])  # "first" skips missing values
+    named_group, named_rows = by_group[named], order[named]
+    firsts = np.flatnonzero(np.diff(named_group, prepend=-1))
     modules = np.full(len(first), np.nan, dtype=object)
-    modules[named_group[firsts]] = module[named[firsts]]
+    modules[named_group[firsts]] = module[named_rows[firsts]]
     return pd.DataFrame(
         {
             HOST: host[first],
             RUN_ID: run[first],
-            DEVICE: np.minimum.reduceat(ops[DEVICE].to_numpy(np.int64)[order], bounds) if len(order) else run[:0],
+            DEVICE: np.minimum.reduceat(ops[DEVICE].to_numpy(np.int64)[order], bounds),
             HLO_MODULE: pd.Series(modules, dtype=object),
             PROGRAM_ID: ops[PROGRAM_ID].to_numpy(np.int64)[first],
-            START_NS: np.minimum.reduceat(start[order], bounds) if len(order) else start[:0],
-            END_NS: np.maximum.reduceat((start + ops[DUR_NS].to_numpy(np.int64))[order], bounds)
-            if len(order)
-            else start[:0],
+            START_NS: np.minimum.reduceat(start[order], bounds),
+            END_NS: np.maximum.reduceat((start + ops[DUR_NS].to_numpy(np.int64))[order], bounds),
         }
     ).assign(**{SOURCE: source})
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,14 +24,10 @@ _waits = st.lists(
 )
 
 
-def _fields(w: Wait) -> tuple:
-    return (w.host, w.step, w.start_ns, w.end_ns, w.cause, w.kind, w.detail)
-
-
 def _table(waits: list[Wait]) -> WaitTable:
     if not waits:
         return WaitTable.empty()
-    columns = list(zip(*map(_fields, waits)))
+    columns = list(zip(*map(dataclasses.astuple, waits)))
     return WaitTable(*(np.array(c, dtype=object if isinstance(c[0], str) else np.int64) for c in columns))
 
 
