@@ -9,7 +9,8 @@ evaluation) are a row too, ``after step N``, as are those cut out of the first s
 (work queued before the loop, run once its trace began), ``before step 0``. A finding says what it cost when that matters.
 
 A row holds only other programs' executions: the step's program runs in the steps, even when a
-host that ran ahead queued it long before the device ran it. Where executions pair with their
+host that ran ahead queued it long before the device ran it, and so does a program queued in at least
+half of the steps (a learning rate computed eagerly), its runs queued before the trace began included. Where executions pair with their
 dispatches (XLA:CPU run ids, TPU module spans), an execution belongs to the row between the steps
 whose dispatches surround its own, and the rows are those the dispatches make, wherever the device ran
 the work (it may run inside a later step's time, with no hole cut there); a row is narrowed to end and
@@ -127,10 +128,10 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         dispatch = dispatched_at(frames, host, execs)
         queued = queued_after(frames, host, dispatch)
         modules = execs[F.HLO_MODULE].to_numpy(object)
-        for module in set(modules[queued != UNBOOKED].tolist()):  # work queued in most steps is theirs
-            queued_in = (modules == module) & (queued != UNBOOKED)
+        for module in set(modules[queued != UNBOOKED].tolist()):  # work queued in most steps is theirs,
+            queued_in = (modules == module) & (queued != UNBOOKED)  # its runs queued before the trace too
             if 2 * len(set(queued[queued_in].tolist())) >= len(steps):
-                queued[queued_in] = _IN_THE_STEPS
+                queued[modules == module] = _IN_THE_STEPS
         spans = [(int(k), int(hi[k]), int(lo[k + 1])) for k in np.flatnonzero(lo[1:] > hi[:-1])]
         before = e_start < lo[0]
         if before.any() and frames.step_source == "module":  # the first step began at the host's first

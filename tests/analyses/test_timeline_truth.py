@@ -224,12 +224,13 @@ def test_work_between_annotated_steps_the_host_ran_ahead_of_is_only_the_other_pr
     assert finding.severity == severity_for(finding.time_lost_ms, basis, DEFAULT_SETTINGS)
 
 
-@pytest.mark.parametrize("pattern", ["annotated_eager_lr", "captured_eager_lr"])
+@pytest.mark.parametrize("pattern", ["annotated_eager_lr", "annotated_eager_lr_loading", "captured_eager_lr"])
 def test_eager_ops_every_step_and_work_queued_before_the_trace_are_the_steps_own(captures: Path, pattern: str) -> None:
     # Each step computes its learning rate eagerly (two small programs of JAX's own) and the host never
     # waits: the device runs them late, after the steps' marks. Warm-up steps may still be queued when
     # the trace begins: their executions are no step's. Each step holds the execution it dispatched,
-    # the steady rate is the device's, and nothing is work between steps.
+    # the steady rate is the device's, and nothing is work between steps: not even the warm-up's learning
+    # rates, which by time ran in a few steps' loading before their marks (``annotated_eager_lr_loading``).
     report, truth = _case(captures, pattern)
     train = truth.of(TRAIN)
     assert len(truth.of("jit_multiply")) >= len(report.steps) and len(train) >= len(report.steps)

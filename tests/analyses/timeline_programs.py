@@ -16,6 +16,10 @@ its training loop unless the pattern says so; the trace stops after the device i
 - ``annotated_eager_lr``: annotated steps that never read, each computing its learning rate
   eagerly (two small programs a step, a conversion and a multiply), with warm-up steps the host
   never waited for still queued when the trace begins.
+- ``annotated_eager_lr_loading``: ``annotated_eager_lr`` whose loop loads each batch (half a
+  millisecond on the host) before the step's mark, with four warm-up steps still queued: the warm-up's
+  learning-rate programs run in a few early steps' loading time, the steps' own after the loop, so by
+  time those programs look like work between steps.
 - ``captured_eager_lr``: the same loop under ``jaxdiag.capture`` after six warm-up steps, the
   steps marked by ``cap.step()`` (the capture waits for the device at its end).
 - ``setup_then_eval``: ``eval_between`` whose parameters are rescaled by another program, twice,
@@ -265,6 +269,28 @@ def annotated_eager_lr(logdir: str) -> None:
     jax.profiler.stop_trace()
 
 
+def annotated_eager_lr_loading(logdir: str) -> None:
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    train_step, init = _eager_lr_step()
+    params = init(width=1024)
+    xs, ys = _batches(STEPS)
+    jax.block_until_ready(train_step(params, xs[0], ys[0], jnp.float32(0.01) * 0.99))
+    for i in range(4):  # a warm-up the host never waits for: still queued when the trace begins
+        params, _ = train_step(params, xs[i], ys[i], jnp.float32(0.01) * 0.99**i)
+    jax.profiler.start_trace(logdir)
+    for i in range(STEPS):
+        time.sleep(0.0005)  # loading the batch, before the step's mark
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            lr = jnp.float32(0.01) * 0.99**i
+            params, _ = train_step(params, xs[i], ys[i], lr)
+    jax.block_until_ready(params)
+    jax.profiler.stop_trace()
+
+
 def captured_eager_lr(logdir: str) -> None:
     import jax
     import jax.numpy as jnp
@@ -431,7 +457,16 @@ RECOMPILE_AT = 6
 
 #: The programs whose steps are inferred from executions.
 PATTERNS = {f.__name__: f for f in (no_read, eval_between, remainder, scan, nnx)}
-ANNOTATED = {f.__name__: f for f in (annotated_no_read, annotated_eval_between, annotated_eager_lr, captured_eager_lr)}
+ANNOTATED = {
+    f.__name__: f
+    for f in (
+        annotated_no_read,
+        annotated_eval_between,
+        annotated_eager_lr,
+        annotated_eager_lr_loading,
+        captured_eager_lr,
+    )
+}
 #: Programs with work before the first step.
 SETUP = {f.__name__: f for f in (setup_then_eval,)}
 #: Programs that compile inside the capture outside the steady loop, or mid-run with nothing in flight.
