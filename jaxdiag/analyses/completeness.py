@@ -7,7 +7,10 @@ Every other analysis reads the trace as if it held the whole window. It may not:
   devices ran the last launches (the host runs ahead of the device, and a trace
   stopped without waiting loses the queued work). The steps that launched them
   show too little device work. Only programs seen running in the trace count,
-  unless no device op ran at all (then every launch lacks its work).
+  unless no device op ran at all (then every launch lacks its work). A call traced
+  rather than run (a jitted ``jnp`` function in the body of an eager ``lax.scan``)
+  makes a launch span with no execute event in it: where launches show their execute
+  events, such a launch is not counted.
 - ``events_dropped``: the profiler says it dropped events (a stat with ``drop``
   in its name on a metadata plane, as profilers write when their buffers fill).
 - ``hosts_missing``: the capture sidecars say the run had more processes than
@@ -30,7 +33,7 @@ import numpy as np
 
 from jaxdiag.analyses.capture_section import CaptureNote, CaptureSection
 from jaxdiag.analyses.base import AnalysisInputs, Finding
-from jaxdiag.analyses.categories import classify_names
+from jaxdiag.analyses.categories import classify_names, column_codes
 from jaxdiag.analyses.collectives import platform_of
 from jaxdiag.analyses.device_work import device_ops, host_events, hosts_of, name_matches, step_windows
 from jaxdiag.trace import frames as F
@@ -41,6 +44,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.frames import TraceFrames
 
 _LAUNCH = re.compile(r"^PjitFunction\((.+)\)$")
+#: The runtime handing a program to the devices, inside the launch that dispatched it
+#: (``CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice``, ``ExecuteReplicated.__call__``, ...).
+_EXECUTE = re.compile(r"Execute")
 #: A program's module name from the function jit wrapped: ``jit_f`` (``jit(f)`` in some releases).
 _MODULE = re.compile(r"^(?:jit|pjit)[_(](.+?)\)?(?:\.\d+)?$")
 
@@ -197,9 +203,31 @@ def _launches(events: "pd.DataFrame", functions: set[str] | None) -> dict[str, l
     # when every earlier one has ended.
     reach = np.maximum.accumulate(np.concatenate([[-1], ends[:-1]])) if len(ends) else ends
     outer = starts >= reach
+    ran = _executes_inside(events, rows[order], outer)
+    if ran.any():  # launches show their execute events: one without is a call traced, not run
+        outer &= ran
     out: dict[str, list[int]] = {}
     for s, i in zip(starts[outer].tolist(), order[outer].tolist()):
         out.setdefault(launched[i], []).append(s)
+    return out
+
+
+def _executes_inside(events: "pd.DataFrame", rows: np.ndarray, outer: np.ndarray) -> np.ndarray:
+    """Whether each launch at ``rows`` (where ``outer``) holds an execute event on its own thread."""
+    out = np.zeros(len(rows), dtype=bool)
+    executes = np.flatnonzero(name_matches(events[F.NAME], _EXECUTE))
+    if not len(executes) or not outer.any():
+        return out
+    plane, _planes = column_codes(events[F.PLANE])
+    line, lines = column_codes(events[F.LINE])
+    thread = plane.astype(np.int64) * (len(lines) + 1) + line
+    starts, ends = events[F.START_NS].to_numpy(np.int64), events["end_ns"].to_numpy(np.int64)
+    launches = rows[outer]
+    for key in np.unique(thread[launches]).tolist():
+        times = np.sort(starts[executes[thread[executes] == key]])
+        mine = thread[launches] == key
+        at = launches[mine]
+        out[np.flatnonzero(outer)[mine]] = np.searchsorted(times, ends[at]) > np.searchsorted(times, starts[at])
     return out
 
 

@@ -107,10 +107,10 @@ def test_launches_all_made_while_the_first_execution_ran_are_counted_missing():
     assert note.evidence["steps"] == list(range(1, STEPS))
 
 
-def _launch_starts(run: Path) -> list[int]:
-    """The outermost ``PjitFunction(heavy)`` spans' starts (the runtime's own span nests in Python's)."""
+def _launch_starts(run: Path, function: str = "heavy") -> list[int]:
+    """The outermost ``PjitFunction(f)`` spans' starts (the runtime's own span nests in Python's)."""
     spans = sorted(
-        (e.start_ns, e.start_ns + e.duration_ns) for e in _events(_xplane(run)) if e.name == "PjitFunction(heavy)"
+        (e.start_ns, e.start_ns + e.duration_ns) for e in _events(_xplane(run)) if e.name == f"PjitFunction({function})"
     )
     outer: list[tuple[float, float]] = []
     for start, end in spans:
@@ -147,6 +147,30 @@ def test_capture_waits_for_the_device_so_the_same_loop_is_whole(tmp_path):
     assert _truth(tmp_path)["executions"] == STEPS
     report = jaxdiag.report(cap.run_dir)
     assert report.capture == CaptureSection(whole=True, notes=())
+
+
+def test_calls_traced_in_an_eager_scan_body_are_not_launches_that_lost_their_work(tmp_path):
+    """A loop the trace waits for, then ``jnp.matmul`` run once eagerly and an eager ``lax.scan`` whose
+    body calls it: each call in the body is traced, not run, and leaves a launch span with no execution."""
+    w, x = jnp.full((256, 256), 1e-3), jnp.ones((256, 256))
+    w, x = jax.block_until_ready(heavy(w, x))
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    jax.profiler.start_trace(str(tmp_path), profiler_options=options)
+    for step in range(3):
+        with jax.profiler.StepTraceAnnotation("train", step_num=step):
+            w, x = heavy(w, x)
+    y = jax.block_until_ready(jnp.matmul(x, w))
+    y, _ = jax.lax.scan(lambda c, _: (jnp.tanh(jnp.matmul(c, w)), None), y, None, length=4)
+    jax.block_until_ready(y)
+    jax.profiler.stop_trace()
+    launches, runs = _launch_starts(tmp_path, "matmul"), set()
+    for event in _events(_xplane(tmp_path)):
+        stats = dict(event.stats)
+        if stats.get("hlo_module") == "jit_matmul" and "run_id" in stats:
+            runs.add(stats["run_id"])
+    assert len(runs) == 1 and len(launches) > 1  # the pattern: more launch spans than executions
+    assert jaxdiag.report(tmp_path).capture == CaptureSection(whole=True, notes=())
 
 
 def test_a_one_step_window_and_a_missing_host_are_said(tmp_path):
