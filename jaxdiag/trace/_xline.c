@@ -504,7 +504,150 @@ done:
     return out;
 }
 
+/* Append (a, b) to ``list`` as a new tuple (lines) or widen its last [a, b] list when it ends at ``a`` (other
+   fields, neighbours merged). -1 on error. */
+static int add_span(PyObject *list, Py_ssize_t a, Py_ssize_t b, int merge) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (merge && n > 0) {
+        PyObject *last = PyList_GET_ITEM(list, n - 1);
+        if (PyLong_AsSsize_t(PyList_GET_ITEM(last, 1)) == a) {
+            PyObject *end = PyLong_FromSsize_t(b);
+            return end == NULL ? -1 : PyList_SetItem(last, 1, end);
+        }
+    }
+    PyObject *span = merge ? Py_BuildValue("[nn]", a, b) : Py_BuildValue("(nn)", a, b);
+    if (span == NULL) return -1;
+    int failed = PyList_Append(list, span);
+    Py_DECREF(span);
+    return failed;
+}
+
+/* split(payload, offset, lines_field) -> (lines, other): where a plane's fields lie, ``offset`` added: each
+   line record's (start, end), and the other fields' [start, end] ranges with neighbours merged. */
+static PyObject *split(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buffer;
+    Py_ssize_t offset;
+    unsigned long long lines_field;
+    if (!PyArg_ParseTuple(args, "y*nK", &buffer, &offset, &lines_field)) return NULL;
+    PyObject *lines = PyList_New(0), *other = PyList_New(0), *out = NULL;
+    const uint8_t *base = buffer.buf;
+    Cursor c = {base, base + buffer.len};
+    Field f = {0};
+    if (lines == NULL || other == NULL) goto done;
+    while (c.at < c.end) {
+        Py_ssize_t header = c.at - base;
+        if (next_field(&c, &f) < 0) {
+            PyErr_SetNone(Unexpected);
+            goto done;
+        }
+        int is_line = f.number == lines_field;
+        if (add_span(is_line ? lines : other, offset + header, offset + (c.at - base), !is_line) < 0) goto done;
+    }
+    out = PyTuple_Pack(2, lines, other);
+done:
+    Py_XDECREF(lines);
+    Py_XDECREF(other);
+    PyBuffer_Release(&buffer);
+    return out;
+}
+
+/* codes(columns) -> (codes, values): lists of values (any hashable) numbered together, in order of first
+   appearance, as a dict keyed by value would number them; each column's codes as the bytes of int32s. Traces
+   repeat a few thousand names a million times, mostly as the same objects (the decoder shares them): an object
+   seen before is found by its address, and only a new one is looked up by value. */
+static PyObject *codes(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "codes() takes a list of lists");
+        return NULL;
+    }
+    Py_ssize_t capacity = 1 << 12, used = 0;
+    PyObject **keys = PyMem_Calloc((size_t)capacity, sizeof(PyObject *));
+    int32_t *found = PyMem_Malloc((size_t)capacity * sizeof(int32_t));
+    PyObject *values = PyList_New(0), *by_value = PyDict_New(), *out_codes = PyList_New(0), *out = NULL;
+    if (keys == NULL || found == NULL) PyErr_NoMemory();
+    if (keys == NULL || found == NULL || values == NULL || by_value == NULL || out_codes == NULL) goto done;
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(arg); c++) {
+        PyObject *column = PyList_GET_ITEM(arg, c);
+        if (!PyList_Check(column)) {
+            PyErr_SetString(PyExc_TypeError, "codes() takes a list of lists");
+            goto done;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(column);
+        PyObject *bytes = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
+        if (bytes == NULL) goto done;
+        int failed = PyList_Append(out_codes, bytes);
+        Py_DECREF(bytes);
+        if (failed) goto done;
+        int32_t *into = (int32_t *)PyBytes_AS_STRING(bytes);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_GET_ITEM(column, i);
+            size_t mask = (size_t)capacity - 1, at = (size_t)(((uintptr_t)item >> 4) * 0x9E3779B97F4A7C15ull) & mask;
+            while (keys[at] != NULL && keys[at] != item) at = (at + 1) & mask;
+            if (keys[at] == item) {
+                into[i] = found[at];
+                continue;
+            }
+            PyObject *known = PyDict_GetItemWithError(by_value, item); /* an equal value, another object */
+            int32_t code;
+            if (known != NULL) {
+                code = (int32_t)PyLong_AsLong(known);
+            } else {
+                if (PyErr_Occurred()) goto done;
+                if (PyList_GET_SIZE(values) >= INT32_MAX) {
+                    PyErr_SetString(PyExc_OverflowError, "more distinct values than int32 codes");
+                    goto done;
+                }
+                code = (int32_t)PyList_GET_SIZE(values);
+                PyObject *number = PyLong_FromLong(code);
+                if (number == NULL) goto done;
+                failed = PyDict_SetItem(by_value, item, number);
+                Py_DECREF(number);
+                if (failed || PyList_Append(values, item) < 0) goto done;
+            }
+            into[i] = code;
+            keys[at] = item; /* borrowed: ``arg`` holds it for this call */
+            found[at] = code;
+            if (2 * ++used > capacity) { /* grow: every address placed again */
+                Py_ssize_t old_capacity = capacity;
+                PyObject **old_keys = keys;
+                int32_t *old_found = found;
+                capacity *= 2;
+                keys = PyMem_Calloc((size_t)capacity, sizeof(PyObject *));
+                found = PyMem_Malloc((size_t)capacity * sizeof(int32_t));
+                if (keys == NULL || found == NULL) {
+                    PyMem_Free(old_keys);
+                    PyMem_Free(old_found);
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                mask = (size_t)capacity - 1;
+                for (Py_ssize_t k = 0; k < old_capacity; k++) {
+                    if (old_keys[k] == NULL) continue;
+                    size_t to = (size_t)(((uintptr_t)old_keys[k] >> 4) * 0x9E3779B97F4A7C15ull) & mask;
+                    while (keys[to] != NULL) to = (to + 1) & mask;
+                    keys[to] = old_keys[k];
+                    found[to] = old_found[k];
+                }
+                PyMem_Free(old_keys);
+                PyMem_Free(old_found);
+            }
+        }
+    }
+    out = PyTuple_Pack(2, out_codes, values);
+done:
+    PyMem_Free(keys);
+    PyMem_Free(found);
+    Py_XDECREF(values);
+    Py_XDECREF(by_value);
+    Py_XDECREF(out_codes);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"codes", codes, METH_O, "Lists of values numbered together in order of first appearance, as int32 bytes."},
+    {"split", split, METH_VARARGS, "Where a plane's line records and its other fields lie in its payload."},
     {"head", head, METH_VARARGS, "A serialized XLine's name (bytes) and timestamp_ns, read up to its first event."},
     {"events", events, METH_VARARGS, "A serialized XLine's events as the reader contract's columns."},
     {NULL, NULL, 0, NULL},

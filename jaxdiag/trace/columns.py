@@ -38,6 +38,13 @@ class Coded:
         ``joined`` looks it up once for all of them."""
         import numpy as np
 
+        from jaxdiag.trace.contract import line_decoder
+
+        decoder = line_decoder()
+        if decoder is not None:  # the same numbering, in C
+            numbered, found = decoder.codes([s if type(s) is list else list(s) for s in columns])
+            code_type = _code_type(len(found))
+            return [cls(np.frombuffer(raw, dtype=np.int32).astype(code_type), found) for raw in numbered]
         values: list[str] = []
         position: dict[str, int] = {}
         codes = []
@@ -58,6 +65,9 @@ class Coded:
     def joined(cls, parts: Sequence["StringColumn"]) -> "Coded":
         """The columns ``parts``, one after another, coded."""
         import numpy as np
+
+        if len(parts) == 1 and isinstance(parts[0], Coded):
+            return parts[0]
 
         coded = [part if isinstance(part, Coded) else Coded.of(part) for part in parts]
         lists = {id(c.values): c.values for c in coded}  # parts coded together share theirs (``sharing``)

@@ -208,15 +208,7 @@ def _plane(
     chosen: bool | Collection[int],
 ) -> PlaneColumns:
     """The plane record ``view[start:end]``: its metadata by upb, the ``chosen`` lines by the decoder."""
-    lines: list[tuple[int, int, int]] = []
-    other: list[list[int]] = []  # the spans of every other field, neighbours merged (thousands of entries)
-    for field, header, _, stop in wire._fields(view, start, end):
-        if field == XPlane.LINES:
-            lines.append((header, stop, len(lines)))
-        elif other and other[-1][1] == header:
-            other[-1][1] = stop
-        else:
-            other.append([header, stop])
+    lines, other = _split(view, start, end, decoder)
     try:
         meta = classes["XPlane"].FromString(b"".join(view[a:b] for a, b in other))
     except Exception as exc:  # noqa: BLE001 - upb's DecodeError
@@ -250,6 +242,27 @@ def _plane(
         durs.frombytes(dur_bytes)
         columns.append(LineColumns(name, names, starts, durs, values, skipped, number))
     return PlaneColumns(meta.name, plane_stats, columns, index)
+
+
+def _split(view: memoryview, start: int, end: int, decoder: Any) -> tuple[list[tuple[int, int, int]], list[list[int]]]:
+    """Where the plane payload ``view[start:end]``'s fields lie: each line's ``(start, end, index)``, and the
+    spans of every other field, neighbours merged (thousands of metadata entries, walked by the decoder; a
+    payload it does not expect is walked here, which names what is wrong)."""
+    try:
+        spans, other = decoder.split(view[start:end], start, XPlane.LINES)
+        return [(a, b, i) for i, (a, b) in enumerate(spans)], other
+    except decoder.Unexpected:
+        pass
+    lines: list[tuple[int, int, int]] = []
+    other = []
+    for field, header, _, stop in wire._fields(view, start, end):
+        if field == XPlane.LINES:
+            lines.append((header, stop, len(lines)))
+        elif other and other[-1][1] == header:
+            other[-1][1] = stop
+        else:
+            other.append([header, stop])
+    return lines, other
 
 
 def _stats_for(stats: Stats, plane: str) -> Callable[[str], frozenset[str] | None]:

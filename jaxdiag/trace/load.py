@@ -333,8 +333,8 @@ def _in_order(segment: "np.ndarray", start: "np.ndarray") -> bool:
 def _categorical(parts: Sequence[StringColumn]) -> "pd.Categorical":
     """String columns, one after another, as one categorical with sorted categories (``pd.Categorical``'s).
 
-    Lists (one process read them) are factorized at once; columns a reading worker coded
-    (``Coded``) are joined by their distinct values, which are then ranked.
+    Lists (one process read them) are coded at once (``Coded.of``); columns a reading worker coded
+    (``Coded``) are joined by their distinct values. The distinct values are then ranked.
     """
     import itertools
 
@@ -346,21 +346,18 @@ def _categorical(parts: Sequence[StringColumn]) -> "pd.Categorical":
         if len(lists) == len(parts):
             values = lists[0] if len(lists) == 1 else list(itertools.chain.from_iterable(lists))
             if values and type(values[0]) is str and values.count(values[0]) == len(values):  # one value: no hashing
-                codes, uniques = np.zeros(len(values), dtype=np.intp), np.array(values[:1], dtype=object)
-            else:
-                objects: Any = np.fromiter(values, dtype=object, count=len(values))  # a third quicker than asarray
-                codes, uniques = pd.factorize(objects, sort=True)
-            if len(uniques) and (codes >= 0).all():
-                return pd.Categorical.from_codes(codes, categories=pd.Index(uniques))
+                return pd.Categorical.from_codes(
+                    np.zeros(len(values), dtype=np.intp), categories=pd.Index(np.array(values[:1], dtype=object))
+                )
+            coded = Coded.of(values)
         else:
-            coded = parts[0] if len(parts) == 1 else Coded.joined(parts)
-            assert isinstance(coded, Coded)
-            order = sorted(range(len(coded.values)), key=coded.values.__getitem__)
-            if order:
-                rank = np.empty(len(order), dtype=np.int64)
-                rank[order] = np.arange(len(order))
-                categories = pd.Index(np.asarray([coded.values[i] for i in order], dtype=object))
-                return pd.Categorical.from_codes(rank[coded.codes], categories=categories)
+            coded = Coded.joined(parts)
+        order = sorted(range(len(coded.values)), key=coded.values.__getitem__)
+        if order:
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            categories = pd.Index(np.asarray([coded.values[i] for i in order], dtype=object))
+            return pd.Categorical.from_codes(rank[coded.codes], categories=categories)
     except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
         pass
     return pd.Categorical([v for p in parts for v in (p.strings() if isinstance(p, Coded) else p)])

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from jaxdiag.trace.columns import HostColumns
 
 
@@ -96,3 +100,45 @@ def test_pieces_packed_together_share_their_values_and_join_as_apart() -> None:
         "a",
         "b",
     ]
+
+
+_values = st.one_of(
+    st.sampled_from(["fusion", "copy", "", "all-reduce.1"]),
+    st.text(max_size=3),
+    st.integers(-2, 2),
+    st.none(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(columns=st.lists(st.lists(_values, max_size=40), max_size=4), copies=st.booleans())
+def test_columns_are_numbered_together_as_a_dict_numbers_them(columns: list[list], copies: bool) -> None:
+    """``Coded.sharing`` numbers values in order of first appearance over the columns in turn, equal values alike
+    (equal strings that are other objects, ``1`` and ``True``), in C where the decoder was built and without it."""
+    import numpy as np
+
+    from jaxdiag.trace import contract
+    from jaxdiag.trace.columns import Coded
+
+    if copies:  # equal strings as other objects, as a reader that does not share them makes them
+        columns = [[("".join(v) if isinstance(v, str) else v) for v in column] for column in columns]
+    position: dict = {}
+    expected = [[position.setdefault(v, len(position)) for v in column] for column in columns]
+    in_c = Coded.sharing(columns)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(contract, "line_decoder", lambda: None)
+        in_python = Coded.sharing(columns)
+    for got in (in_c, in_python):
+        assert [c.codes.tolist() for c in got] == expected
+        assert all(c.values == list(position) for c in got)
+        assert all(c.codes.dtype == np.uint8 for c in got)
+
+
+def test_many_distinct_values_are_numbered_in_order() -> None:
+    """Past the decoder's first table of addresses (4,096 slots): every value still numbered once, in order."""
+    from jaxdiag.trace.columns import Coded
+
+    words = [f"op.{i}" for i in range(70_000)]
+    coded = Coded.of(words + ["".join(list(w)) for w in reversed(words)])  # equal, other objects
+    assert coded.values == words and coded.codes.dtype.name == "int32"
+    assert coded.codes[:70_000].tolist() == list(range(70_000)) == coded.codes[70_000:][::-1].tolist()

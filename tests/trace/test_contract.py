@@ -275,3 +275,28 @@ def test_the_decoder_reads_a_line_and_leaves_what_it_does_not_expect(xline: Any)
             xline.events(bad, 10, {1: "op"}, {2: "run_id"}, {2: "run_id"}, None, True)
     with pytest.raises(xline.Unexpected):
         xline.events(line + _record(XLine.EVENTS, _record(XEvent.OFFSET_PS, b"")), 10, {}, {}, {}, None, True)
+
+
+def test_the_decoder_splits_a_plane_as_the_wire_walk_does(xline: Any) -> None:
+    """A plane's line records one by one and its other fields merged, at the offsets the Python walk of
+    ``wire`` gives; a payload it does not expect (a group, a field cut short) raises ``Unexpected``, and
+    ``ColumnReader`` then walks it in Python, which names what is wrong."""
+    line = _record(XLine.NAME, b"main") + _varint_field(XLine.TIMESTAMP_NS, 10)
+    meta = _record(XPlane.NAME, b"/host:CPU") + _varint_field(XPlane.ID, 3)
+    payload = meta + _record(XPlane.LINES, line) + meta + meta + _record(XPlane.LINES, b"") + meta
+    data = b"\x00" * 7 + payload  # the plane at offset 7 of the file
+    lines, other = [], []
+    for field, header, _, stop in wire._fields(data, 7, len(data)):
+        if field == XPlane.LINES:
+            lines.append((header, stop))
+        elif other and other[-1][1] == header:
+            other[-1][1] = stop
+        else:
+            other.append([header, stop])
+    assert xline.split(payload, 7, XPlane.LINES) == (lines, other)
+    assert len(lines) == 2 and len(other) == 3
+    for bad in (payload + bytes([XPlane.ID << 3 | 3]), payload + _record(XPlane.NAME, b"cut")[:-1]):
+        with pytest.raises(xline.Unexpected):
+            xline.split(bad, 0, XPlane.LINES)
+        with pytest.raises(TraceFormatError):
+            list(wire._fields(bad, 0, len(bad)))
