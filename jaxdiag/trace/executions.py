@@ -35,6 +35,7 @@ from jaxdiag.trace.frames import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import pandas as pd
 
 #: ``(host, step, name, start_ns, end_ns)`` of one step (``trace.steps.Row``).
@@ -183,25 +184,78 @@ def _by_timing(ops: "pd.DataFrame", gap_ns: int) -> "pd.DataFrame":
 
 def find_step_program(events: "pd.DataFrame", execs: "pd.DataFrame") -> str:
     """``step_module`` of the device work in ``events`` (``execs``: their executions), ``""`` without any."""
-    device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
-    return "" if device.empty else step_module(device, execs)
+    rows = device_rows(events)
+    return step_module(events, rows, execs) if len(rows) else ""
 
 
-def step_module(device: "pd.DataFrame", execs: "pd.DataFrame") -> str:
-    """The program that defines a step: of the programs of more than one distinct op (a lone op is an
-    eager ``jnp`` call or a batch's gather, never a training step), those with at least a quarter of the
-    busiest one's device time; of these, the one run most often (ties: the busier). An evaluation run
-    once an epoch is not the step, however long."""
-    work = device[device[LINE_KIND] != "xla_modules"] if (device[LINE_KIND] != "xla_modules").any() else device
-    grouped = work.groupby(HLO_MODULE, observed=True)
-    time = grouped[DUR_NS].sum()
-    ops = grouped[HLO_OP].nunique()
-    counts = execs.groupby([HOST, HLO_MODULE]).size().groupby(level=1).max() if len(execs) else None
-    if counts is None or not len(counts) or not (time > 0).any():
-        return str(time.idxmax())
-    programs = time[(ops > 1) & (time > 0)] if ((ops > 1) & (time > 0)).any() else time[time > 0]
-    busy = [m for m in programs.index if programs[m] * 4 >= programs.max()]
-    return str(max(busy, key=lambda m: (int(counts.get(m, 0)), float(programs[m]))))
+def device_rows(events: "pd.DataFrame") -> "np.ndarray":
+    """Positions of the device events with a module name."""
+    import numpy as np
+
+    if not len(events):
+        return np.zeros(0, dtype=np.intp)
+    category = _equal(events[CATEGORY], "device")
+    named = ~_equal(events[HLO_MODULE], "")
+    return np.flatnonzero(category & named)
+
+
+def step_module(events: "pd.DataFrame", rows: "np.ndarray", execs: "pd.DataFrame") -> str:
+    """The program that defines a step, of the device events at ``rows``: of the programs of more than one
+    distinct op (a lone op is an eager ``jnp`` call or a batch's gather, never a training step), those with at
+    least a quarter of the busiest one's device time; of these, the one run most often (ties: the busier). An
+    evaluation run once an epoch is not the step, however long. Programs in the module column's order (a
+    categorical's categories, else sorted), as a ``groupby`` gives them."""
+    import numpy as np
+
+    ops_rows = rows[~_equal(events[LINE_KIND], "xla_modules")[rows]]
+    work = ops_rows if len(ops_rows) else rows
+    codes, names = _codes(events[HLO_MODULE])
+    op_codes, op_names = _codes(events[HLO_OP])
+    work = work[codes[work] >= 0]  # a missing module is no program
+    module, op = codes[work].astype(np.int64), op_codes[work].astype(np.int64)
+    time = np.zeros(len(names), dtype=np.int64)
+    np.add.at(time, module, events[DUR_NS].to_numpy(np.int64)[work])
+    present = np.bincount(module, minlength=len(names)) > 0
+    width = len(op_names) + 1
+    pairs = np.unique(module[op >= 0] * width + op[op >= 0])  # each distinct op of a program once
+    ops = np.bincount(pairs // width, minlength=len(names))
+    order = np.flatnonzero(present)
+    if not len(execs) or not (time[order] > 0).any():
+        return str(names[order[np.argmax(time[order])]])
+    counts: dict[str, int] = {}
+    per_host: dict[tuple[str, str], int] = {}
+    for key in zip(execs[HOST].tolist(), execs[HLO_MODULE].tolist()):
+        per_host[key] = per_host.get(key, 0) + 1
+    for (_host, name), n in per_host.items():
+        counts[str(name)] = max(counts.get(str(name), 0), n)
+    several = order[(ops[order] > 1) & (time[order] > 0)]
+    programs = several if len(several) else order[time[order] > 0]
+    most = int(np.max(time[programs]))
+    busy = [k for k in programs.tolist() if time[k] * 4 >= most]
+    best = max(busy, key=lambda k: (counts.get(str(names[k]), 0), float(time[k])))
+    return str(names[best])
+
+
+def _codes(column: "pd.Series") -> tuple["np.ndarray", list]:
+    """A column as codes and the values they number: a categorical's own, else its sorted distinct values."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), column.cat.categories.tolist()
+    codes, uniques = pd.factorize(column, sort=True)
+    return codes, list(uniques)
+
+
+def _equal(column: "pd.Series", value: str) -> "np.ndarray":
+    """``column == value`` as a bool array; for a categorical, tested on its categories."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        hits = np.flatnonzero(column.cat.categories == value)
+        codes = column.cat.codes.to_numpy()
+        return codes == hits[0] if len(hits) else np.zeros(len(column), dtype=bool)
+    return (column == value).to_numpy(bool)
 
 
 #: The program name ``jax.pmap`` gives every mapped function: JAX 0.9 on runs each through one jitted wrapper

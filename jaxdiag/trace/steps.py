@@ -39,6 +39,7 @@ from jaxdiag.trace.executions import (
     SOURCE,
     between_steps_cut,
     executions,
+    device_rows,
     find_step_program,
     inferred_steps_note,
     step_module,
@@ -336,14 +337,15 @@ def _from_marks(marks: Sequence[StepMark]) -> tuple[list[tuple[str, int, str, in
 
 
 def _from_module(events: "pd.DataFrame", execs: "pd.DataFrame") -> FoundSteps:
-    device = events[(events[CATEGORY] == "device") & (events[HLO_MODULE] != "")] if len(events) else events
-    if device.empty:
+    on_device = device_rows(events)
+    if not len(on_device):
         note = (
             "no step annotations and no device work with a module name; every event has step -1. "
             "Wrap each training step in jax.profiler.StepTraceAnnotation('train', step_num=i)"
         )
         return FoundSteps(_table([]), "none", (note,), "")
-    module = step_module(device, execs)
+    module = step_module(events, on_device, execs)
+    device = events.take(on_device)
     rows: list[tuple[str, int, str, int, int]] = []
     sources: set[str] = set()
     for host, on_host in execs.groupby(HOST, sort=False):

@@ -86,3 +86,48 @@ def test_the_cut_is_the_definitions(case) -> None:
         }
     ).reindex(columns=list(EXECUTION_COLUMNS), fill_value=0)
     assert between_steps_cut(tiled, marked, frame, STEP) == cut_by_definition(tiled, marked, execs, STEP)
+
+
+def step_module_by_definition(device: pd.DataFrame, execs: pd.DataFrame) -> str:
+    """``step_module`` written with pandas: per program (a ``groupby`` of the module column) its device time
+    and distinct ops, of the ops when any line holds them, else of every event."""
+    work = device[device["line_kind"] != "xla_modules"] if (device["line_kind"] != "xla_modules").any() else device
+    grouped = work.groupby(HLO_MODULE, observed=True)
+    time, ops = grouped["dur_ns"].sum(), grouped["hlo_op"].nunique()
+    counts = execs.groupby([HOST, HLO_MODULE]).size().groupby(level=1).max() if len(execs) else None
+    if counts is None or not len(counts) or not (time > 0).any():
+        return str(time.idxmax())
+    programs = time[(ops > 1) & (time > 0)] if ((ops > 1) & (time > 0)).any() else time[time > 0]
+    busy = [m for m in programs.index if programs[m] * 4 >= programs.max()]
+    return str(max(busy, key=lambda m: (int(counts.get(m, 0)), float(programs[m]))))
+
+
+_programs = st.sampled_from(["jit_step", "jit_eval", "jit_add", "", "jit_a"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            _programs,
+            st.sampled_from(["fusion", "dot", "copy", "fusion.1"]),
+            st.integers(0, 50),  # duration
+            st.sampled_from(["compute", "xla_ops", "xla_modules"]),
+            st.sampled_from(["device", "annotation"]),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    runs=st.lists(st.tuples(st.sampled_from(["h0", "h1"]), _programs), max_size=30),
+    categorical=st.booleans(),
+)
+def test_the_step_program_is_the_definitions(ops, runs, categorical) -> None:
+    from jaxdiag.trace.executions import find_step_program
+
+    events = pd.DataFrame(ops, columns=[HLO_MODULE, "hlo_op", "dur_ns", "line_kind", "category"])
+    if categorical:  # as the loader makes them: sorted categories
+        events = events.astype({c: "category" for c in (HLO_MODULE, "hlo_op", "line_kind", "category")})
+    execs = pd.DataFrame(runs, columns=[HOST, HLO_MODULE])
+    device = events[(events["category"] == "device") & (events[HLO_MODULE] != "")]
+    expected = "" if device.empty else step_module_by_definition(device, execs)
+    assert find_step_program(events, execs) == expected
