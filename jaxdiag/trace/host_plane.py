@@ -238,7 +238,10 @@ def _outer_first(
     encloses); events equal in both stay in their order. A line is most often in that order already."""
     import numpy as np
 
-    order = np.lexsort((-np.asarray(durs, dtype=np.float64), np.asarray(starts, dtype=np.float64)))
+    s, d = np.asarray(starts, dtype=np.float64), np.asarray(durs, dtype=np.float64)
+    if ((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (d[1:] <= d[:-1]))).all():  # in order: a sort would not move them
+        return starts, durs, names, stats
+    order = np.lexsort((-d, s))
     if (order[1:] < order[:-1]).any():
         at = order.tolist()
         return _pick(starts, at), _pick(durs, at), _pick(names, at), {k: _pick(v, at) for k, v in stats.items()}
@@ -289,11 +292,12 @@ def _add_with_op_stats(
     # The stats are ints and strings as the reader decodes them; the conversions are for anything else.
     programs = _low_bits(_pick(stat_column(stats, "program_id", n), at), negative_is_absent=True)
     runs = _low_bits(_pick(stat_column(stats, "run_id", n), at), negative_is_absent=False)
-    devices = np.full(n, -1, dtype=np.int64)
+    devices, where = np.full(n, -1, dtype=np.int64), np.array(at, dtype=np.intp)  # numpy indexes by an array
     ordinals = _pick(stat_column(stats, "device_ordinal", n), at)
-    devices[at] = [0 if v is None else v if type(v) is int else int_or(v, 0) for v in ordinals]
+    ints = set(map(type, ordinals)) <= {int}
+    devices[where] = ordinals if ints else [0 if v is None else v if type(v) is int else int_or(v, 0) for v in ordinals]
     program_column, run_column = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-    program_column[at], run_column[at] = programs, execution_ids(runs, programs)
+    program_column[where], run_column[where] = programs, execution_ids(runs, programs)
     cols.add_events(
         names,
         starts,
@@ -312,7 +316,7 @@ def _low_bits(values: list[Any], *, negative_is_absent: bool) -> Any:
     not a number (``program_id_of``, ``run_id_of``)."""
     import numpy as np
 
-    if all(type(v) is int for v in values):
+    if set(map(type, values)) <= {int}:
         try:
             numbers = np.array(values, dtype=np.int64)
         except OverflowError:  # past int64: unsigned ones, or a mix the loop below takes
