@@ -251,25 +251,14 @@ def _eager_lr_step():
 
 
 def annotated_eager_lr(logdir: str) -> None:
-    import jax
-    import jax.numpy as jnp
-
-    train_step, init = _eager_lr_step()
-    params = init(width=1024)
-    xs, ys = _batches(STEPS)
-    jax.block_until_ready(train_step(params, xs[0], ys[0], jnp.float32(0.01) * 0.99))
-    for i in range(8):  # a warm-up the host never waits for: still queued when the trace begins
-        params, _ = train_step(params, xs[i], ys[i], jnp.float32(0.01) * 0.99**i)
-    jax.profiler.start_trace(logdir)
-    for i in range(STEPS):
-        with jax.profiler.StepTraceAnnotation("train", step_num=i):
-            lr = jnp.float32(0.01) * 0.99**i  # eager: two programs of JAX's own, every step
-            params, _ = train_step(params, xs[i], ys[i], lr)
-    jax.block_until_ready(params)
-    jax.profiler.stop_trace()
+    _annotated_eager_lr(logdir, warm_up=8, loading_s=0.0)
 
 
 def annotated_eager_lr_loading(logdir: str) -> None:
+    _annotated_eager_lr(logdir, warm_up=4, loading_s=0.0005)
+
+
+def _annotated_eager_lr(logdir: str, warm_up: int, loading_s: float) -> None:
     import time
 
     import jax
@@ -279,13 +268,14 @@ def annotated_eager_lr_loading(logdir: str) -> None:
     params = init(width=1024)
     xs, ys = _batches(STEPS)
     jax.block_until_ready(train_step(params, xs[0], ys[0], jnp.float32(0.01) * 0.99))
-    for i in range(4):  # a warm-up the host never waits for: still queued when the trace begins
+    for i in range(warm_up):  # a warm-up the host never waits for: still queued when the trace begins
         params, _ = train_step(params, xs[i], ys[i], jnp.float32(0.01) * 0.99**i)
     jax.profiler.start_trace(logdir)
     for i in range(STEPS):
-        time.sleep(0.0005)  # loading the batch, before the step's mark
+        if loading_s:
+            time.sleep(loading_s)  # loading the batch, before the step's mark
         with jax.profiler.StepTraceAnnotation("train", step_num=i):
-            lr = jnp.float32(0.01) * 0.99**i
+            lr = jnp.float32(0.01) * 0.99**i  # eager: two programs of JAX's own, every step
             params, _ = train_step(params, xs[i], ys[i], lr)
     jax.block_until_ready(params)
     jax.profiler.stop_trace()
