@@ -27,7 +27,7 @@ import numpy as np
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.between_step_section import BetweenStepsRow, BetweenStepsSection, ProgramRuns, where
-from jaxdiag.analyses.booking import UNBOOKED, dispatched_at, queued_after, step_program
+from jaxdiag.analyses.booking import UNBOOKED, dispatched_at, queued_after, step_program, steps_work
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import device_ops, executions_of, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F
@@ -128,10 +128,7 @@ def analyze(inputs: AnalysisInputs) -> BetweenSteps:
         dispatch = dispatched_at(frames, host, execs)
         queued = queued_after(frames, host, dispatch)
         modules = execs[F.HLO_MODULE].to_numpy(object)
-        for module in set(modules[queued != UNBOOKED].tolist()):  # work queued in most steps is theirs,
-            queued_in = (modules == module) & (queued != UNBOOKED)  # its runs queued before the trace too
-            if 2 * len(set(queued[queued_in].tolist())) >= len(steps):
-                queued[modules == module] = _IN_THE_STEPS
+        queued[np.isin(modules, list(steps_work(frames, host, len(steps))))] = _IN_THE_STEPS
         spans = [(int(k), int(hi[k]), int(lo[k + 1])) for k in np.flatnonzero(lo[1:] > hi[:-1])]
         before = e_start < lo[0]
         if before.any() and frames.step_source == "module":  # the first step began at the host's first
@@ -204,7 +201,7 @@ def _dispatched_spans(
     return [(k, a, b) for k, (a, b) in sorted(out.items())]
 
 
-#: Of a program queued in at least half of the steps: the steps' own work, never between them.
+#: Of a program that is the steps' own work (``steps_work``), never between them.
 _IN_THE_STEPS = -3
 
 

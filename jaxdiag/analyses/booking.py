@@ -381,18 +381,35 @@ def between_programs(
 def queued_in_steps(frames: "TraceFrames") -> dict[str, int]:
     """For each program other than the step's whose executions pair with dispatches (``dispatched_at``), in
     how many steps it was queued (``queued_after``; before the first counts as one), at most over hosts."""
-    return once(frames, ("queued_in_steps",), lambda: _queued_in_steps(frames))
+    out: dict[str, int] = {}
+    for per_program in _queued_by_host(frames).values():
+        for module, n in per_program.items():
+            out[module] = max(out.get(module, 0), n)
+    return out
 
 
-def _queued_in_steps(frames: "TraceFrames") -> dict[str, int]:
+def steps_work(frames: "TraceFrames", host: str, counted: int) -> set[str]:
+    """The programs whose executions on ``host`` are the steps' own work, wherever the device ran them: the
+    step's program, and any queued in at least half of the ``counted`` steps (a learning rate computed
+    eagerly each step), its runs queued before the trace began included."""
+    queued = _queued_by_host(frames).get(host, {})
+    return {step_program(frames)} | {m for m, n in queued.items() if 2 * n >= counted}
+
+
+def _queued_by_host(frames: "TraceFrames") -> dict[str, dict[str, int]]:
+    """``queued_in_steps`` of each host; shared within a report."""
+    return once(frames, ("queued_by_host",), lambda: _queued_per_host(frames))
+
+
+def _queued_per_host(frames: "TraceFrames") -> dict[str, dict[str, int]]:
     main = step_program(frames)
     execs = executions_of(frames)
-    out: dict[str, int] = {}
+    out: dict[str, dict[str, int]] = {}
     for host in execs[F.HOST].unique().tolist():
         mine = execs.loc[(execs[F.HOST] == host) & (execs[F.HLO_MODULE] != main)]
         after = queued_after(frames, str(host), dispatched_at(frames, str(host), mine))
         modules = mine[F.HLO_MODULE].to_numpy(object)
+        counts = out.setdefault(str(host), {})
         for module in set(modules[after != UNBOOKED].tolist()):
-            n = len(set(after[(modules == module) & (after != UNBOOKED)].tolist()))
-            out[str(module)] = max(out.get(str(module), 0), n)
+            counts[str(module)] = len(set(after[(modules == module) & (after != UNBOOKED)].tolist()))
     return out

@@ -24,8 +24,8 @@ Steady rates come from the device where the trace tells the step program's
 executions apart (``analyses.booking``): steady steps/s is those executions per
 second, each execution's period running to the next one's start, over the
 executions of steady steps, leaving out periods that hold a compile or work
-between steps (a hole that holds only runs of a program queued in most steps,
-cut out by time, is no such work). A host that runs ahead of the device (a loop that never reads a
+between steps (a hole that holds only runs of the steps' own programs,
+``booking.steps_work``, cut out by time, is no such work). A host that runs ahead of the device (a loop that never reads a
 value) makes its own step windows short, then one long, so host windows say
 little of the rate the device sustains; ``host_ahead`` says how far ahead it ran.
 When the executions do not pair one per step, the step windows give the rates.
@@ -41,7 +41,7 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
-from jaxdiag.analyses.booking import booked, queued_in_steps, step_program
+from jaxdiag.analyses.booking import booked, steps_work
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import executions_of, hosts_of, step_windows
@@ -153,7 +153,8 @@ def analyze(inputs: AnalysisInputs) -> ThroughputResult:
         steady_steps = {int(x) for x, c in zip(win[F.STEP].to_numpy(np.int64), in_compile) if not c}
         if inputs.steps is not None:
             steady_steps &= set(inputs.steps)
-        holes = np.stack([hi, nxt], axis=1)[_holds_executions(frames, host, hi, nxt, other_work=True)]
+        own_work = steps_work(frames, host, int((win[F.STEP] >= 0).sum()))
+        holes = np.stack([hi, nxt], axis=1)[_holds_executions(frames, host, hi, nxt, leave_out=own_work)]
         rate = _device_rate(b, steady_steps, holes, waited)
         if rate is not None:
             device_rates.append(rate)
@@ -220,17 +221,15 @@ def _cost_the_device(frames: Any, host: str, compiles: np.ndarray, min_ns: int, 
     return np.concatenate(kept) if kept else iv.EMPTY
 
 
-def _holds_executions(frames: Any, host: str, lo: np.ndarray, hi: np.ndarray, other_work: bool = False) -> np.ndarray:
-    """Which windows ``[lo, hi)`` hold the start of one of ``host``'s executions; with ``other_work``, of one
-    that is work between steps: not of the step's program nor of one queued in at least half of the steps
-    (``queued_in_steps``: a learning rate computed eagerly each step, whose runs queued before the trace
-    began a host that ran ahead may run in a step's lead, where ``trace.steps`` cuts them out by time)."""
+def _holds_executions(
+    frames: Any, host: str, lo: np.ndarray, hi: np.ndarray, leave_out: set[str] | frozenset[str] = frozenset()
+) -> np.ndarray:
+    """Which windows ``[lo, hi)`` hold the start of one of ``host``'s executions, but for those of the programs
+    ``leave_out``."""
     execs = executions_of(frames)
     mine = (execs[F.HOST] == host).to_numpy(bool, copy=True)
-    if other_work:
-        steps = int((step_windows(frames, host)[F.STEP] >= 0).sum())
-        theirs = {m for m, n in queued_in_steps(frames).items() if 2 * n >= steps} | {step_program(frames)}
-        mine &= ~execs[F.HLO_MODULE].isin(theirs).to_numpy()
+    if leave_out:
+        mine &= ~execs[F.HLO_MODULE].isin(leave_out).to_numpy()
     starts = np.sort(execs.loc[mine, F.START_NS].to_numpy(np.int64))
     return (hi > lo) & (np.searchsorted(starts, hi, side="left") > np.searchsorted(starts, lo, side="left"))
 

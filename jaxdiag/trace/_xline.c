@@ -552,6 +552,13 @@ done:
     return out;
 }
 
+/* Where ``item`` is, or would go, in an open-addressed table of addresses (``mask``: its size less one). */
+static inline size_t probe(PyObject *const *keys, size_t mask, PyObject *item) {
+    size_t at = (size_t)(((uintptr_t)item >> 4) * 0x9E3779B97F4A7C15ull) & mask;
+    while (keys[at] != NULL && keys[at] != item) at = (at + 1) & mask;
+    return at;
+}
+
 /* codes(columns) -> (codes, values): lists of values (any hashable) numbered together, in order of first
    appearance, as a dict keyed by value would number them; each column's codes as the bytes of int32s. Traces
    repeat a few thousand names a million times, mostly as the same objects (the decoder shares them): an object
@@ -583,8 +590,7 @@ static PyObject *codes(PyObject *self, PyObject *arg) {
         int32_t *into = (int32_t *)PyBytes_AS_STRING(bytes);
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *item = PyList_GET_ITEM(column, i);
-            size_t mask = (size_t)capacity - 1, at = (size_t)(((uintptr_t)item >> 4) * 0x9E3779B97F4A7C15ull) & mask;
-            while (keys[at] != NULL && keys[at] != item) at = (at + 1) & mask;
+            size_t at = probe(keys, (size_t)capacity - 1, item);
             if (keys[at] == item) {
                 into[i] = found[at];
                 continue;
@@ -622,11 +628,9 @@ static PyObject *codes(PyObject *self, PyObject *arg) {
                     PyErr_NoMemory();
                     goto done;
                 }
-                mask = (size_t)capacity - 1;
                 for (Py_ssize_t k = 0; k < old_capacity; k++) {
                     if (old_keys[k] == NULL) continue;
-                    size_t to = (size_t)(((uintptr_t)old_keys[k] >> 4) * 0x9E3779B97F4A7C15ull) & mask;
-                    while (keys[to] != NULL) to = (to + 1) & mask;
+                    size_t to = probe(keys, (size_t)capacity - 1, old_keys[k]);
                     keys[to] = old_keys[k];
                     found[to] = old_found[k];
                 }

@@ -194,9 +194,7 @@ def device_rows(events: "pd.DataFrame") -> "np.ndarray":
 
     if not len(events):
         return np.zeros(0, dtype=np.intp)
-    category = _equal(events[CATEGORY], "device")
-    named = ~_equal(events[HLO_MODULE], "")
-    return np.flatnonzero(category & named)
+    return np.flatnonzero(((events[CATEGORY] == "device") & (events[HLO_MODULE] != "")).to_numpy(bool))
 
 
 def step_module(events: "pd.DataFrame", rows: "np.ndarray", execs: "pd.DataFrame") -> str:
@@ -207,7 +205,7 @@ def step_module(events: "pd.DataFrame", rows: "np.ndarray", execs: "pd.DataFrame
     categorical's categories, else sorted), as a ``groupby`` gives them."""
     import numpy as np
 
-    ops_rows = rows[~_equal(events[LINE_KIND], "xla_modules")[rows]]
+    ops_rows = rows[(events[LINE_KIND] != "xla_modules").to_numpy(bool)[rows]]
     work = ops_rows if len(ops_rows) else rows
     codes, names = _codes(events[HLO_MODULE])
     op_codes, op_names = _codes(events[HLO_OP])
@@ -244,18 +242,6 @@ def _codes(column: "pd.Series") -> tuple["np.ndarray", list]:
         return column.cat.codes.to_numpy(), column.cat.categories.tolist()
     codes, uniques = pd.factorize(column, sort=True)
     return codes, list(uniques)
-
-
-def _equal(column: "pd.Series", value: str) -> "np.ndarray":
-    """``column == value`` as a bool array; for a categorical, tested on its categories."""
-    import numpy as np
-    import pandas as pd
-
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        hits = np.flatnonzero(column.cat.categories == value)
-        codes = column.cat.codes.to_numpy()
-        return codes == hits[0] if len(hits) else np.zeros(len(column), dtype=bool)
-    return (column == value).to_numpy(bool)
 
 
 #: The program name ``jax.pmap`` gives every mapped function: JAX 0.9 on runs each through one jitted wrapper
