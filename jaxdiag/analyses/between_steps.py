@@ -27,7 +27,8 @@ import numpy as np
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding, severity_for
 from jaxdiag.analyses.between_step_section import BetweenStepsRow, BetweenStepsSection, ProgramRuns, where
-from jaxdiag.analyses.booking import UNBOOKED, dispatched_at, queued_after, step_program, steps_work
+from jaxdiag.analyses.booking import UNBOOKED, dispatched_at, queued_after, step_program
+from jaxdiag.analyses.steps_work import steps_work
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import device_ops, executions_of, hosts_of, intervals_of, step_windows
 from jaxdiag.trace import frames as F

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxdiag.analyses import intervals as iv
-from jaxdiag.analyses.categories import column_codes
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_work import (
     executions_of,
@@ -351,65 +350,4 @@ def queued_after(frames: Any, host: str, dispatch: np.ndarray) -> np.ndarray:
     at = np.searchsorted(dispatches[order], dispatch, side="right") - 1
     paired = dispatch >= 0
     out[paired] = np.where(at[paired] >= 0, steps[order][np.maximum(at[paired], 0)], -1)
-    return out
-
-
-def between_programs(
-    frames: "TraceFrames", modules: "pd.Series", step: np.ndarray, counted: int, rows: np.ndarray | None = None
-) -> set[str]:
-    """The programs that are work between steps, of ops with ``modules`` (their module column, at positions
-    ``rows`` when given) booked to ``step`` (``op_steps``, -1: none) over ``counted`` steps: other than the
-    step's, with ops in fewer than half of the steps (as ``trace.steps`` tells them apart), or queued in fewer
-    than half of them where their dispatches are known (``queued_in_steps``). Their ops are no step's work,
-    wherever they ran. None without steps."""
-    if not counted:
-        return set()
-    main = step_program(frames)
-    codes, names = column_codes(modules)
-    codes = codes if rows is None else codes[rows]
-    inside = (step >= 0) & (codes >= 0)
-    # each (program, step) pair once, as one number: sorting pairs of numbers costs ten times more
-    width = int(step[inside].max()) + 1 if inside.any() else 1
-    pairs = np.unique(codes[inside].astype(np.int64) * width + step[inside].astype(np.int64))
-    steps_of = np.bincount(pairs // width, minlength=len(names))
-    present = np.bincount(codes[codes >= 0], minlength=len(names)) > 0  # a categorical's values: those used
-    queued = queued_in_steps(frames)  # by dispatch where known: a host that ran ahead ran them late
-    used = [(m, n) for m, n, here in zip(names, steps_of.tolist(), present.tolist()) if here]
-    return {str(m) for m, n in used if m and m != main and 2 * queued.get(str(m), n) < counted}
-
-
-def queued_in_steps(frames: "TraceFrames") -> dict[str, int]:
-    """For each program other than the step's whose executions pair with dispatches (``dispatched_at``), in
-    how many steps it was queued (``queued_after``; before the first counts as one), at most over hosts."""
-    out: dict[str, int] = {}
-    for per_program in _queued_by_host(frames).values():
-        for module, n in per_program.items():
-            out[module] = max(out.get(module, 0), n)
-    return out
-
-
-def steps_work(frames: "TraceFrames", host: str, counted: int) -> set[str]:
-    """The programs whose executions on ``host`` are the steps' own work, wherever the device ran them: the
-    step's program, and any queued in at least half of the ``counted`` steps (a learning rate computed
-    eagerly each step), its runs queued before the trace began included."""
-    queued = _queued_by_host(frames).get(host, {})
-    return {step_program(frames)} | {m for m, n in queued.items() if 2 * n >= counted}
-
-
-def _queued_by_host(frames: "TraceFrames") -> dict[str, dict[str, int]]:
-    """``queued_in_steps`` of each host; shared within a report."""
-    return once(frames, ("queued_by_host",), lambda: _queued_per_host(frames))
-
-
-def _queued_per_host(frames: "TraceFrames") -> dict[str, dict[str, int]]:
-    main = step_program(frames)
-    execs = executions_of(frames)
-    out: dict[str, dict[str, int]] = {}
-    for host in execs[F.HOST].unique().tolist():
-        mine = execs.loc[(execs[F.HOST] == host) & (execs[F.HLO_MODULE] != main)]
-        after = queued_after(frames, str(host), dispatched_at(frames, str(host), mine))
-        modules = mine[F.HLO_MODULE].to_numpy(object)
-        counts = out.setdefault(str(host), {})
-        for module in set(modules[after != UNBOOKED].tolist()):
-            counts[str(module)] = len(set(after[(modules == module) & (after != UNBOOKED)].tolist()))
     return out

@@ -9,7 +9,7 @@ between two consecutive small ops on the same stream (line), when shorter than
 Each op counts in the step the per-step device busy time books it to
 (``booking.op_steps``): an execution of the step's program in the step that
 dispatched it, wherever the device ran it (a loop that never reads runs ahead).
-Ops of work between steps (``booking.between_programs``: an evaluation) are no
+Ops of work between steps (``steps_work.between_programs``: an evaluation) are no
 step's and are left out.
 
 ``time_lost_ms`` is what fusing them could save at most: the union of the small
@@ -34,7 +34,8 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
-from jaxdiag.analyses.booking import between_programs, op_steps
+from jaxdiag.analyses.booking import op_steps
+from jaxdiag.analyses.steps_work import between_programs
 from jaxdiag.analyses.categories import isin, name_matches, strings_at
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (

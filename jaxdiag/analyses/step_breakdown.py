@@ -47,7 +47,8 @@ from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.step_section import StepFigures
 from jaxdiag.analyses.collectives import without_waiting, per_device
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
-from jaxdiag.analyses.booking import between_programs, booked_runs, in_flight, op_steps
+from jaxdiag.analyses.booking import booked_runs, in_flight, op_steps
+from jaxdiag.analyses.steps_work import between_programs
 from jaxdiag.analyses.device_waiting import device_busy, device_idle, device_waiting
 from jaxdiag.analyses.categories import isin
 from jaxdiag.analyses.device_work import category_codes, device_ops, hosts_of, intervals_of, step_windows

@@ -25,7 +25,7 @@ executions apart (``analyses.booking``): steady steps/s is those executions per
 second, each execution's period running to the next one's start, over the
 executions of steady steps, leaving out periods that hold a compile or work
 between steps (a hole that holds only runs of the steps' own programs,
-``booking.steps_work``, cut out by time, is no such work). A host that runs ahead of the device (a loop that never reads a
+``steps_work.steps_work``, cut out by time, is no such work). A host that runs ahead of the device (a loop that never reads a
 value) makes its own step windows short, then one long, so host windows say
 little of the rate the device sustains; ``host_ahead`` says how far ahead it ran.
 When the executions do not pair one per step, the step windows give the rates.
@@ -41,7 +41,8 @@ import numpy as np
 
 from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
-from jaxdiag.analyses.booking import booked, steps_work
+from jaxdiag.analyses.booking import booked
+from jaxdiag.analyses.steps_work import steps_work
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.device_waiting import device_waiting
 from jaxdiag.analyses.device_work import executions_of, hosts_of, step_windows

@@ -28,7 +28,8 @@ import numpy as np
 from jaxdiag.analyses import device_work as W
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.top_op_section import OpRow, TopOpsSection, round_or_none
-from jaxdiag.analyses.booking import between_programs, op_steps
+from jaxdiag.analyses.booking import op_steps
+from jaxdiag.analyses.steps_work import between_programs
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows
 from jaxdiag.analyses.mfu import positive as _positive
 from jaxdiag.trace import frames as F
