@@ -649,11 +649,112 @@ done:
     return out;
 }
 
+/* Whether any of ``columns`` (lists of one value per event, ``None`` where an event has none) has a value
+   for event ``i``. */
+static int given(PyObject *columns, Py_ssize_t i) {
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(columns); c++) {
+        if (PyList_GET_ITEM(PyList_GET_ITEM(columns, c), i) != Py_None) return 1;
+    }
+    return 0;
+}
+
+/* Whether ``columns`` is a list of lists of ``n`` values each. */
+static int columns_of(PyObject *columns, Py_ssize_t n) {
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(columns); c++) {
+        PyObject *column = PyList_GET_ITEM(columns, c);
+        if (!PyList_Check(column) || PyList_GET_SIZE(column) != n) return 0;
+    }
+    return 1;
+}
+
+/* nest(starts, durs, codes, kinds, ops, steps, sources, labels) -> (categories, marks): each event of a
+   thread (by start, an enclosing event first) in category device, runtime or annotation (``labels``) by
+   what encloses it, and which events mark steps. The rule, and its Python twin, are ``nesting.py``'s. */
+static PyObject *nest(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer starts, durs, codes, kinds, ops = {0};
+    PyObject *ops_given, *steps, *sources, *labels, *categories = NULL, *marks = NULL, *out = NULL;
+    double *ends = NULL;
+    char *flags = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*OO!O!O!", &starts, &durs, &codes, &kinds, &ops_given, &PyList_Type,
+                          &steps, &PyList_Type, &sources, &PyTuple_Type, &labels)) {
+        return NULL;
+    }
+    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(double);
+    int have_ops = ops_given != Py_None;
+    if (have_ops && PyObject_GetBuffer(ops_given, &ops, PyBUF_SIMPLE) < 0) {
+        have_ops = 0;
+        goto done;
+    }
+    if (starts.len != n * (Py_ssize_t)sizeof(double) || durs.len != starts.len ||
+        codes.len != n * (Py_ssize_t)sizeof(int32_t) || (have_ops && ops.len != n) ||
+        PyTuple_GET_SIZE(labels) != 3 || !columns_of(steps, n) || !columns_of(sources, n)) {
+        PyErr_SetString(PyExc_ValueError, "nest() takes columns of one length");
+        goto done;
+    }
+    const double *start = starts.buf, *dur = durs.buf;
+    const int32_t *code = codes.buf;
+    const uint8_t *kind_of = kinds.buf, *op = have_ops ? ops.buf : NULL;
+    ends = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(double));
+    flags = PyMem_Malloc((size_t)(n ? n : 1));
+    categories = PyList_New(n);
+    marks = PyList_New(0);
+    if (ends == NULL || flags == NULL) PyErr_NoMemory();
+    if (ends == NULL || flags == NULL || categories == NULL || marks == NULL) goto done;
+    Py_ssize_t top = 0; /* the open events: their ends, and whether they are the runtime's or a framework's */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        while (top > 0 && ends[top - 1] <= start[i]) top--;
+        int opaque = top > 0 && flags[top - 1];
+        if (code[i] < 0 || code[i] >= kinds.len) {
+            PyErr_SetString(PyExc_ValueError, "nest(): a code without a kind");
+            goto done;
+        }
+        int kind = kind_of[code[i]], category; /* kind: 1 a runtime name, 2 a framework span, 0 neither */
+        if (op != NULL && op[i]) {
+            category = 0;
+        } else if (opaque || kind == 1) {
+            category = 1;
+        } else {
+            int step = given(steps, i);
+            if (kind == 2 || step || !given(sources, i)) {
+                category = 2;
+                if (step && kind == 0) {
+                    PyObject *at = PyLong_FromSsize_t(i);
+                    if (at == NULL) goto done;
+                    int failed = PyList_Append(marks, at);
+                    Py_DECREF(at);
+                    if (failed) goto done;
+                }
+            } else {
+                category = 1; /* C++ source or flow stats: the runtime's own TraceMe */
+            }
+        }
+        PyObject *label = PyTuple_GET_ITEM(labels, category);
+        Py_INCREF(label);
+        PyList_SET_ITEM(categories, i, label);
+        ends[top] = start[i] + dur[i];
+        flags[top++] = (char)(opaque || category != 2 || kind == 2);
+    }
+    out = PyTuple_Pack(2, categories, marks);
+done:
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&durs);
+    PyBuffer_Release(&codes);
+    PyBuffer_Release(&kinds);
+    if (have_ops) PyBuffer_Release(&ops);
+    PyMem_Free(ends);
+    PyMem_Free(flags);
+    Py_XDECREF(categories);
+    Py_XDECREF(marks);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"codes", codes, METH_O, "Lists of values numbered together in order of first appearance, as int32 bytes."},
     {"split", split, METH_VARARGS, "Where a plane's line records and its other fields lie in its payload."},
     {"head", head, METH_VARARGS, "A serialized XLine's name (bytes) and timestamp_ns, read up to its first event."},
     {"events", events, METH_VARARGS, "A serialized XLine's events as the reader contract's columns."},
+    {"nest", nest, METH_VARARGS, "A thread's events' categories by what encloses them, and its step marks."},
     {NULL, NULL, 0, NULL},
 };
 

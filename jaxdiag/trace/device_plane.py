@@ -8,6 +8,8 @@ Each line is a stream (GPU) or a kind of op (TPU); its kind (``LINE_KINDS`` in
 
 from __future__ import annotations
 
+import collections
+
 import math
 import re
 from array import array
@@ -164,43 +166,54 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
     one pass, and whether a kernel is a collective is asked once per name and op.
     """
     stats, count = line.stats, len(line.names)
-    ops = [_text(v) for v in stat_column(stats, "hlo_op", count)]
+    ops = _texts(stat_column(stats, "hlo_op", count))
     known: dict[Any, int] = {}  # program id by stat value (a NaN is never found, and asked again)
     programs = [
         known[v] if v in known else known.setdefault(v, program_id_of(v))
         for v in stat_column(stats, "program_id", count)
     ]
-    frameworks = [
-        str(a or b or "") for a, b in zip(stat_column(stats, "name", count), stat_column(stats, "tf_op", count))
-    ]
-    kernels = collectives = 0
-    verdicts: dict[tuple[str, str], bool] = {}
-    for name, op in zip(line.names, ops):
-        if not name.startswith(("Memcpy", "Memset")):
-            kernels += 1
-            verdict = verdicts.get((name, op))
-            if verdict is None:
-                verdict = verdicts[name, op] = is_collective(name, op)
-            collectives += verdict
+    labels = zip(stat_column(stats, "name", count), stat_column(stats, "tf_op", count))
+    frameworks = [a if type(a) is str and a else b if type(b) is str and b else str(a or b or "") for a, b in labels]
+    frameworks = ["" if f.startswith("XlaModule:") else f for f in frameworks]
+    kernels, collectives = _kernels_and_collectives(line.names, ops)
     cols.add_events(
         line.names,
         line.starts,
         line.durs,
         "device",
         devices=array("q", [ordinal]) * len(line.names),
-        modules=[_text(v) for v in stat_column(stats, "hlo_module", count)],
+        modules=_texts(stat_column(stats, "hlo_module", count)),
         ops=ops,
-        frameworks=["" if f.startswith("XlaModule:") else f for f in frameworks],
+        frameworks=frameworks,
         programs=programs,
         correlations=_correlations(stat_column(stats, "correlation_id", count)),
     )
     return kernels, collectives
 
 
+def _kernels_and_collectives(names: list[str], ops: list[str]) -> tuple[int, int]:
+    """How many of a line's events are kernels (not ``Memcpy``/``Memset``), and how many of those collectives
+    (``is_collective``), each name and each op looked at once."""
+    by_name = collections.Counter(names)
+    kernels = {name for name in by_name if not name.startswith(("Memcpy", "Memset"))}
+    named = {name for name in kernels if is_collective(name, "")}
+    collective_ops = {op for op in set(ops) if is_collective("", op)}
+    collectives = sum(by_name[name] for name in named)
+    if collective_ops:  # kernels named otherwise that run a collective op
+        others = kernels - named
+        collectives += sum(1 for name, op in zip(names, ops) if op in collective_ops and name in others)
+    return sum(by_name[name] for name in kernels), collectives
+
+
+def _texts(column: list[Any]) -> list[str]:
+    """``_text`` of each value (most are text already, or none)."""
+    return ["" if v is None else v if type(v) is str else str(v) for v in column]
+
+
 def _correlations(column: list[Any]) -> list[int]:
     """Each kernel's ``correlation_id``, -1 where it has none (or not a number)."""
     values = [-1 if v is None else v for v in column]
-    if all(type(v) is int for v in values):
+    if set(map(type, values)) <= {int}:
         return values
     return [int_or(v, -1) for v in values]
 

@@ -20,12 +20,15 @@ out unless they are asked for (``include_python``), and reads only the stats nam
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 from array import array
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from jaxdiag.trace.columns import HostColumns
 from jaxdiag.trace.contract import stat_column
+from jaxdiag.trace.nesting import categorize
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxdiag.trace.contract import LineColumns, PlaneColumns
@@ -57,10 +60,12 @@ _RUNTIME_NAMES = frozenset(
         "",
     }
 )
-_SOURCE_STATS = frozenset({"_src", "_c", "_ct", "_p", "_pt"})
+_SOURCE_STATS = ("_src", "_c", "_ct", "_p", "_pt")
+#: The stats that number a step, the first given counting.
+_STEP_STATS = ("step_num", "group_id")
 #: The stats read of a Python thread's events (``_read_main_events``): step marks, and the C++ source or flow
 #: stats that make an event the runtime's.
-PYTHON_THREAD_STATS = _SOURCE_STATS | {"step_num", "group_id"}
+PYTHON_THREAD_STATS = frozenset(_SOURCE_STATS + _STEP_STATS)
 #: The stats of a Python thread's calls that launch device work and run programs, on a host with accelerators
 #: (``launch.link_kernels``).
 LAUNCH_STATS = frozenset({"correlation_id", "run_id"})
@@ -148,14 +153,20 @@ def _pick(values: Sequence[Any], at: Iterable[int]) -> list[Any]:
 def _read_launches(cols: HostColumns, label: str, starts: Sequence[float], durs: Sequence[float], stats: Stats) -> None:
     """Note the thread's calls that launched device work (a ``correlation_id``) and its executions of programs
     (a ``run_id``), for ``launch.link_kernels``."""
-    for start, value in zip(starts, stats.get("correlation_id", ())):
-        correlation = -1 if value is None else int_or(value, -1)
+    correlations, runs = stats.get("correlation_id", ()), stats.get("run_id", ())
+    for i in _given(correlations):
+        correlation = int_or(correlations[i], -1)
         if correlation >= 0:
-            cols.launches.append((correlation, start, label))
-    for start, dur, value in zip(starts, durs, stats.get("run_id", ())):
-        run = -1 if value is None else run_id_of(value)
+            cols.launches.append((correlation, starts[i], label))
+    for i in _given(runs):
+        run = run_id_of(runs[i])
         if run >= 0:
-            cols.executes.append((start, start + dur, label, run))
+            cols.executes.append((starts[i], starts[i] + durs[i], label, run))
+
+
+def _given(column: Sequence[Any]) -> Iterable[int]:
+    """The positions of a stat column's values (``None``: an event without it), found in C."""
+    return itertools.compress(range(len(column)), map(operator.is_not, column, itertools.repeat(None)))
 
 
 def _read_pool_events(
@@ -183,30 +194,19 @@ def _read_main_events(
     """A Python thread's events, categorised by what encloses them (see the module docstring)."""
     starts, durs, names, stats = _outer_first(starts, durs, names, stats)
     is_op = _cpu_ops(names, stats, no_hlo) if cpu_only else [False] * len(names)
-    steps = _first_given(stats, ("step_num", "group_id"), len(names))
-    sourced = _first_given(stats, tuple(_SOURCE_STATS), len(names))
-    open_spans: list[tuple[float, bool]] = []  # (end, inside runtime or framework)
-    kinds: dict[str, int] = {}  # by name: 1 a runtime name, 2 a framework span, 0 neither
-    categories: list[str] = []
-    for start, dur, name, step, source, op in zip(starts, durs, names, steps, sourced, is_op):
-        while open_spans and open_spans[-1][0] <= start:
-            open_spans.pop()
-        opaque = bool(open_spans) and open_spans[-1][1]
-        kind = kinds.get(name)
-        if kind is None:
-            kind = kinds[name] = _name_kind(name)
-        if op:
-            category = "device"
-        elif opaque or kind == 1:
-            category = "runtime"
-        elif kind == 2 or step is not None or source is None:
-            category = "annotation"
-            if step is not None and not kind:
-                cols.step_marks.append((name, int_or(step, -1), start, start + dur))
-        else:
-            category = "runtime"  # C++ source or flow stats: the runtime's own TraceMe
-        categories.append(category)
-        open_spans.append((start + dur, opaque or category != "annotation" or kind == 2))
+    steps = [stats[key] for key in _STEP_STATS if key in stats]
+    categories, marks = categorize(
+        starts,
+        durs,
+        names,
+        _name_kind,
+        is_op if any(is_op) else None,
+        steps,
+        [stats[k] for k in _SOURCE_STATS if k in stats],
+    )
+    for i in marks:
+        step = next(column[i] for column in steps if column[i] is not None)
+        cols.step_marks.append((names[i], int_or(step, -1), starts[i], starts[i] + durs[i]))
     if any(is_op):
         _add_with_op_stats(cols, names, starts, durs, stats, is_op, categories)
     else:
@@ -218,17 +218,6 @@ def _name_kind(name: str) -> int:
     if name in _RUNTIME_NAMES or "::" in name or _CUDA_CALL.match(name):
         return 1
     return 2 if _FRAMEWORK_SPAN.match(name) else 0
-
-
-def _first_given(stats: Stats, keys: tuple[str, ...], count: int) -> list[Any]:
-    """Each event's value of the first of ``keys`` it has, ``None`` where it has none of them."""
-    columns = [stats[key] for key in keys if key in stats]
-    if not columns:
-        return [None] * count
-    first = columns[0]
-    for column in columns[1:]:
-        first = [a if a is not None else b for a, b in zip(first, column)]
-    return first
 
 
 def _outer_first(

@@ -344,20 +344,18 @@ def _categorical(parts: Sequence[StringColumn]) -> "pd.Categorical":
     try:
         lists = [p for p in parts if not isinstance(p, Coded)]
         if len(lists) == len(parts):
-            values = lists[0] if len(lists) == 1 else list(itertools.chain.from_iterable(lists))
-            if values and type(values[0]) is str and values.count(values[0]) == len(values):  # one value: no hashing
-                return pd.Categorical.from_codes(
-                    np.zeros(len(values), dtype=np.intp), categories=pd.Index(np.array(values[:1], dtype=object))
-                )
-            coded = Coded.of(values)
+            coded = Coded.of(lists[0] if len(lists) == 1 else list(itertools.chain.from_iterable(lists)))
         else:
             coded = Coded.joined(parts)
         order = sorted(range(len(coded.values)), key=coded.values.__getitem__)
         if order:
-            rank = np.empty(len(order), dtype=np.int64)
+            # In the narrowest type that holds the codes, which pandas would convert them to.
+            rank = np.empty(
+                len(order), dtype=np.int8 if len(order) < 1 << 7 else np.int16 if len(order) < 1 << 15 else np.int32
+            )
             rank[order] = np.arange(len(order))
             categories = pd.Index(np.asarray([coded.values[i] for i in order], dtype=object))
-            return pd.Categorical.from_codes(rank[coded.codes], categories=categories)
+            return pd.Categorical.from_codes(rank.take(coded.codes), categories=categories)
     except (TypeError, ValueError, UnicodeError):  # e.g. a lone surrogate from a JSON trace
         pass
     return pd.Categorical([v for p in parts for v in (p.strings() if isinstance(p, Coded) else p)])
