@@ -216,7 +216,7 @@ def _cached(
         return []
     lines = strings_at(ev[F.LINE], rows)
     starts, ends = ev[F.START_NS].to_numpy(np.int64), ev[END_NS].to_numpy(np.int64)
-    launch = _columns(ev, name_matches(names, _LAUNCH))
+    launch: tuple[np.ndarray, np.ndarray] | None = None  # (line, start) of launches, found when first needed
     out: list[CompileSpan] = []
     for row, line in zip(rows.tolist(), lines.tolist()):
         s, e = int(starts[row]), int(ends[row])
@@ -225,9 +225,12 @@ def _cached(
         caller = _innermost_pjit(pjit, str(line), s, e, "")
         if caller is None:
             continue
+        if launch is None:
+            at = np.flatnonzero(name_matches(names, _LAUNCH))
+            launch = strings_at(ev[F.LINE], at), starts[at]
         call_end = int(pjit[3][(pjit[0] == line) & (pjit[2] == caller[0])].max())
-        after = (launch[0] == line) & (launch[2] >= e) & (launch[2] <= call_end)
-        end = int(launch[2][after].min()) if after.any() else e
+        after = (launch[0] == line) & (launch[1] >= e) & (launch[1] <= call_end)
+        end = int(launch[1][after].min()) if after.any() else e
         out.append(
             CompileSpan(
                 host=host,

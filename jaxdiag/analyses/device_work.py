@@ -86,14 +86,17 @@ _COLLECTIVE_KINDS = (
 
 
 _HLO_SEND_RECV = re.compile(r"^(?:send|recv)(?:-start|-done)?(?:\.\d+)?$")
+#: Text that every fragment of ``_COLLECTIVE_KINDS`` holds: a name without it is no collective's by fragment.
+_ANY_FRAGMENT = re.compile("all|reduce|collective|psum|pmax|pmin|ppermute|sendrecv|nccl")
 
 
 def collective_kind(name: str) -> str:
     """The collective ``name`` (kernel or HLO op) performs, or ``""`` for other ops."""
     key = name.lower().replace("-", "").replace("_", "")
-    for fragment, kind in _COLLECTIVE_KINDS:
-        if fragment in key:
-            return kind
+    if _ANY_FRAGMENT.search(key):  # most names are no collective's: one search tells
+        for fragment, kind in _COLLECTIVE_KINDS:
+            if fragment in key:
+                return kind
     return "send-recv" if _HLO_SEND_RECV.match(name) else ""
 
 

@@ -37,21 +37,26 @@ def link_kernels(cols: HostColumns) -> int:
     for line, mine in spans.items():
         mine.sort()
         found[line] = (np.array([m[0] for m in mine]), np.array([m[1] for m in mine]), [m[2] for m in mine])
-    launched: list[int] = []
-    runs_of: list[int] = []
-    for correlation, at, line in cols.launches:
+    count = len(cols.launches)
+    correlation_of = np.fromiter((c for c, _, _ in cols.launches), dtype=np.int64, count=count)
+    at = np.fromiter((a for _, a, _ in cols.launches), dtype=np.float64, count=count)
+    line_of = {line: code for code, line in enumerate(dict.fromkeys(line for _, _, line in cols.launches))}
+    code_of = np.fromiter((line_of[line] for _, _, line in cols.launches), dtype=np.int64, count=count)
+    run_of = np.full(count, -1, dtype=np.int64)  # each launch's execution's run, -1: none holds it
+    for line, code in line_of.items():
         if line not in found:
             continue
         starts, ends, runs = found[line]
-        inside = int(np.searchsorted(starts, at, side="right")) - 1  # the latest execution begun by then
-        if inside >= 0 and at < ends[inside]:
-            launched.append(correlation)
-            runs_of.append(runs[inside])
-    if not launched:
+        mine = np.flatnonzero(code_of == code)
+        inside = np.searchsorted(starts, at[mine], side="right") - 1  # the latest execution begun by then
+        held = inside >= 0
+        held[held] = at[mine[held]] < ends[inside[held]]
+        run_of[mine[held]] = np.asarray(runs, dtype=np.int64)[inside[held]]
+    launched = run_of >= 0
+    if not launched.any():
         return 0
-    keys = np.asarray(launched, dtype=np.int64)
-    order = np.argsort(keys, kind="stable")
-    keys, values = keys[order], np.asarray(runs_of, dtype=np.int64)[order]
+    order = np.argsort(correlation_of[launched], kind="stable")
+    keys, values = correlation_of[launched][order], run_of[launched][order]
     correlations = np.asarray(cols.correlation, dtype=np.int64)
     slot = np.minimum(np.searchsorted(keys, correlations), len(keys) - 1)
     rows = np.flatnonzero((correlations >= 0) & (keys[slot] == correlations))

@@ -48,6 +48,13 @@ def test_collective_kind(name, kind):
     assert collective_kind(name) == kind
 
 
+def test_every_collective_fragment_passes_the_quick_test():
+    """``collective_kind`` looks for fragments only in names its one search finds something in."""
+    from jaxdiag.analyses.device_work import _ANY_FRAGMENT, _COLLECTIVE_KINDS
+
+    assert all(_ANY_FRAGMENT.search(fragment) for fragment, _ in _COLLECTIVE_KINDS)
+
+
 def test_overlap_fraction_exact():
     # A 100 us all-reduce with 60 us of compute over it on the same device: 0.6.
     r = analyze([ar(100, 100), device_event(120, 60, "fusion.1")])

@@ -30,6 +30,13 @@ def test_union(rows, expected):
     assert iv.union(a(*rows)).tolist() == [list(r) for r in expected]
 
 
+def test_a_union_comes_back_as_a_new_array():
+    given = a((0, 10), (11, 20), (30, 40))  # a union already
+    merged = iv.union(given)
+    merged[:, 1] += 5  # a caller may widen what it got
+    assert given.tolist() == [[0, 10], [11, 20], [30, 40]]
+
+
 def test_total_counts_overlap_once():
     # Two kernels on two streams, overlapping by 40: 60 + 60 - 40.
     assert iv.total(a((0, 60), (20, 80))) == 80
