@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from array import array
-from typing import Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ class Coded:
         return [cls(c.astype(code_type), values) for c in codes]
 
     @classmethod
-    def joined(cls, parts: Sequence["StringColumn"]) -> "Coded":
+    def joined(cls, parts: Sequence["Coded | list[str]"]) -> "Coded":
         """The columns ``parts``, one after another, coded."""
         import numpy as np
 
@@ -96,8 +98,22 @@ def _code_type(values: int) -> Any:
     return np.uint8 if values <= 1 << 8 else np.uint16 if values <= 1 << 16 else np.int32
 
 
-#: A string column of ``HostColumns``: as a reader fills it, or packed.
-StringColumn = Union[list[str], Coded]
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fill:
+    """One value, ``count`` times: a column that a line's events share (their category, no module, no
+    program) costs nothing per event until the events table is made."""
+
+    value: Any
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
+#: The per-event columns of ``HostColumns``: text, and numbers (``float`` times, else ``int``).
+STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
+NUMBER_COLUMNS = ("device", "start_ns", "dur_ns", "program_id", "run_id", "correlation")
+_FLOAT_COLUMNS = ("start_ns", "dur_ns")
 
 
 @dataclasses.dataclass(slots=True)
@@ -106,24 +122,21 @@ class HostColumns:
 
     Events are stored per line: ``segments`` holds ``(plane, line, line_kind, count)``
     for consecutive runs of events, so the four per-line columns are not
-    repeated per event. The string columns are lists, which readers append to,
-    until ``pack`` makes them ``Coded`` (then read them with ``strings``).
+    repeated per event. Each per-event column (``STRING_COLUMNS``, ``NUMBER_COLUMNS``)
+    is a list of parts, one after another, which the readers hand over and nothing
+    copies until the events table is made: the lists and arrays of a line's
+    columns, ``Fill`` for a value its events share, and once ``pack``ed one
+    ``Coded`` part (text) or numpy array (numbers). ``strings``, ``integers`` and
+    ``numbers`` read a column whole.
     """
 
     host: str
     segments: list[tuple[str, str, str, int]] = dataclasses.field(default_factory=list)
-    device: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
-    name: list[str] = dataclasses.field(default_factory=list)
-    start_ns: "array[float]" = dataclasses.field(default_factory=lambda: array("d"))
-    dur_ns: "array[float]" = dataclasses.field(default_factory=lambda: array("d"))
-    hlo_module: list[str] = dataclasses.field(default_factory=list)
-    hlo_op: list[str] = dataclasses.field(default_factory=list)
-    framework_op: list[str] = dataclasses.field(default_factory=list)
-    program_id: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
-    run_id: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
-    category: list[str] = dataclasses.field(default_factory=list)
-    #: a GPU kernel's CUPTI/ROCtracer correlation id, which names the host call that launched it; -1 none
-    correlation: "array[int]" = dataclasses.field(default_factory=lambda: array("q"))
+    #: by column, its parts (see above)
+    parts: dict[str, list[Any]] = dataclasses.field(
+        default_factory=lambda: {column: [] for column in STRING_COLUMNS + NUMBER_COLUMNS}
+    )
+    count: int = 0
     #: one dict per device, keys ``DEVICE_COLUMNS``
     devices: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -138,6 +151,9 @@ class HostColumns:
     python_frames: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)
 
+    def __len__(self) -> int:
+        return self.count
+
     def add(
         self,
         device: int,
@@ -151,18 +167,19 @@ class HostColumns:
         category: str = "runtime",
         run: int = -1,
     ) -> None:
-        """Append one event (the plane/line come from the open segment)."""
-        self.device.append(device)
-        self.name.append(name)
-        self.start_ns.append(start)
-        self.dur_ns.append(dur)
-        self.hlo_module.append(module)
-        self.hlo_op.append(op)
-        self.framework_op.append(framework)
-        self.program_id.append(program)
-        self.run_id.append(run)
-        self.category.append(category)
-        self.correlation.append(-1)
+        """Append one event (the plane/line come from the open segment); readers append in bulk (``add_events``)."""
+        self.add_events(
+            [name],
+            [start],
+            [dur],
+            category,
+            devices=[device],
+            modules=[module],
+            ops=[op],
+            frameworks=[framework],
+            programs=[program],
+            runs=[run],
+        )
 
     def add_events(
         self,
@@ -171,113 +188,148 @@ class HostColumns:
         durs: Sequence[float],
         category: str | list[str],
         *,
-        devices: Sequence[int] | None = None,
+        devices: "Sequence[int] | np.ndarray | None" = None,
         modules: list[str] | None = None,
         ops: list[str] | None = None,
         frameworks: list[str] | None = None,
-        programs: Sequence[int] | None = None,
-        runs: Sequence[int] | None = None,
-        correlations: Sequence[int] | None = None,
+        programs: "Sequence[int] | np.ndarray | None" = None,
+        runs: "Sequence[int] | np.ndarray | None" = None,
+        correlations: "Sequence[int] | np.ndarray | None" = None,
     ) -> None:
-        """Append events in bulk (there can be a million), as ``add`` would one by one: of one category, or
-        each of its own; a column not given holds none (-1, or an empty string) for every event."""
+        """Append events in bulk (there can be a million): of one category, or each of its own; a column not
+        given holds none (-1, or an empty string) for every event. The columns given become parts as they are,
+        not copied: a caller hands them over."""
         n = len(names)
-        none, blank = _NONE * n, [""] * n
-        self.name += names
-        self.start_ns.extend(starts)
-        self.dur_ns.extend(durs)
-        self.device.extend(none if devices is None else devices)
-        self.program_id.extend(none if programs is None else programs)
-        self.run_id.extend(none if runs is None else runs)
-        self.correlation.extend(none if correlations is None else correlations)
-        self.hlo_module += blank if modules is None else modules
-        self.hlo_op += blank if ops is None else ops
-        self.framework_op += blank if frameworks is None else frameworks
-        self.category += [category] * n if isinstance(category, str) else category
+        if not n:
+            return
+        given = (
+            ("name", names, None),
+            ("start_ns", starts, None),
+            ("dur_ns", durs, None),
+            ("category", category, None),
+            ("device", devices, -1),
+            ("hlo_module", modules, ""),
+            ("hlo_op", ops, ""),
+            ("framework_op", frameworks, ""),
+            ("program_id", programs, -1),
+            ("run_id", runs, -1),
+            ("correlation", correlations, -1),
+        )
+        for column, values, none in given:
+            self.parts[column].append(
+                Fill(none, n) if values is None else Fill(values, n) if isinstance(values, str) else values
+            )
+        self.count += n
 
     def extend(self, *others: "HostColumns") -> None:
-        """Append ``others``' events and facts after this one's (the pieces of one host, in plane order).
-
-        A string column that is ``Coded`` in any of them comes out ``Coded``.
-        """
-        import numpy as np
-
-        for column in _LISTS:
-            mine = getattr(self, column)
-            theirs = [getattr(other, column) for other in others]
-            if column in STRING_COLUMNS and (isinstance(mine, Coded) or any(isinstance(t, Coded) for t in theirs)):
-                setattr(self, column, Coded.joined([mine, *theirs]))
-            elif column in _INTEGER_COLUMNS and any(isinstance(c, np.ndarray) for c in (mine, *theirs)):
-                setattr(self, column, np.concatenate([np.asarray(c, dtype=np.int64) for c in (mine, *theirs)]))
-            else:
-                for values in theirs:
-                    mine.extend(values)
+        """Append ``others``' events and facts after this one's (the pieces of one host, in plane order)."""
         for other in others:
+            for column, parts in other.parts.items():
+                self.parts[column].extend(parts)
+            self.count += other.count
+            for name in _LISTS:
+                getattr(self, name).extend(getattr(other, name))
             self.meta.update(other.meta)
             self.python_frames += other.python_frames
 
     @staticmethod
     def pack_together(pieces: Sequence["HostColumns"]) -> None:
-        """``pack`` each of ``pieces`` (one task's), their string columns coded into shared values (``Coded.sharing``)."""
+        """Each of ``pieces`` (one task's) as one ``Coded`` part per string column, coded into shared values
+        (``Coded.sharing``), and one numpy part per number column, in the smallest integers that hold it."""
         import numpy as np
 
         for column in STRING_COLUMNS:
-            lists = [getattr(p, column) for p in pieces if not isinstance(getattr(p, column), Coded)]
-            shared = iter(Coded.sharing(lists))
-            for piece in pieces:
-                if not isinstance(getattr(piece, column), Coded):
-                    setattr(piece, column, next(shared))
+            coded = _coded([piece.parts[column] for piece in pieces])
+            for piece, one in zip(pieces, coded):
+                piece.parts[column] = [one]
         for piece in pieces:
-            for column in _INTEGER_COLUMNS:
-                numbers = np.asarray(getattr(piece, column), dtype=np.int64)
-                if len(numbers) and -(1 << 7) <= numbers.min() and numbers.max() < 1 << 7:
+            for column in NUMBER_COLUMNS:
+                numbers = piece.numbers(column)
+                if (
+                    column not in _FLOAT_COLUMNS
+                    and len(numbers)
+                    and -(1 << 7) <= numbers.min()
+                    and numbers.max() < 1 << 7
+                ):
                     numbers = numbers.astype(np.int8)  # the device ordinals; -1: none, as most programs are
-                setattr(piece, column, numbers)
+                piece.parts[column] = [numbers]
 
     def pack(self) -> "HostColumns":
-        """Code the string columns (``Coded``) and put the device and program numbers in the smallest numpy
-        integers that hold them, in place: once no reader adds to them. Returns ``self``."""
+        """Code the string columns (``Coded``) and put the number columns in numpy arrays, the device and program
+        numbers in the smallest integers that hold them, in place: once no reader adds to them. Returns ``self``."""
         HostColumns.pack_together([self])
         return self
 
+    def coded(self, column: str) -> Coded:
+        """A string column as one ``Coded`` (its own if packed)."""
+        parts = self.parts[column]
+        if len(parts) == 1 and isinstance(parts[0], Coded):
+            return parts[0]
+        return _coded([parts])[0]
+
     def strings(self, column: str) -> list[str]:
-        """A string column as a list, packed or not."""
-        values = getattr(self, column)
-        return values.strings() if isinstance(values, Coded) else values
+        """A string column as a list."""
+        parts = self.parts[column]
+        if len(parts) == 1 and type(parts[0]) is list:
+            return list(parts[0])
+        return self.coded(column).strings()
+
+    def numbers(self, column: str) -> Any:
+        """A number column as a new numpy array (``float64`` times, else ``int64``)."""
+        import numpy as np
+
+        dtype = np.float64 if column in _FLOAT_COLUMNS else np.int64
+        arrays = [
+            np.full(part.count, part.value, dtype=dtype) if type(part) is Fill else np.asarray(part, dtype=dtype)
+            for part in self.parts[column]
+        ]
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
 
     def integers(self, column: str) -> list[int]:
-        """``device``, ``program_id``, ``run_id`` or ``correlation`` as a list of ints, packed or not."""
-        values = getattr(self, column)
-        return values.tolist() if hasattr(values, "tolist") else list(values)
+        """``device``, ``program_id``, ``run_id`` or ``correlation`` as a list of ints."""
+        return self.numbers(column).tolist()
+
+    def replace(self, column: str, values: Sequence[Any]) -> None:
+        """Put ``values`` (one per event) in place of a column."""
+        if len(values) != self.count:
+            raise ValueError(f"{column}: {len(values)} values for {self.count} events")
+        self.parts[column] = [values]
 
     def close_segment(self, plane: str, line: str, kind: str, first: int) -> None:
         """Record that events ``first:`` (up to now) belong to ``plane``/``line``."""
-        count = len(self.name) - first
+        count = self.count - first
         if count:
             self.segments.append((plane, line, kind, count))
 
 
-_NONE = array("q", [-1])  # no device, no program
-STRING_COLUMNS = ("name", "hlo_module", "hlo_op", "framework_op", "category")
-_INTEGER_COLUMNS = ("device", "program_id", "run_id", "correlation")
-#: The list and array fields that ``HostColumns.extend`` concatenates.
-_LISTS = (
-    "segments",
-    "device",
-    "name",
-    "start_ns",
-    "dur_ns",
-    "hlo_module",
-    "hlo_op",
-    "framework_op",
-    "program_id",
-    "run_id",
-    "category",
-    "correlation",
-    "devices",
-    "step_marks",
-    "device_steps",
-    "launches",
-    "executes",
-    "notes",
-)
+def _coded(columns: Sequence[Sequence[Any]]) -> list[Coded]:
+    """Columns given as parts (lists, ``Fill``, ``Coded``), each as one ``Coded``, all sharing one list of values
+    (``Coded.sharing``'s numbering: in order of first appearance)."""
+    import numpy as np
+
+    lists = []
+    for parts in columns:
+        for part in parts:
+            lists.append([part.value] if type(part) is Fill else part.values if isinstance(part, Coded) else part)
+    shared = Coded.sharing(lists) if lists else []
+    values = shared[0].values if shared else []
+    numbered = iter(shared)
+    out = []
+    for parts in columns:
+        codes = []
+        for part in parts:
+            mine = next(numbered)
+            if type(part) is Fill:
+                codes.append(np.full(part.count, mine.codes[0], dtype=mine.codes.dtype))
+            elif isinstance(part, Coded):
+                codes.append(mine.codes[part.codes])
+            else:
+                codes.append(mine.codes)
+        code_type = _code_type(len(values))
+        joined = np.concatenate(codes).astype(code_type) if codes else np.zeros(0, dtype=code_type)
+        out.append(Coded(joined, values))
+    return out
+
+
+#: The list fields that ``HostColumns.extend`` concatenates, beside the per-event columns.
+_LISTS = ("segments", "devices", "step_marks", "device_steps", "launches", "executes", "notes")

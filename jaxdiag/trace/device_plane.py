@@ -107,17 +107,19 @@ def read_device_plane(
         cols.devices.append(device_row(cols.host, plane.name, platform, ordinal, scalar_stats(plane.stats.items())))
     modules: list[tuple[float, float, str, int]] = []
     op_ranges: list[tuple[int, int]] = []
+    tpu = _Gathered()  # a TPU plane's events, gathered one at a time: ops get their modules by position
     for line_name, line in zip(unique_labels(line.name for line in plane.lines), plane.lines):
         kind = tpu_line_kind(line.name) if platform == "tpu" else gpu_line_kind(line.name)
-        first = segment = len(cols.name)
         offload = False  # whether the open segment holds host offload copies (a "memcpy" run of an ops line)
         kernels = collectives = 0
         if platform != "tpu":  # a GPU line: the loop below, a column at a time
+            segment = len(cols)
             kernels, collectives = _add_gpu_events(cols, ordinal, line)
             if kind == "compute" and kernels and collectives == kernels:
                 kind = "collective"
             cols.close_segment(plane.name, line_name, kind, segment)
             continue
+        first = segment = len(tpu)
         columns = [stat_column(line.stats, key, len(line.names)) for key in _TPU_STATS]
         for name, start, dur, step_num, group_id, hlo_module, hlo_op, program_id, display, label, tf_op in zip(
             line.names, line.starts, line.durs, *columns
@@ -128,7 +130,7 @@ def read_device_plane(
                     given = step_num if step_num is not None else name if name.isdigit() else group_id
                     step = int_or(given, len(cols.device_steps))
                     cols.device_steps.append((ordinal, step, start, start + dur))
-                cols.add(ordinal, name, start, dur, category="annotation")
+                tpu.add(ordinal, name, start, dur, category="annotation")
                 continue
             module, op = _text(hlo_module), _text(hlo_op)
             program = program_id_of(program_id)
@@ -141,22 +143,84 @@ def read_device_plane(
                 name = _short_hlo_name(_text(display) or name)
                 op = op or name
                 if kind != "async_ops" and is_host_offload(name, text) != offload:
-                    cols.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
-                    segment, offload = len(cols.name), not offload
+                    tpu.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
+                    segment, offload = len(tpu), not offload
             framework = str(label or tf_op or "")
             if framework.startswith("XlaModule:"):
                 framework = ""
             if not name.startswith(("Memcpy", "Memset")):
                 kernels += 1
                 collectives += is_collective(name, op)
-            cols.add(ordinal, name, start, dur, module, op, framework, program, "device")
+            tpu.add(ordinal, name, start, dur, module, op, framework, program)
         if kind == "compute" and kernels and collectives == kernels:
             kind = "collective"
         if kind in ("xla_ops", "sparsecore"):
-            op_ranges.append((first, len(cols.name)))
-        cols.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
+            op_ranges.append((first, len(tpu)))
+        tpu.close_segment(plane.name, line_name, "memcpy" if offload else kind, segment)
     if modules and op_ranges:
-        _assign_modules(cols, modules, op_ranges)
+        _assign_modules(tpu, modules, op_ranges)
+    tpu.flush_into(cols)
+
+
+class _Gathered:
+    """A TPU plane's events, gathered one at a time (``add``, as ``HostColumns.add`` takes them), with their
+    segments, then handed to the host's columns at once (``flush_into``)."""
+
+    def __init__(self) -> None:
+        self.device: list[int] = []
+        self.name: list[str] = []
+        self.start: list[float] = []
+        self.dur: list[float] = []
+        self.module: list[str] = []
+        self.op: list[str] = []
+        self.framework: list[str] = []
+        self.program: list[int] = []
+        self.category: list[str] = []
+        self.segments: list[tuple[str, str, str, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def add(
+        self,
+        device: int,
+        name: str,
+        start: float,
+        dur: float,
+        module: str = "",
+        op: str = "",
+        framework: str = "",
+        program: int = -1,
+        category: str = "device",
+    ) -> None:
+        self.device.append(device)
+        self.name.append(name)
+        self.start.append(start)
+        self.dur.append(dur)
+        self.module.append(module)
+        self.op.append(op)
+        self.framework.append(framework)
+        self.program.append(program)
+        self.category.append(category)
+
+    def close_segment(self, plane: str, line: str, kind: str, first: int) -> None:
+        """As ``HostColumns.close_segment``."""
+        if len(self.name) > first:
+            self.segments.append((plane, line, kind, len(self.name) - first))
+
+    def flush_into(self, cols: HostColumns) -> None:
+        cols.add_events(
+            self.name,
+            self.start,
+            self.dur,
+            self.category,
+            devices=self.device,
+            modules=self.module,
+            ops=self.op,
+            frameworks=self.framework,
+            programs=self.program,
+        )
+        cols.segments += self.segments
 
 
 def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tuple[int, int]:
@@ -228,7 +292,7 @@ def _text(value: Any) -> str:
 
 
 def _assign_modules(
-    cols: HostColumns, modules: list[tuple[float, float, str, int]], op_ranges: list[tuple[int, int]]
+    tpu: _Gathered, modules: list[tuple[float, float, str, int]], op_ranges: list[tuple[int, int]]
 ) -> None:
     """Give TPU ops the module whose run (on the "XLA Modules" line) contains them."""
     import bisect
@@ -237,13 +301,13 @@ def _assign_modules(
     starts = [m[0] for m in modules]
     for lo, hi in op_ranges:
         for i in range(lo, hi):
-            if cols.hlo_module[i]:
+            if tpu.module[i]:
                 continue
-            at = bisect.bisect_right(starts, cols.start_ns[i]) - 1
-            if at >= 0 and cols.start_ns[i] < modules[at][1]:
-                cols.hlo_module[i] = modules[at][2]
-                if cols.program_id[i] < 0:
-                    cols.program_id[i] = modules[at][3]
+            at = bisect.bisect_right(starts, tpu.start[i]) - 1
+            if at >= 0 and tpu.start[i] < modules[at][1]:
+                tpu.module[i] = modules[at][2]
+                if tpu.program[i] < 0:
+                    tpu.program[i] = modules[at][3]
 
 
 def _short_hlo_name(text: str) -> str:

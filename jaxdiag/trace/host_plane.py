@@ -21,9 +21,7 @@ out unless they are asked for (``include_python``), and reads only the stats nam
 from __future__ import annotations
 
 import itertools
-import operator
 import re
-from array import array
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from jaxdiag.trace.columns import HostColumns
@@ -112,7 +110,7 @@ def read_host_line(
     ``no_hlo`` holds names already seen without XLA:CPU op stats; a plane's threads share it.
     The line's Python frames were left out by the reader (``line.frames``) unless ``include_python``.
     """
-    first = len(cols.name)
+    first = len(cols)
     names, stats = line.names, line.stats
     starts: Sequence[float] = line.starts
     durs: Sequence[float] = line.durs
@@ -164,9 +162,9 @@ def _read_launches(cols: HostColumns, label: str, starts: Sequence[float], durs:
             cols.executes.append((starts[i], starts[i] + durs[i], label, run))
 
 
-def _given(column: Sequence[Any]) -> Iterable[int]:
-    """The positions of a stat column's values (``None``: an event without it), found in C."""
-    return itertools.compress(range(len(column)), map(operator.is_not, column, itertools.repeat(None)))
+def _given(column: Sequence[Any]) -> list[int]:
+    """The positions of a stat column's values (``None``: an event without it)."""
+    return [i for i, value in enumerate(column) if value is not None]
 
 
 def _read_pool_events(
@@ -246,7 +244,7 @@ def _cpu_ops(names: list[str], stats: Stats, no_hlo: set[str]) -> list[bool]:
         return [False] * len(names)
     has = [op is not None and module is not None for op, module in zip(ops, modules)]
     missed = {name for name, op in zip(names, has) if not op}
-    found = {name for name, op in zip(names, has) if op}
+    found = set(itertools.compress(names, has))
     if missed.isdisjoint(found) and no_hlo.isdisjoint(found):  # no name is both: the order does not matter
         no_hlo |= missed
         return has
@@ -273,16 +271,18 @@ def _add_with_op_stats(
     import numpy as np
 
     n = len(names)
-    at = [i for i, op in enumerate(is_op) if op]
+    at = list(itertools.compress(range(n), is_op))
     kinds = [categories] * n if isinstance(categories, str) else list(categories)
     modules, hlo_ops = [""] * n, [""] * n
-    for i, module, op in zip(at, _pick(stats["hlo_module"], at), _pick(stats["hlo_op"], at)):
+    for i, module, op in zip(
+        at, itertools.compress(stats["hlo_module"], is_op), itertools.compress(stats["hlo_op"], is_op)
+    ):
         modules[i], hlo_ops[i], kinds[i] = str(module), str(op), "device"
     # The stats are ints and strings as the reader decodes them; the conversions are for anything else.
-    programs = _low_bits(_pick(stat_column(stats, "program_id", n), at), negative_is_absent=True)
-    runs = _low_bits(_pick(stat_column(stats, "run_id", n), at), negative_is_absent=False)
+    programs = _low_bits(_of_ops(stat_column(stats, "program_id", n), is_op), negative_is_absent=True)
+    runs = _low_bits(_of_ops(stat_column(stats, "run_id", n), is_op), negative_is_absent=False)
     devices, where = np.full(n, -1, dtype=np.int64), np.array(at, dtype=np.intp)  # numpy indexes by an array
-    ordinals = _pick(stat_column(stats, "device_ordinal", n), at)
+    ordinals = _of_ops(stat_column(stats, "device_ordinal", n), is_op)
     ints = set(map(type, ordinals)) <= {int}
     devices[where] = ordinals if ints else [0 if v is None else v if type(v) is int else int_or(v, 0) for v in ordinals]
     program_column, run_column = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
@@ -292,12 +292,17 @@ def _add_with_op_stats(
         starts,
         durs,
         kinds,
-        devices=array("q", devices.tobytes()),
+        devices=devices,
         modules=modules,
         ops=hlo_ops,
-        programs=array("q", program_column.tobytes()),
-        runs=array("q", run_column.tobytes()),
+        programs=program_column,
+        runs=run_column,
     )
+
+
+def _of_ops(column: list[Any], is_op: list[bool]) -> list[Any]:
+    """A stat column's values of the ops."""
+    return list(itertools.compress(column, is_op))
 
 
 def _low_bits(values: list[Any], *, negative_is_absent: bool) -> Any:

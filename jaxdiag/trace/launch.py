@@ -47,23 +47,22 @@ def link_kernels(cols: HostColumns) -> int:
         if line not in found:
             continue
         starts, ends, runs = found[line]
-        mine = np.flatnonzero(code_of == code)
-        inside = np.searchsorted(starts, at[mine], side="right") - 1  # the latest execution begun by then
+        on_line = np.flatnonzero(code_of == code)
+        inside = np.searchsorted(starts, at[on_line], side="right") - 1  # the latest execution begun by then
         held = inside >= 0
-        held[held] = at[mine[held]] < ends[inside[held]]
-        run_of[mine[held]] = np.asarray(runs, dtype=np.int64)[inside[held]]
+        held[held] = at[on_line[held]] < ends[inside[held]]
+        run_of[on_line[held]] = np.asarray(runs, dtype=np.int64)[inside[held]]
     launched = run_of >= 0
     if not launched.any():
         return 0
     order = np.argsort(correlation_of[launched], kind="stable")
     keys, values = correlation_of[launched][order], run_of[launched][order]
-    correlations = np.asarray(cols.correlation, dtype=np.int64)
+    correlations = cols.numbers("correlation")
     slot = np.minimum(np.searchsorted(keys, correlations), len(keys) - 1)
     rows = np.flatnonzero((correlations >= 0) & (keys[slot] == correlations))
     if not len(rows):
         return 0
-    run_ids = np.asarray(cols.run_id, dtype=np.int64).copy()
-    programs = np.asarray(cols.program_id, dtype=np.int64)[rows]
-    run_ids[rows] = execution_ids(values[slot[rows]], programs)
-    cols.run_id = run_ids  # type: ignore[assignment]  # a numpy column, as ``HostColumns.pack`` makes them
+    run_ids = cols.numbers("run_id")
+    run_ids[rows] = execution_ids(values[slot[rows]], cols.numbers("program_id")[rows])
+    cols.replace("run_id", run_ids)
     return len(rows)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from jaxdiag.config import DEFAULT_SETTINGS, Settings
 from jaxdiag.errors import TraceFormatError
-from jaxdiag.trace.columns import Coded, StringColumn
+from jaxdiag.trace.columns import Coded
 from jaxdiag.trace.discover import Discovered, discover
 from jaxdiag.trace.frames import (
     CATEGORY,
@@ -281,11 +281,11 @@ def events_frame(parts: Sequence["HostColumns"]) -> "pd.DataFrame":
     import pandas as pd
 
     def strings(column: str) -> "pd.Categorical":
-        return _categorical([getattr(p, column) for p in parts])
+        return _categorical([p.coded(column) for p in parts])
 
     def numbers(column: str, dtype: Any) -> "np.ndarray":
-        arrays = [np.asarray(getattr(p, column), dtype=dtype) for p in parts]
-        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+        arrays = [p.numbers(column) for p in parts]
+        return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype=dtype)
 
     keys: dict[tuple[str, str, str, str], int] = {}
     codes, counts = [], []
@@ -330,23 +330,14 @@ def _in_order(segment: "np.ndarray", start: "np.ndarray") -> bool:
     return bool((segment[1:] >= segment[:-1]).all() and (~same | (start[1:] >= start[:-1])).all())
 
 
-def _categorical(parts: Sequence[StringColumn]) -> "pd.Categorical":
-    """String columns, one after another, as one categorical with sorted categories (``pd.Categorical``'s).
-
-    Lists (one process read them) are coded at once (``Coded.of``); columns a reading worker coded
-    (``Coded``) are joined by their distinct values. The distinct values are then ranked.
-    """
-    import itertools
-
+def _categorical(parts: Sequence["Coded | list[str]"]) -> "pd.Categorical":
+    """String columns (coded, or lists), one after another, as one categorical with sorted categories
+    (``pd.Categorical``'s): joined by their distinct values (``Coded.joined``), which are then ranked."""
     import numpy as np
     import pandas as pd
 
     try:
-        lists = [p for p in parts if not isinstance(p, Coded)]
-        if len(lists) == len(parts):
-            coded = Coded.of(lists[0] if len(lists) == 1 else list(itertools.chain.from_iterable(lists)))
-        else:
-            coded = Coded.joined(parts)
+        coded = Coded.joined(parts)
         order = sorted(range(len(coded.values)), key=coded.values.__getitem__)
         if order:
             # In the narrowest type that holds the codes, which pandas would convert them to.
@@ -375,7 +366,7 @@ def _notes(parts: Sequence["HostColumns"], skipped: Sequence[tuple[str, str]], i
     notes = [f"skipped {Path(f).name}: {reason}" for f, reason in skipped]
     for p in parts:
         notes += p.notes
-        if not len(p.name):
+        if not len(p):
             notes.append(f"{p.host}: the trace holds no events")
     frames = sum(p.python_frames for p in parts)
     if frames and not include_python:

@@ -137,7 +137,9 @@ def join_host(host: str, pieces: Iterable[HostColumns], plane_names: Iterable[st
     if ignored:
         cols.notes.append(f"{host}: planes not read: {', '.join(sorted(ignored))}")
     if not accelerated:
-        ordinals = sorted({d for d, c in zip(cols.integers("device"), cols.strings("category")) if c == "device"})
+        category = cols.coded("category")
+        device = category.values.index("device") if "device" in category.values else -1
+        ordinals = sorted(set(cols.numbers("device")[category.codes == device].tolist()))
         cols.devices += [device_row(host, HOST_PLANE, "cpu", o, {}) for o in ordinals]
     return cols
 

@@ -12,6 +12,8 @@ from jaxdiag.trace.columns import HostColumns
 
 
 def test_extend_appends_every_list_and_merges_the_facts() -> None:
+    from jaxdiag.trace.columns import NUMBER_COLUMNS, STRING_COLUMNS
+
     a, b = HostColumns("h"), HostColumns("h")
     a.add(0, "fusion.1", 10.0, 5.0, "jit_f", "fusion.1", "", 3, "device")
     a.close_segment("/device:GPU:0", "Stream #14", "compute", 0)
@@ -22,13 +24,36 @@ def test_extend_appends_every_list_and_merges_the_facts() -> None:
     b.notes.append("a note")
     b.meta["pid"], b.python_frames = 1, 6
     lists = [f.name for f in dataclasses.fields(HostColumns) if f.name not in ("host", "meta", "python_frames")]
+    lists.remove("parts")
+    lists.remove("count")
     before = {name: len(getattr(a, name)) + len(getattr(b, name)) for name in lists}
     a.extend(b)
     assert {name: len(getattr(a, name)) for name in lists} == before  # every list took b's entries
-    assert a.name == ["fusion.1", "load_batch"] and list(a.start_ns) == [10.0, 20.0] and list(a.device) == [0, -1]
-    assert a.hlo_module == ["jit_f", ""] and a.category == ["device", "annotation"]
+    assert len(a) == 2 and all(len(a.numbers(c)) == 2 for c in NUMBER_COLUMNS)
+    assert all(len(a.strings(c)) == 2 for c in STRING_COLUMNS)
+    assert a.strings("name") == ["fusion.1", "load_batch"] and a.numbers("start_ns").tolist() == [10.0, 20.0]
+    assert a.integers("device") == [0, -1] and a.integers("program_id") == [3, -1]
+    assert a.strings("hlo_module") == ["jit_f", ""] and a.strings("category") == ["device", "annotation"]
     assert [s[1] for s in a.segments] == ["Stream #14", "python3"] and a.step_marks == b.step_marks
     assert a.meta == {"jax_version": "0.1", "pid": 1} and a.python_frames == 10 and a.notes == ["a note"]
+
+
+def test_columns_hold_the_lists_they_were_handed_and_fill_the_rest() -> None:
+    """A reader's lists and arrays become parts as they are; a column not given is one run of its none."""
+    from array import array
+
+    from jaxdiag.trace.columns import Fill
+
+    names, starts = ["a", "b", "c"], array("d", [1.0, 2.0, 3.0])
+    cols = HostColumns("h")
+    cols.add_events(names, starts, starts, "runtime", programs=[4, 5, 6])
+    assert cols.parts["name"][0] is names and cols.parts["start_ns"][0] is starts
+    assert cols.parts["category"] == [Fill("runtime", 3)] and cols.parts["hlo_module"] == [Fill("", 3)]
+    assert cols.strings("category") == ["runtime"] * 3 and cols.integers("run_id") == [-1] * 3
+    cols.replace("run_id", [7, 8, 9])
+    assert cols.integers("run_id") == [7, 8, 9]
+    with pytest.raises(ValueError):
+        cols.replace("run_id", [1])
 
 
 def test_coded_columns_hold_the_strings_they_were_given() -> None:
@@ -54,14 +79,12 @@ def test_extend_joins_packed_and_unpacked_pieces_in_order() -> None:
 
     a, b, c = piece(["x", "y"], "runtime"), piece(["y", "z"], "annotation").pack(), piece(["w"], "runtime")
     a.extend(b, c)
-    assert all(isinstance(getattr(a, column), Coded) for column in STRING_COLUMNS)
+    assert any(isinstance(part, Coded) for column in STRING_COLUMNS for part in a.parts[column])
     assert a.strings("name") == ["x", "y", "y", "z", "w"]
     assert a.strings("category") == ["runtime", "runtime", "annotation", "annotation", "runtime"]
-    assert list(a.start_ns) == [0.0, 1.0, 0.0, 1.0, 0.0] and [s[3] for s in a.segments] == [2, 2, 1]
+    assert a.numbers("start_ns").tolist() == [0.0, 1.0, 0.0, 1.0, 0.0] and [s[3] for s in a.segments] == [2, 2, 1]
     assert a.integers("device") == [-1] * 5 and a.integers("program_id") == [-1] * 5
-    unpacked = piece(["x"], "runtime")
-    unpacked.extend(piece(["y"], "runtime"))
-    assert unpacked.name == ["x", "y"]  # lists stay lists
+    assert a.coded("name").strings() == a.strings("name")
 
 
 def test_pack_keeps_device_and_program_numbers_in_small_integers() -> None:
@@ -71,7 +94,7 @@ def test_pack_keeps_device_and_program_numbers_in_small_integers() -> None:
     cols.add(3, "fusion", 0.0, 1.0, "jit_f", "fusion", "", -1, "device")
     cols.add(5, "copy", 1.0, 1.0, "jit_f", "copy", "", 1 << 40, "device")
     cols.pack()
-    assert cols.device.dtype == np.int8 and cols.program_id.dtype == np.int64
+    assert cols.parts["device"][0].dtype == np.int8 and cols.parts["program_id"][0].dtype == np.int64
     assert cols.integers("device") == [3, 5] and cols.integers("program_id") == [-1, 1 << 40]
 
 
@@ -88,10 +111,11 @@ def test_pieces_packed_together_share_their_values_and_join_as_apart() -> None:
     HostColumns.pack_together(together)
     for cols in apart:
         cols.pack()
-    assert together[0].name.values is together[1].name.values == ["a", "b", "c"]
+    assert together[0].coded("name").values is together[1].coded("name").values == ["a", "b", "c"]
     assert [p.strings("name") for p in together] == [["a", "b"], ["b", "c", "c"], []]
-    assert Coded.joined([p.name for p in together]).strings() == Coded.joined([p.name for p in apart]).strings()
-    assert Coded.joined([together[1].name, apart[0].name, together[0].name]).strings() == [
+    named = [p.coded("name") for p in together]
+    assert Coded.joined(named).strings() == Coded.joined([p.coded("name") for p in apart]).strings()
+    assert Coded.joined([named[1], apart[0].coded("name"), named[0]]).strings() == [
         "b",
         "c",
         "c",

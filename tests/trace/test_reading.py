@@ -379,7 +379,7 @@ def test_no_worker_while_another_thread_runs(tmp_path: Path) -> None:
     finally:
         stop.set()
         thread.join()
-    assert [o.name for o in outcomes] == [reading.read_file(f, "xplane").name for f in files]
+    assert [o.strings("name") for o in outcomes] == [reading.read_file(f, "xplane").strings("name") for f in files]
 
 
 @pytest.mark.parametrize("trouble", ["no process", "too little work"])
@@ -400,12 +400,12 @@ def test_reading_here_when_no_worker_can_start(trouble: str, tmp_path: Path) -> 
         else:
             r = reading.start([Path(f) for f in sys.argv[2:]], "xplane")  # a small run: not worth a worker
         assert r.workers == 0 and not r._tasks
-        print([len(o.name) for o in r.finish()])
+        print([len(o) for o in r.finish()])
         """
     )
     done = subprocess.run([sys.executable, "-c", script, trouble, *map(str, files)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == str([len(reading.read_file(f, "xplane").name) for f in files])
+    assert done.stdout.strip() == str([len(reading.read_file(f, "xplane")) for f in files])
 
 
 def test_packed_hosts_make_the_table_unpacked_hosts_make(tmp_path: Path) -> None:

@@ -27,23 +27,21 @@ from xspace_builders import (
 def rows(cols: HostColumns) -> list[dict]:
     """Events as dicts, with their line and line kind expanded from the segments."""
     lines = [(plane, line, kind) for plane, line, kind, n in cols.segments for _ in range(n)]
+    columns = {
+        "device": cols.integers("device"),
+        "name": cols.strings("name"),
+        "start": cols.numbers("start_ns").tolist(),
+        "dur": cols.numbers("dur_ns").tolist(),
+        "module": cols.strings("hlo_module"),
+        "op": cols.strings("hlo_op"),
+        "framework": cols.strings("framework_op"),
+        "program": cols.integers("program_id"),
+        "run": cols.integers("run_id"),
+        "category": cols.strings("category"),
+    }
     return [
-        {
-            "plane": lines[i][0],
-            "line": lines[i][1],
-            "line_kind": lines[i][2],
-            "device": cols.device[i],
-            "name": cols.name[i],
-            "start": cols.start_ns[i],
-            "dur": cols.dur_ns[i],
-            "module": cols.hlo_module[i],
-            "op": cols.hlo_op[i],
-            "framework": cols.framework_op[i],
-            "program": cols.program_id[i],
-            "run": cols.run_id[i],
-            "category": cols.category[i],
-        }
-        for i in range(len(cols.name))
+        {"plane": lines[i][0], "line": lines[i][1], "line_kind": lines[i][2], **{k: v[i] for k, v in columns.items()}}
+        for i in range(len(cols))
     ]
 
 
@@ -253,7 +251,7 @@ def test_python_frames_are_kept_on_request() -> None:
     dropped = read_xspace(data, "h", source="x")
     kept = read_xspace(data, "h", source="x", include_python=True)
     assert dropped.python_frames == kept.python_frames == 40
-    assert len(kept.name) - len(dropped.name) == 40
+    assert len(kept) - len(dropped) == 40
     python = [r for r in rows(kept) if r["category"] == "python"]
     assert len(python) == 40 and all(r["name"].startswith("$") and r["line_kind"] == "python" for r in python)
 
