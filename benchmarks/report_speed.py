@@ -9,7 +9,9 @@ figure is the ratio of the median wall times (goal <= 0.35); the ratios of the b
 and of CPU time (``wait4``'s rusage: each process with its children, so our
 worker counts) are printed beside it, with the peak RSS (goal: at most half of
 XProf's) and the load average, since other work on the machine takes cores
-away from one side or the other.
+away from one side or the other. Then the cost in process on the same trace:
+CPU time of ``report()`` in one process, best of seven, per event read (goal
+<= 120 ns).
 
 Then the cost against trace size: real CPU captures made here with 1x, 4x and
 16x the steps of a loop that also runs Python code under the Python tracer
@@ -152,13 +154,30 @@ IN_PROCESS_SNIPPET = textwrap.dedent(
     import numpy  # its thread keeps every read in this one process, so the three runs read alike
     from jaxdiag.reporting.build import report
     best = float("inf")
-    for _ in range(3):  # CPU time of this one process: what the work costs, whatever else runs
+    for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 3):  # CPU time of this process, whatever else runs
         t0 = time.process_time()
         r = report(sys.argv[1])
         best = min(best, time.process_time() - t0)
     print(best, len(r.frames.events), r.frames.meta.get("python_frames", 0))
     """
 )
+
+
+def in_process(trace: Path, runs: int = 7) -> None:
+    """Print the in-process cost of ``report()`` on ``trace`` per event read (goal <= 120 ns): CPU time of one
+    process, the best of ``runs``."""
+    out = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS_SNIPPET, str(trace), str(runs)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=ENV,
+    ).stdout.split()
+    seconds, events = float(out[0]), int(out[1]) + int(out[2])
+    print(
+        f"in process, report(): {seconds * 1e3:.1f} ms for {events:,} events read, "
+        f"{seconds / events * 1e9:.0f} ns per event (goal <= 120; CPU time, best of {runs})"
+    )
 
 
 def scaling(base_steps: int = 25) -> None:
@@ -209,6 +228,7 @@ def main() -> None:
         print("no trace given and ../shared/fixtures is absent: skipping the XProf comparison")
     else:
         compare_with_xprof(find_xplane(trace), args.repeat)
+        in_process(find_xplane(trace))
     if not args.no_scaling:
         scaling()
 

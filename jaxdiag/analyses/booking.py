@@ -215,9 +215,12 @@ def _in_flight(frames: "TraceFrames", host: str) -> tuple[np.ndarray, str]:
     keys = list(zip(mine[F.HLO_MODULE].astype(object).tolist(), mine[F.DEVICE].tolist()))
     prepare = intervals_of(ev.loc[name_matches(ev[F.NAME], _EXECUTE_PREPARE)])
     prepare = prepare[np.argsort(prepare[:, 0], kind="stable")]
+    groups: dict[tuple[object, int], list[int]] = {}  # each (module, device)'s executions, in order of the first
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
     queued = []
-    for module, device in dict.fromkeys(keys):
-        rows = np.flatnonzero([k == (module, device) for k in keys])
+    for (module, _device), positions in groups.items():
+        rows = np.asarray(positions, dtype=np.intp)
         rows = rows[np.argsort(starts[rows], kind="stable")]
         spans = _dispatches(frames, host, str(module))
         dispatch = _pair(spans[:, 0], starts[rows])

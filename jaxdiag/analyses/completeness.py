@@ -168,17 +168,31 @@ def _executions(ops: "pd.DataFrame") -> dict[str, int]:
     import pandas as pd
 
     out: dict[str, int] = {}
-    keys = [F.HLO_MODULE, F.PROGRAM_ID, F.PLANE, F.DEVICE]
-    best: dict[tuple[str, int], int] = {}
     if ops.empty:
         return out
+    numbered = ops.groupby([F.HLO_MODULE, F.PROGRAM_ID, F.PLANE, F.DEVICE], sort=False, observed=True).ngroup()
+    group = numbered.fillna(-1).to_numpy(np.int64)  # NaN: a row with a missing key, which is no group's
     names, hlo_ops = pd.factorize(ops[F.NAME])[0], pd.factorize(ops[F.HLO_OP])
-    op = names.astype(np.int64) * (len(hlo_ops[1]) + 1) + hlo_ops[0] + 1  # one number per (kernel, HLO op)
-    for (module, program, _plane, _device), rows in ops.groupby(keys, sort=False, observed=True).indices.items():
-        occurrences = np.unique(op[rows], return_counts=True)[1]
-        counts, how_often = np.unique(occurrences, return_counts=True)
-        runs = int(counts[np.flatnonzero(how_often == np.max(how_often))[-1]])  # a tie: the most occurrences
-        best[(str(module), int(program))] = max(best.get((str(module), int(program)), 0), runs)
+    op = (names.astype(np.int64) + 1) * (len(hlo_ops[1]) + 1) + hlo_ops[0] + 1  # one number >= 0 per (kernel, op)
+    kept = np.flatnonzero(group >= 0)
+    if not len(kept):
+        return out
+    # How often each op of a group occurs; then how many of a group's ops occur each number of times.
+    width = int(np.max(op)) + 1
+    pairs, occurrences = np.unique(group[kept] * width + op[kept], return_counts=True)
+    most = int(np.max(occurrences)) + 1
+    counted, how_often = np.unique((pairs // width) * most + occurrences, return_counts=True)
+    of_group, count = counted // most, counted % most
+    # Per group, the count most ops share (a tie: the most occurrences): last by (group, how often, count).
+    order = np.lexsort((count, how_often, of_group))
+    last = order[np.r_[of_group[order][1:] != of_group[order][:-1], True]]
+    first_row = kept[np.unique(group[kept], return_index=True)[1]]  # groups by number: a row of each
+    modules = ops[F.HLO_MODULE].to_numpy(object)[first_row]
+    programs = ops[F.PROGRAM_ID].to_numpy()[first_row]
+    best: dict[tuple[str, int], int] = {}
+    for g, runs in zip(of_group[last].tolist(), count[last].tolist()):
+        key = (str(modules[g]), int(programs[g]))
+        best[key] = max(best.get(key, 0), runs)
     for (module, _program), runs in best.items():
         function = _function_of(module)
         if function:

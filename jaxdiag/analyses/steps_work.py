@@ -72,14 +72,20 @@ def _queued_by_host(frames: "TraceFrames") -> dict[str, dict[str, int]]:
 
 
 def _queued_per_host(frames: "TraceFrames") -> dict[str, dict[str, int]]:
+    import pandas as pd
+
     main = step_program(frames)
     execs = executions_of(frames)
     out: dict[str, dict[str, int]] = {}
     for host in execs[F.HOST].unique().tolist():
         mine = execs.loc[(execs[F.HOST] == host) & (execs[F.HLO_MODULE] != main)]
         after = queued_after(frames, str(host), dispatched_at(frames, str(host), mine))
-        modules = mine[F.HLO_MODULE].to_numpy(object)
-        counts = out.setdefault(str(host), {})
-        for module in set(modules[after != UNBOOKED].tolist()):
-            counts[str(module)] = len(set(after[(modules == module) & (after != UNBOOKED)].tolist()))
+        known = after != UNBOOKED
+        code, modules = pd.factorize(mine[F.HLO_MODULE].to_numpy(object)[known], use_na_sentinel=False)
+        steps = after[known] + 1  # from 0 (-1: queued before the first step)
+        width = int(steps.max()) + 1 if len(steps) else 1
+        # each (module, step) pair once, as one number; then how many steps each module's pairs hold
+        pairs = np.unique(code.astype(np.int64) * width + steps)
+        counted = np.bincount(pairs // width, minlength=len(modules))
+        out[str(host)] = {str(m): int(n) for m, n in zip(modules.tolist(), counted.tolist()) if n}
     return out

@@ -52,10 +52,12 @@ typedef struct {
 
 static inline int next_field(Cursor *c, Field *f) {
     uint64_t tag;
+    const uint8_t *start = c->at;
     if (varint(c, &tag) < 0) return -1;
     f->number = tag >> 3;
     f->wire = (int)(tag & 7);
-    if (f->number == 0) return -1;
+    /* protobuf's field numbers end at 2^29 - 1, in a tag of at most five bytes; upb rejects any other */
+    if (f->number == 0 || f->number > 0x1FFFFFFF || c->at - start > 5) return -1;
     switch (f->wire) {
         case 0:
             return varint(c, &f->value);

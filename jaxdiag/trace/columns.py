@@ -2,9 +2,10 @@
 
 Both readers (``xspace`` for ``.xplane.pb`` files, ``json_trace`` for Chrome JSON)
 fill these columns, and ``load.events_frame`` turns them into the events table.
-Number columns are ``array``s: as quick to append to as lists, and numpy reads
-them (and pickle writes them) as one block of memory. String columns are lists
-while a reader fills them, and may then be packed into ``Coded`` columns.
+A reader hands each line's columns over whole (the decoder's lists and arrays),
+and a value a line's events share is kept once (``Fill``): nothing is copied
+per event until the table is made, or until ``pack`` codes the string columns
+(``Coded``) and puts the numbers in numpy arrays for a reading worker to send.
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ _names = st.sampled_from(["fusion", "fusion.1", "dot", "copy", ""])
         st.tuples(
             _names,  # kernel
             _names,  # HLO op
-            st.sampled_from(["jit_step", "jit_eval", "other"]),  # module
+            st.sampled_from(["jit_step", "jit_eval", "other", None]),  # module; None: missing, no group's
             st.integers(0, 2),  # program
             st.integers(0, 1),  # device
         ),
@@ -240,7 +240,7 @@ def test_executions_are_the_commonest_count_of_an_op_the_larger_on_a_tie(rows: l
         }
     )
     best: dict[tuple[str, int], int] = {}
-    for module, program, device in {(r[2], r[3], r[4]) for r in rows}:
+    for module, program, device in {(r[2], r[3], r[4]) for r in rows if r[2] is not None}:
         per_op = collections.Counter((r[0], r[1]) for r in rows if (r[2], r[3], r[4]) == (module, program, device))
         how_often = collections.Counter(per_op.values())
         runs = max(count for count, n in how_often.items() if n == max(how_often.values()))

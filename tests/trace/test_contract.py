@@ -279,6 +279,7 @@ def _frame_event(fields: list[tuple[str, int]]) -> bytes:
 @example(events=[[("id", 300), ("offset", 5), ("cut_varint", 0)], _PLAIN], frames=False)
 @example(events=[[("id", 3), ("offset", 5), ("id", _OP_ID)], _PLAIN], frames=False)
 @example(events=[[("id", 2**22 + 5), ("occurrences", 2), ("duration", 2**40)], _PLAIN], frames=False)
+@example(events=[[("cut_varint", 0), ("offset", 10_730_048_805), ("id", 70_000)]], frames=False)  # a tag past 2^29
 def test_frames_are_skipped_as_protobuf_reads_them(events: list[Any], frames: bool, xline: object) -> None:
     classes = schema.message_classes()
     assert classes is not None
