@@ -51,14 +51,15 @@ def total(iv: np.ndarray) -> int:
 
 
 def totals(iv: np.ndarray, groups: np.ndarray, count: int) -> np.ndarray:
-    """``total`` of each group's intervals (``groups[i]`` in ``0..count-1``: the group of interval ``i``), at once.
+    """``total`` of each group's intervals (``groups[i]`` in ``0..count-1``: the group of interval ``i``; -1: no
+    group's), at once.
 
     Each group is moved to a stretch of its own (its times less its first start, plus the group's
     number times the longest group's extent), so one ``union`` of all of them keeps the groups apart.
     """
     iv = np.asarray(iv, dtype=np.int64).reshape(-1, 2)
     groups = np.asarray(groups, dtype=np.int64).reshape(-1)
-    nonempty = iv[:, 1] > iv[:, 0]
+    nonempty = (iv[:, 1] > iv[:, 0]) & (groups >= 0)
     iv, groups = iv[nonempty], groups[nonempty]
     out = np.zeros(count, dtype=np.int64)
     if not len(iv):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from jaxdiag.analyses import intervals as iv
 from jaxdiag.analyses.base import AnalysisInputs, Finding
 from jaxdiag.analyses.booking import op_steps
 from jaxdiag.analyses.steps_work import between_programs
-from jaxdiag.analyses.categories import isin, name_matches, strings_at
+from jaxdiag.analyses.categories import isin, name_matches, positions_by_code, strings_at
 from jaxdiag.analyses.compile_spans import compile_spans, compile_windows, wall_outside_compiles
 from jaxdiag.analyses.device_work import (
     END_NS,
@@ -45,9 +45,9 @@ from jaxdiag.analyses.device_work import (
     intervals_of,
     is_compute,
     places,
-    row_groups,
     step_windows,
 )
+from jaxdiag.analyses.small_op_labels import top as top_ops
 from jaxdiag.analyses.small_op_section import OpTotal, SmallOps, SmallOpsStep
 from jaxdiag.trace import frames as F
 
@@ -55,10 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 _TOP = 10
-_NUMBERED = re.compile(r"(?:[._]\d+)+$")
 _MAX_FINDINGS = 3
-_USELESS_FRAMEWORK_OP = re.compile(r"^(?:XlaModule:.*|(?:jit|pjit|pmap)\([^/]*\)|)$")
-_JIT_PREFIX = re.compile(r"^(?:jit|pjit|pmap)\([^/]*\)/")
 _WHILE = re.compile("while")
 
 
@@ -183,7 +180,7 @@ def analyze(inputs: AnalysisInputs) -> SmallOpsResult:
         launch_gap_ms=float(totals[2]) / 1e6,
         time_lost_ms=float(totals[3]) / 1e6,
         per_step=tuple(SmallOpsStep(s, int(v[0]), float(v[1]), float(v[2])) for s, v in sorted(per_step.items())),
-        top=_top(small_all, inputs.thresholds.small_op_top),
+        top=top_ops(small_all, inputs.thresholds.small_op_top),
         by_module=tuple(
             sorted(
                 (
@@ -262,28 +259,43 @@ def _add_modules(
     acc: dict[str, list], ops: "pd.DataFrame", small: "pd.DataFrame", gaps: np.ndarray, gap_module: np.ndarray
 ) -> None:
     """Accumulate per module: [count, small ns, gap ns, compute ns, steps, small ops in a loop body]."""
+    import pandas as pd
+
     spans = intervals_of(ops)
     is_while = name_matches(ops[F.NAME], _WHILE, at_start=True)
     is_small = ops.index.isin(small.index)
     place = places(ops)
     program_ids = ops[F.PROGRAM_ID].to_numpy()
-    for module, rows in row_groups(ops[F.HLO_MODULE]):
-        a = acc.setdefault(str(module), [0, 0, 0, 0, {}, 0])
-        a[3] += iv.total(spans[rows])
+    code, modules = pd.factorize(ops[F.HLO_MODULE], sort=False)  # in order of first appearance; -1: missing
+    compute = iv.totals(spans, code, len(modules))
+    for k, rows in enumerate(positions_by_code(code, len(modules))):
+        a = acc.setdefault(str(modules[k]), [0, 0, 0, 0, {}, 0])
+        a[3] += int(compute[k])
+        if not is_while[rows].any():  # no loop in the module: none of its ops ran in one
+            continue
         programs = program_ids[rows]
         for program in np.unique(programs):  # each compile of the module runs its own program
             a[5] += _in_loop(rows[programs == program], is_while, is_small, place, spans)
     spans, steps = intervals_of(small), small[F.STEP].to_numpy(np.int64)
-    for module, rows in row_groups(small[F.HLO_MODULE]):
-        a = acc[str(module)]
-        a[0] += len(rows)
-        a[1] += iv.total(spans[rows])
-        for step, n in zip(*np.unique(steps[rows], return_counts=True)):
-            a[4][int(step)] = a[4].get(int(step), 0) + int(n)
-    import pandas as pd
-
-    for module, rows in row_groups(pd.Series(gap_module, dtype=object)):
-        acc[str(module)][2] += iv.length(gaps[rows])
+    code, modules = pd.factorize(small[F.HLO_MODULE], sort=False)
+    busy, counts = iv.totals(spans, code, len(modules)), np.bincount(code[code >= 0], minlength=len(modules))
+    named = [acc[str(m)] for m in modules]
+    for a, n, ns in zip(named, counts.tolist(), busy.tolist()):
+        a[0] += n
+        a[1] += ns
+    # each (module, step) pair once, with its count: a module's small ops per step
+    kept = code >= 0
+    low = int(steps[kept].min()) if kept.any() else 0
+    width = int(steps[kept].max()) - low + 1 if kept.any() else 1
+    pairs, times = np.unique(code[kept].astype(np.int64) * width + (steps[kept] - low), return_counts=True)
+    for pair, n in zip(pairs.tolist(), times.tolist()):
+        per_step, step = named[pair // width][4], pair % width + low
+        per_step[step] = per_step.get(step, 0) + n
+    code, modules = pd.factorize(pd.Series(gap_module, dtype=object), sort=False)
+    lengths = np.clip(gaps[:, 1] - gaps[:, 0], 0, None) if len(gaps) else np.zeros(0, dtype=np.int64)
+    gap_ns = np.bincount(code[code >= 0], weights=lengths[code >= 0], minlength=len(modules))
+    for module, ns in zip(modules, gap_ns.tolist()):
+        acc[str(module)][2] += int(ns)
 
 
 def _launch_gaps(ops: "pd.DataFrame", small_ns: int, cap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -317,79 +329,3 @@ def _sort_keys(column: "pd.Series") -> np.ndarray:
         return column.to_numpy()
     codes = column.cat.codes.to_numpy(np.int64)
     return np.where(codes < 0, len(column.cat.categories), codes)
-
-
-def _op_label(row_name: str, hlo_op: str, framework_op: str) -> str:
-    """What to call an op when grouping: framework op, else HLO op, else kernel name, unnumbered.
-
-    Kernels replayed from a CUDA graph carry the graph's thunk (``command_buffer_1``)
-    as their HLO op, so the kernel name says more there. A framework op that only
-    names the jitted function (``jit(step)``) says nothing and is skipped; a path
-    (``jit(step)/jvp(mlp)/dot_general``) loses its ``jit(step)/`` head.
-    """
-    if framework_op and not _USELESS_FRAMEWORK_OP.match(framework_op):
-        return _JIT_PREFIX.sub("", framework_op)
-    if not hlo_op or hlo_op.startswith("command_buffer"):
-        hlo_op = row_name
-    return _NUMBERED.sub("", hlo_op)
-
-
-def _label_memo() -> Callable[[str, str, str], str]:
-    """``_op_label``, each framework op and each name it strips of numbers looked at once (keys share them)."""
-    framework: dict[str, str | None] = {}
-    unnumbered: dict[str, str] = {}
-
-    def label(row_name: str, hlo_op: str, framework_op: str) -> str:
-        if framework_op not in framework:
-            useful = framework_op and not _USELESS_FRAMEWORK_OP.match(framework_op)
-            framework[framework_op] = _JIT_PREFIX.sub("", framework_op) if useful else None
-        found = framework[framework_op]
-        if found is not None:
-            return found
-        name = row_name if not hlo_op or hlo_op.startswith("command_buffer") else hlo_op
-        if name not in unnumbered:
-            unnumbered[name] = _NUMBERED.sub("", name)
-        return unnumbered[name]
-
-    return label
-
-
-def _labels(small: "pd.DataFrame") -> np.ndarray:
-    """``_op_label`` of each row, computed once per distinct (name, HLO op, framework op): ops repeat every step."""
-    import pandas as pd
-
-    codes, tables = [], []
-    for column, missing in ((F.NAME, "nan"), (F.HLO_OP, ""), (F.FRAMEWORK_OP, "")):
-        c, uniques = pd.factorize(small[column], sort=False)
-        tables.append([str(u) for u in uniques.tolist()] + [missing])
-        codes.append(np.where(c < 0, len(uniques), c).astype(np.int64))
-    names, hlo_ops, framework_ops = tables
-    key = (codes[0] * len(hlo_ops) + codes[1]) * len(framework_ops) + codes[2]
-    keys, inverse = np.unique(key, return_inverse=True)
-    rest, f = np.divmod(keys, len(framework_ops))
-    n, h = np.divmod(rest, len(hlo_ops))
-    label = _label_memo()
-    labels = [label(names[i], hlo_ops[j], framework_ops[k]) for i, j, k in zip(n.tolist(), h.tolist(), f.tolist())]
-    return np.asarray(labels, dtype=object)[inverse.reshape(-1)]
-
-
-def _top(small: "pd.DataFrame | None", keep: int) -> tuple[OpTotal, ...]:
-    if small is None or small.empty:
-        return ()
-    import pandas as pd
-
-    # Group by (label, module) in order of first appearance, then keep the largest totals (ties in that order).
-    label, labels = pd.factorize(_labels(small), sort=False)
-    module, modules = pd.factorize(small[F.HLO_MODULE], sort=False)
-    named = module >= 0
-    group, keys = pd.factorize(label[named] * len(modules) + module[named], sort=False)
-    count = np.bincount(group, minlength=len(keys))
-    total_ns = np.zeros(len(keys), dtype=np.int64)
-    np.add.at(total_ns, group, small[F.DUR_NS].to_numpy(np.int64)[named])
-    top = np.argsort(-total_ns, kind="stable")[:keep]
-    return tuple(
-        OpTotal(
-            str(labels[keys[i] // len(modules)]), str(modules[keys[i] % len(modules)]), int(count[i]), total_ns[i] / 1e6
-        )
-        for i in top.tolist()
-    )

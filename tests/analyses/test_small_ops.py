@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxdiag.analyses import small_ops
+from jaxdiag.analyses import small_op_labels, small_ops
 from jaxdiag.analyses.base import AnalysisInputs
 from jaxdiag.analyses.device_work import OP_KIND, device_ops
 from jaxdiag.config import Thresholds
@@ -202,7 +202,7 @@ def test_h100_mlp_small_ops(h100_mlp):
     ],
 )
 def test_op_label(name, hlo_op, framework_op, label):
-    assert small_ops._op_label(name, hlo_op, framework_op) == label
+    assert small_op_labels.op_label(name, hlo_op, framework_op) == label
 
 
 def test_the_finding_names_the_steps_the_soup_ran_in():
