@@ -234,7 +234,7 @@ static inline uint32_t varint_ends(uint64_t word) {
    id, stats, another field, a bad varint, a big-endian machine) is left to that walk. */
 static inline int plain_frame(const Context *cx, const uint8_t *data, Py_ssize_t size) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if (cx->frame_bits == NULL || size < 2 || size > 16 || data[0] != 0x08) return 0;
+    if (cx->frame_bits == NULL || size < 2 || size > 16 || data[0] != EVENT_METADATA_ID << 3) return 0;
     uint64_t low, high;
     memcpy(&low, data, 8);
     memcpy(&high, data + 8, 8);
@@ -247,7 +247,8 @@ static inline int plain_frame(const Context *cx, const uint8_t *data, Py_ssize_t
     if (id >= (uint64_t)cx->frame_count || !cx->frame_bits[id]) return 0;
     for (int at = length + 1; at < size;) {
         uint8_t tag = at < 8 ? (uint8_t)(low >> (8 * at)) : (uint8_t)(high >> (8 * (at - 8)));
-        if ((tag != 0x10 && tag != 0x18 && tag != 0x28) || (ends >> (at + 1)) == 0) return 0;
+        int known = tag == EVENT_OFFSET_PS << 3 || tag == EVENT_DURATION_PS << 3 || tag == EVENT_NUM_OCCURRENCES << 3;
+        if (!known || (ends >> (at + 1)) == 0) return 0; /* a varint field of those three, not cut short */
         int more = __builtin_ctz(ends >> (at + 1)); /* the varint's bytes but its last */
         if (more >= 10) return 0;
         at += more + 2; /* past the tag and the varint */
