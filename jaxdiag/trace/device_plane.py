@@ -229,13 +229,18 @@ def _add_gpu_events(cols: HostColumns, ordinal: int, line: "LineColumns") -> tup
     A GPU line holds thousands of kernels of a few hundred names: each column is
     one pass, and whether a kernel is a collective is asked once per name and op.
     """
+    import numpy as np
+
     stats, count = line.stats, len(line.names)
     ops = _texts(stat_column(stats, "hlo_op", count))
     known: dict[Any, int] = {}  # program id by stat value (a NaN is never found, and asked again)
-    programs = [
-        known[v] if v in known else known.setdefault(v, program_id_of(v))
-        for v in stat_column(stats, "program_id", count)
-    ]
+    programs = np.array(
+        [
+            known[v] if v in known else known.setdefault(v, program_id_of(v))
+            for v in stat_column(stats, "program_id", count)
+        ],
+        dtype=np.int64,
+    )  # numbers in numpy once: the host's columns read them twice (``link_kernels``, the events table)
     labels = zip(stat_column(stats, "name", count), stat_column(stats, "tf_op", count))
     frameworks = [a if type(a) is str and a else b if type(b) is str and b else str(a or b or "") for a, b in labels]
     frameworks = ["" if f.startswith("XlaModule:") else f for f in frameworks]
@@ -274,12 +279,14 @@ def _texts(column: list[Any]) -> list[str]:
     return ["" if v is None else v if type(v) is str else str(v) for v in column]
 
 
-def _correlations(column: list[Any]) -> list[int]:
+def _correlations(column: list[Any]) -> Any:
     """Each kernel's ``correlation_id``, -1 where it has none (or not a number)."""
+    import numpy as np
+
     values = [-1 if v is None else v for v in column]
-    if set(map(type, values)) <= {int}:
-        return values
-    return [int_or(v, -1) for v in values]
+    if not set(map(type, values)) <= {int}:
+        values = [int_or(v, -1) for v in values]
+    return np.array(values, dtype=np.int64)  # OverflowError past int64, as the reader's other numbers
 
 
 #: The stats of a TPU line's events that ``read_device_plane`` reads, in the order it unpacks them.

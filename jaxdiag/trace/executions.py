@@ -18,7 +18,7 @@ executions of the dominant program. Where they come from, best first:
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from jaxdiag.trace.frames import (
     CATEGORY,
@@ -63,8 +63,8 @@ def executions(events: "pd.DataFrame", step_gap_us: float) -> "pd.DataFrame":
     parts = []
     if len(events):
         device = (events[CATEGORY] == "device").to_numpy() & (events[HLO_MODULE] != "").to_numpy()
-        spans = device & events[LINE_KIND].isin(("xla_modules",)).to_numpy()  # pandas tests a category once
-        ops = device & ~events[LINE_KIND].isin(_NOT_OPS).to_numpy()
+        spans = device & _among(events[LINE_KIND], ("xla_modules",))
+        ops = device & ~_among(events[LINE_KIND], _NOT_OPS)
         runs = events[RUN_ID].to_numpy(np.int64) if RUN_ID in events else np.full(len(events), -1, np.int64)
         by_run = ops & (runs >= 0)
         if by_run.any():
@@ -103,6 +103,16 @@ def executions(events: "pd.DataFrame", step_gap_us: float) -> "pd.DataFrame":
         )
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values([HOST, START_NS], kind="stable").reset_index(drop=True)[list(EXECUTION_COLUMNS)]
+
+
+def _among(column: "pd.Series", values: Any) -> "np.ndarray":
+    """``column.isin(values)`` as a bool array; a categorical's tested on its few categories."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return np.append(column.cat.categories.isin(list(values)), False)[column.cat.codes.to_numpy()]
+    return column.isin(values).to_numpy()
 
 
 def _by_run_id(ops: "pd.DataFrame", source: str) -> "pd.DataFrame":
