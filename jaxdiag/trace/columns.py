@@ -155,33 +155,6 @@ class HostColumns:
     def __len__(self) -> int:
         return self.count
 
-    def add(
-        self,
-        device: int,
-        name: str,
-        start: float,
-        dur: float,
-        module: str = "",
-        op: str = "",
-        framework: str = "",
-        program: int = -1,
-        category: str = "runtime",
-        run: int = -1,
-    ) -> None:
-        """Append one event (the plane/line come from the open segment); readers append in bulk (``add_events``)."""
-        self.add_events(
-            [name],
-            [start],
-            [dur],
-            category,
-            devices=[device],
-            modules=[module],
-            ops=[op],
-            frameworks=[framework],
-            programs=[program],
-            runs=[run],
-        )
-
     def add_events(
         self,
         names: list[str],

@@ -163,7 +163,7 @@ def read_device_plane(
 
 
 class _Gathered:
-    """A TPU plane's events, gathered one at a time (``add``, as ``HostColumns.add`` takes them), with their
+    """A TPU plane's events, gathered one at a time (``add``), with their
     segments, then handed to the host's columns at once (``flush_into``)."""
 
     def __init__(self) -> None:

@@ -41,11 +41,15 @@ def categorize(
     from jaxdiag.trace.contract import line_decoder
 
     decoder = line_decoder()
-    if decoder is None:
-        return _nest(starts, durs, names, kind_of, ops, steps, sources)
-    (codes,), distinct = decoder.codes([names])
+    if decoder is not None:
+        (codes,), distinct = decoder.codes([names])
+    else:
+        numbers: dict[str, int] = {}
+        codes = array("i", [numbers.setdefault(name, len(numbers)) for name in names]).tobytes()
+        distinct = list(numbers)
     kinds = bytes(kind_of(name) for name in distinct)
-    return decoder.nest(
+    nest = _nest if decoder is None else decoder.nest
+    return nest(
         starts if isinstance(starts, array) else array("d", starts),
         durs if isinstance(durs, array) else array("d", durs),
         codes,
@@ -58,26 +62,25 @@ def categorize(
 
 
 def _nest(
-    starts: Sequence[float],
-    durs: Sequence[float],
-    names: list[str],
-    kind_of: Callable[[str], int],
-    ops: list[bool] | None,
+    starts: "array[float]",
+    durs: "array[float]",
+    codes: bytes,
+    kinds: bytes,
+    ops: bytes | None,
     steps: list[list[Any]],
     sources: list[list[Any]],
+    labels: tuple[str, str, str],
 ) -> tuple[list[str], list[int]]:
-    """``categorize`` in Python, as ``_xline.nest`` does it."""
+    """``_xline.nest`` in Python: the events' starts and durations, each name's number (``codes``, int32 bytes)
+    and each number's kind (``kinds``), which are XLA:CPU ops (bytes, 1 an op; ``None``: none), stat columns."""
     open_spans: list[tuple[float, bool]] = []  # (end, inside the runtime or a framework)
-    kinds: dict[str, int] = {}
     categories: list[str] = []
     marks: list[int] = []
-    for i, (start, dur, name) in enumerate(zip(starts, durs, names)):
+    for i, (start, dur, code) in enumerate(zip(starts, durs, memoryview(codes).cast("i"))):
         while open_spans and open_spans[-1][0] <= start:
             open_spans.pop()
         opaque = bool(open_spans) and open_spans[-1][1]
-        kind = kinds.get(name)
-        if kind is None:
-            kind = kinds[name] = kind_of(name)
+        kind = kinds[code]
         if ops is not None and ops[i]:
             category = 0
         elif opaque or kind == 1:
@@ -90,6 +93,6 @@ def _nest(
                     marks.append(i)
             else:
                 category = 1  # C++ source or flow stats: the runtime's own TraceMe
-        categories.append(LABELS[category])
+        categories.append(labels[category])
         open_spans.append((start + dur, opaque or category != 2 or kind == 2))
     return categories, marks

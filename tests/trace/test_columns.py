@@ -15,7 +15,7 @@ def test_extend_appends_every_list_and_merges_the_facts() -> None:
     from jaxdiag.trace.columns import NUMBER_COLUMNS, STRING_COLUMNS
 
     a, b = HostColumns("h"), HostColumns("h")
-    a.add(0, "fusion.1", 10.0, 5.0, "jit_f", "fusion.1", "", 3, "device")
+    a.add_events(["fusion.1"], [10.0], [5.0], "device", devices=[0], modules=["jit_f"], ops=["fusion.1"], programs=[3])
     a.close_segment("/device:GPU:0", "Stream #14", "compute", 0)
     a.meta["jax_version"], a.python_frames = "0.1", 4
     b.add_events(["load_batch"], [20.0], [7.0], "annotation")
@@ -91,8 +91,8 @@ def test_pack_keeps_device_and_program_numbers_in_small_integers() -> None:
     import numpy as np
 
     cols = HostColumns("h")
-    cols.add(3, "fusion", 0.0, 1.0, "jit_f", "fusion", "", -1, "device")
-    cols.add(5, "copy", 1.0, 1.0, "jit_f", "copy", "", 1 << 40, "device")
+    cols.add_events(["fusion"], [0.0], [1.0], "device", devices=[3], modules=["jit_f"], ops=["fusion"], programs=[-1])
+    cols.add_events(["copy"], [1.0], [1.0], "device", devices=[5], modules=["jit_f"], ops=["copy"], programs=[1 << 40])
     cols.pack()
     assert cols.parts["device"][0].dtype == np.int8 and cols.parts["program_id"][0].dtype == np.int64
     assert cols.integers("device") == [3, 5] and cols.integers("program_id") == [-1, 1 << 40]

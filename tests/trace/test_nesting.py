@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxdiag.trace import host_plane, nesting
+from jaxdiag.trace import contract, host_plane, nesting
 from jaxdiag.trace.contract import ColumnReader
 from tests.trace.test_contract import _captures
 
@@ -23,8 +24,11 @@ _NAMES = ["ParseArguments", "PjitFunction(train_step)", "train_step", "data", "T
 
 
 def _both(starts, durs, names, ops, steps, sources) -> tuple[Any, Any]:
+    """``categorize`` in C (``_xline``'s codes and ``nest``), and with the module absent (its Python twins)."""
     args = (list(map(float, starts)), list(map(float, durs)), names, host_plane._name_kind, ops, steps, sources)
-    return nesting.categorize(*args), nesting._nest(*args)
+    compiled = nesting.categorize(*args)
+    with mock.patch.object(contract, "line_decoder", lambda: None):
+        return compiled, nesting.categorize(*args)
 
 
 _event = st.tuples(
