@@ -479,12 +479,18 @@ static PyObject *events(PyObject *self, PyObject *args) {
     Cursor c = {buffer.buf, (const uint8_t *)buffer.buf + buffer.len};
     Field f = {0};
     while (c.at < c.end) {
-        if (next_field(&c, &f) < 0) goto unexpected;
-        if (f.number <= 11 && LINE_WIRE[f.number] >= 0 && LINE_WIRE[f.number] != f.wire) goto unexpected;
-        if (f.number != LINE_EVENTS) {
-            /* ``head`` read the name and timestamp written before the first event: a later one would count */
-            if (seen_event && (f.number == LINE_NAME || f.number == LINE_TIMESTAMP_NS)) goto unexpected;
-            continue;
+        if (c.end - c.at >= 2 && c.at[0] == (LINE_EVENTS << 3 | 2) && c.at[1] < 0x80 && c.at[1] <= c.end - c.at - 2) {
+            f.data = c.at + 2; /* an event under 128 bytes, as nearly all are: a tag and a length of one byte each */
+            f.size = c.at[1];
+            c.at += 2 + f.size;
+        } else {
+            if (next_field(&c, &f) < 0) goto unexpected;
+            if (f.number <= 11 && LINE_WIRE[f.number] >= 0 && LINE_WIRE[f.number] != f.wire) goto unexpected;
+            if (f.number != LINE_EVENTS) {
+                /* ``head`` read the name and timestamp written before the first event: a later one would count */
+                if (seen_event && (f.number == LINE_NAME || f.number == LINE_TIMESTAMP_NS)) goto unexpected;
+                continue;
+            }
         }
         seen_event = 1;
         if (!keep_frames && c.end - f.data >= 16 && plain_frame(&cx, f.data, f.size)) {

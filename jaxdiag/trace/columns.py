@@ -252,12 +252,12 @@ class HostColumns:
         """A number column as a new numpy array (``float64`` times, else ``int64``)."""
         import numpy as np
 
-        dtype = np.float64 if column in _FLOAT_COLUMNS else np.int64
-        arrays = [
-            np.full(part.count, part.value, dtype=dtype) if type(part) is Fill else np.asarray(part, dtype=dtype)
-            for part in self.parts[column]
-        ]
-        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+        out = np.empty(self.count, dtype=np.float64 if column in _FLOAT_COLUMNS else np.int64)
+        at = 0
+        for part in self.parts[column]:  # each into its place: no array per part, no copy to join them
+            out[at : at + len(part)] = part.value if type(part) is Fill else part
+            at += len(part)
+        return out
 
     def integers(self, column: str) -> list[int]:
         """``device``, ``program_id``, ``run_id`` or ``correlation`` as a list of ints."""
@@ -287,21 +287,23 @@ def _coded(columns: Sequence[Sequence[Any]]) -> list[Coded]:
             lists.append([part.value] if type(part) is Fill else part.values if isinstance(part, Coded) else part)
     shared = Coded.sharing(lists) if lists else []
     values = shared[0].values if shared else []
+    code_type = _code_type(len(values))
     numbered = iter(shared)
     out = []
     for parts in columns:
-        codes = []
-        for part in parts:
+        codes = np.empty(sum(map(len, parts)), dtype=code_type)
+        at = 0
+        for part in parts:  # each part's codes into its place
             mine = next(numbered)
+            n = len(part)
             if type(part) is Fill:
-                codes.append(np.full(part.count, mine.codes[0], dtype=mine.codes.dtype))
+                codes[at : at + n] = mine.codes[0]
             elif isinstance(part, Coded):
-                codes.append(mine.codes[part.codes])
+                codes[at : at + n] = mine.codes[part.codes]
             else:
-                codes.append(mine.codes)
-        code_type = _code_type(len(values))
-        joined = np.concatenate(codes).astype(code_type) if codes else np.zeros(0, dtype=code_type)
-        out.append(Coded(joined, values))
+                codes[at : at + n] = mine.codes
+            at += n
+        out.append(Coded(codes, values))
     return out
 
 

@@ -37,17 +37,15 @@ def link_kernels(cols: HostColumns) -> int:
     for line, mine in spans.items():
         mine.sort()
         found[line] = (np.array([m[0] for m in mine]), np.array([m[1] for m in mine]), [m[2] for m in mine])
-    count = len(cols.launches)
-    correlation_of = np.fromiter((c for c, _, _ in cols.launches), dtype=np.int64, count=count)
-    at = np.fromiter((a for _, a, _ in cols.launches), dtype=np.float64, count=count)
-    line_of = {line: code for code, line in enumerate(dict.fromkeys(line for _, _, line in cols.launches))}
-    code_of = np.fromiter((line_of[line] for _, _, line in cols.launches), dtype=np.int64, count=count)
-    run_of = np.full(count, -1, dtype=np.int64)  # each launch's execution's run, -1: none holds it
-    for line, code in line_of.items():
+    correlation_tuple, at_tuple, line_tuple = zip(*cols.launches)
+    correlation_of, at = np.array(correlation_tuple, dtype=np.int64), np.array(at_tuple, dtype=np.float64)
+    line_of = np.array(line_tuple, dtype=object)
+    run_of = np.full(len(at), -1, dtype=np.int64)  # each launch's execution's run, -1: none holds it
+    for line in dict.fromkeys(line_tuple):
         if line not in found:
             continue
         starts, ends, runs = found[line]
-        on_line = np.flatnonzero(code_of == code)
+        on_line = np.flatnonzero(line_of == line)
         inside = np.searchsorted(starts, at[on_line], side="right") - 1  # the latest execution begun by then
         held = inside >= 0
         held[held] = at[on_line[held]] < ends[inside[held]]
@@ -58,11 +56,13 @@ def link_kernels(cols: HostColumns) -> int:
     order = np.argsort(correlation_of[launched], kind="stable")
     keys, values = correlation_of[launched][order], run_of[launched][order]
     correlations = cols.numbers("correlation")
-    slot = np.minimum(np.searchsorted(keys, correlations), len(keys) - 1)
-    rows = np.flatnonzero((correlations >= 0) & (keys[slot] == correlations))
+    rows = np.flatnonzero(correlations >= 0)  # the kernels: few of a host's events
+    slot = np.minimum(np.searchsorted(keys, correlations[rows]), len(keys) - 1)
+    matched = keys[slot] == correlations[rows]
+    rows, slot = rows[matched], slot[matched]
     if not len(rows):
         return 0
     run_ids = cols.numbers("run_id")
-    run_ids[rows] = execution_ids(values[slot[rows]], cols.numbers("program_id")[rows])
+    run_ids[rows] = execution_ids(values[slot], cols.numbers("program_id")[rows])
     cols.replace("run_id", run_ids)
     return len(rows)
