@@ -163,7 +163,9 @@ def _executions(ops: "pd.DataFrame") -> dict[str, int]:
     occurrences of an op (kernel and HLO op) is the program's executions: ops in a
     loop body run more often, a GPU command buffer's update copies less often, and a
     kernel XLA reuses for identical fusions more often, but fewer ops than the rest.
-    Each compile of a function (``program_id``) counts apart.
+    Where every op of a program carries its execution's run id (XLA:CPU writes them), the distinct
+    ids count its executions exactly, one the trace cut short included. Each compile of a function
+    (``program_id``) counts apart.
     """
     import pandas as pd
 
@@ -186,11 +188,18 @@ def _executions(ops: "pd.DataFrame") -> dict[str, int]:
     # Per group, the count most ops share (a tie: the most occurrences): last by (group, how often, count).
     order = np.lexsort((count, how_often, of_group))
     last = order[np.r_[of_group[order][1:] != of_group[order][:-1], True]]
+    runs_of_group = count[last]
+    if F.RUN_ID in ops:  # ops that carry their execution's run id count executions exactly, one cut short too
+        run = ops[F.RUN_ID].to_numpy(np.int64)[kept]
+        whole = np.bincount(group[kept], weights=run < 0, minlength=len(last)) == 0  # groups with every run id
+        distinct = np.unique(np.stack([group[kept], run], axis=1), axis=0)[:, 0]
+        by_ids = np.bincount(distinct, minlength=len(last))
+        runs_of_group = np.where(whole[of_group[last]], by_ids[of_group[last]], runs_of_group)
     first_row = kept[np.unique(group[kept], return_index=True)[1]]  # groups by number: a row of each
     modules = ops[F.HLO_MODULE].to_numpy(object)[first_row]
     programs = ops[F.PROGRAM_ID].to_numpy()[first_row]
     best: dict[tuple[str, int], int] = {}
-    for g, runs in zip(of_group[last].tolist(), count[last].tolist()):
+    for g, runs in zip(of_group[last].tolist(), runs_of_group.tolist()):
         key = (str(modules[g]), int(programs[g]))
         best[key] = max(best.get(key, 0), runs)
     for (module, _program), runs in best.items():

@@ -250,3 +250,26 @@ def test_executions_are_the_commonest_count_of_an_op_the_larger_on_a_tie(rows: l
         if module.startswith("jit_"):
             truth[module[4:]] = truth.get(module[4:], 0) + runs
     assert completeness._executions(ops) == truth
+
+
+def test_executions_with_run_ids_count_one_the_trace_cut_short() -> None:
+    """Two executions of ``jit_f``'s three ops, the second cut by the trace's end after one op: the commonest
+    count of an op says one, the run ids say two."""
+    import pandas as pd
+
+    from jaxdiag.trace import frames as F
+
+    names = ["dot", "tanh", "add", "dot"]
+    ops = pd.DataFrame(
+        {
+            F.NAME: pd.Categorical(names),
+            F.HLO_OP: pd.Categorical(names),
+            F.HLO_MODULE: pd.Categorical(["jit_f"] * 4),
+            F.PROGRAM_ID: [7] * 4,
+            F.PLANE: pd.Categorical(["/host:CPU"] * 4),
+            F.DEVICE: [0] * 4,
+        }
+    )
+    assert completeness._executions(ops) == {"f": 1}
+    assert completeness._executions(ops.assign(**{F.RUN_ID: [11, 11, 11, 12]})) == {"f": 2}
+    assert completeness._executions(ops.assign(**{F.RUN_ID: [11, 11, 11, -1]})) == {"f": 1}  # not every op's
